@@ -1,0 +1,37 @@
+# Compile flags shared by every ranksim target, applied through the interface target
+# ranksim_flags. Floating-point contraction is off so that results do not depend on whether the
+# compiler fuses a multiply-add: the same program gives the same bits on every x86-64 machine.
+add_library(ranksim_flags INTERFACE)
+target_compile_options(ranksim_flags INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
+  -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough
+  -ffp-contract=off)
+if(RANKSIM_WERROR)
+  target_compile_options(ranksim_flags INTERFACE -Werror)
+endif()
+if(RANKSIM_SANITIZE)
+  target_compile_options(ranksim_flags INTERFACE
+    -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_link_options(ranksim_flags INTERFACE -fsanitize=address,undefined)
+  target_compile_definitions(ranksim_flags INTERFACE RANKSIM_ASAN=1)
+endif()
+if(CMAKE_BUILD_TYPE STREQUAL "Debug" OR RANKSIM_SANITIZE)
+  # Guard pages below each fiber stack turn a stack overflow into a clean fault.
+  target_compile_definitions(ranksim_flags INTERFACE RANKSIM_GUARD_PAGES_DEFAULT=1)
+endif()
+
+# ranksim_folder_library(NAME folder DEPS ...): one static library per source folder, built from
+# every .cpp in it (the folders are the architecture; no hand-kept file lists).
+function(ranksim_folder_library name folder)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${folder}/*.cpp)
+  if(srcs)
+    add_library(${name} STATIC ${srcs})
+    target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${name} PUBLIC ranksim_flags ${ARG_DEPS})
+  else()
+    add_library(${name} INTERFACE)
+    target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${name} INTERFACE ranksim_flags ${ARG_DEPS})
+  endif()
+endfunction()

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages only, whatever ranksim needs to build and test that is not
+# already installed. Idempotent: a second run installs nothing. Runs apt-get as root, or via sudo.
+# Usage: scripts/setup.sh [--with-mpi]
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config
+  libboost-context-dev   # fibers (boost::context::fiber)
+  libeigen3-dev          # tensor arithmetic
+  libyaml-cpp-dev        # topology and scenario files
+  libgtest-dev libgmock-dev googletest  # tests
+  libbenchmark-dev       # benches/
+  libcli11-dev           # the ranksim command line
+)
+for arg in "$@"; do
+  case "$arg" in
+    --with-mpi) packages+=(openmpi-bin libopenmpi-dev) ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --with-mpi)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup.sh: all ${#packages[@]} required Debian packages are already installed."
+  exit 0
+fi
+
+echo "setup.sh: installing from Debian's packages: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "setup.sh: not root and no sudo; install these packages yourself: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup.sh: done."
