@@ -1,0 +1,183 @@
+// Engine: runs N ranks as cooperative fibers on one thread, on a discrete-event virtual clock.
+//
+// Each rank is a fiber with its own clock. Code in a rank advances its clock by computing
+// (advance(), no switch) and gives up the CPU only at explicit points: yield(), sleep_until(),
+// block(). The engine pops events in (time, sequence) order and resumes the rank each one names,
+// so the interleaving is a pure function of the program: the same inputs give the same order of
+// events, clocks and traces on every run and machine. Nothing here knows what a tensor or a
+// collective is; the runtime builds those from two primitives: block() the current rank with a
+// reason, and wake() a rank at a virtual time (from another rank or from a driver callback
+// scheduled with call_at()).
+//
+// Clocks: a rank resumed by an event at time t continues at max(its clock, t); clocks never go
+// backwards. A rank's clock may run ahead of the engine's current event time while it computes.
+//
+// Errors:
+// - An exception thrown by rank code aborts the run. Events at the same virtual instant still
+//   run (so ranks failing together are all reported), then every unfinished rank is unwound:
+//   its pending yield()/block() throws RankCancelled, which rank code must not swallow. run()
+//   then throws RankFailure listing every failed rank with its message.
+// - When no event is pending and ranks are still blocked, the run is deadlocked: run() unwinds
+//   them and throws DeadlockError listing each blocked rank, its clock and its block reason.
+//
+// Ownership: an Engine is an object owned by its run; two engines (even nested, one running
+// inside a rank of the other) do not share state. this_rank:: functions talk to the engine that
+// is running the calling fiber. An Engine runs once: construct a new one for another run.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/error.h"
+#include "sim/event_queue.h"
+#include "sim/fiber.h"
+#include "sim/time.h"
+#include "sim/trace.h"
+
+namespace ranksim::sim {
+
+struct EngineOptions {
+  // Fiber stacks. Default: 256 KiB, guard pages in debug/asan builds.
+  StackOptions stack;
+  // Record trace spans (the runtime consults this before recording). Default: true.
+  bool trace = true;
+};
+
+// One rank's failure inside RankFailure.
+struct RankError {
+  int rank;
+  std::string message;
+  std::exception_ptr exception;
+};
+
+class RankFailure : public Error {
+ public:
+  explicit RankFailure(std::vector<RankError> errors);
+  const std::vector<RankError>& errors() const { return errors_; }
+
+ private:
+  std::vector<RankError> errors_;
+};
+
+struct BlockedRank {
+  int rank;
+  Time clock;
+  std::string reason;
+};
+
+class DeadlockError : public Error {
+ public:
+  DeadlockError(Time at, int nranks, std::vector<BlockedRank> blocked);
+  const std::vector<BlockedRank>& blocked() const { return blocked_; }
+
+ private:
+  std::vector<BlockedRank> blocked_;
+};
+
+// Thrown inside a rank's pending yield()/block() when the run is aborted. Not an Error: rank
+// code that catches (...) must rethrow it.
+struct RankCancelled {};
+
+struct EngineStats {
+  uint64_t events = 0;       // events popped
+  uint64_t resumes = 0;      // driver -> fiber switches
+  uint64_t callbacks = 0;    // driver callbacks run
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs body(rank) for every rank in [0, nranks) until all return. REQUIRES: called once.
+  // Throws RankFailure, DeadlockError, or (nranks < 1) Error.
+  void run(int nranks, std::function<void(int rank)> body);
+
+  // ---- For code running in a rank of this engine (REQUIRES: in_rank()).
+  int rank() const { return current_; }
+  Time now() const;
+  // Moves the current rank's clock forward by dt (>= 0) without switching.
+  void advance(Time dt);
+  // Lets every event up to the current rank's clock run, then continues.
+  void yield();
+  // Continues at max(clock, t).
+  void sleep_until(Time t);
+  // Suspends the current rank until wake(); `reason` is shown in deadlock reports (say what the
+  // rank waits for: op, group, call number, shape). Returns the time spent blocked.
+  Time block(std::string reason);
+
+  // ---- From a rank or a callback of this engine.
+  // Resumes a blocked rank at virtual time max(at, current event time).
+  // REQUIRES: is_blocked(rank).
+  void wake(int rank, Time at);
+  // Runs fn on the driver (not in a rank) when virtual time reaches t (>= current event time).
+  void call_at(Time t, std::function<void()> fn);
+  // Time of the event being processed.
+  Time event_time() const { return queue_.now(); }
+
+  bool in_rank() const { return current_ >= 0; }
+  int num_ranks() const { return static_cast<int>(ranks_.size()); }
+  Time clock(int rank) const { return ranks_[static_cast<size_t>(rank)].clock; }
+  bool is_blocked(int rank) const;
+  // Latest rank clock once the run has finished.
+  Time makespan() const;
+  const EngineStats& stats() const { return stats_; }
+  const EngineOptions& options() const { return options_; }
+  Trace& trace() { return trace_; }
+  const Trace& trace() const { return trace_; }
+
+  // The engine running the calling fiber, or nullptr outside any rank.
+  static Engine* current();
+
+ private:
+  enum class State : uint8_t { ready, running, blocked, finished, failed, cancelled };
+  struct Rank {
+    Time clock;
+    State state = State::ready;
+    std::string reason;
+  };
+  static constexpr uint64_t kCallbackBit = uint64_t{1} << 63;
+
+  void trampoline(int rank);
+  void switch_out();  // current rank -> driver; throws RankCancelled when aborting
+  void resume_rank(int rank);
+  void abort_unfinished();
+  [[noreturn]] void throw_deadlock();
+
+  EngineOptions options_;
+  StackPool stacks_;
+  EventQueue queue_;
+  std::vector<Rank> ranks_;
+  std::deque<Fiber> fibers_;
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<uint32_t> free_callbacks_;
+  std::function<void(int)> body_;
+  std::vector<RankError> failures_;
+  Trace trace_;
+  EngineStats stats_;
+  int current_ = -1;
+  int unfinished_ = 0;
+  bool ran_ = false;
+  bool aborting_ = false;
+};
+
+// The current rank's view of its engine, in the spirit of SimGrid's this_actor::.
+// Each REQUIRES being called from inside a rank (else throws ranksim::Error).
+namespace this_rank {
+Engine& engine();
+int rank();
+int world_size();
+Time now();
+void yield();
+void sleep_for(Time d);
+void sleep_until(Time t);
+}  // namespace this_rank
+
+}  // namespace ranksim::sim
