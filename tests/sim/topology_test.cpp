@@ -1,0 +1,300 @@
+#include "sim/topology.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "sim/error.h"
+
+namespace ranksim::sim {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string shipped(const std::string& name) {
+  return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name;
+}
+
+std::vector<std::string> link_names(const Topology& t, const Route& r) {
+  std::vector<std::string> out;
+  for (int id : r.links) out.push_back(t.link_name(id));
+  return out;
+}
+
+// A route is a chain of links from src to dst whose latency and bandwidth summarise it.
+void expect_well_formed(const Topology& t, int src, int dst) {
+  const Route r = t.route(src, dst);
+  if (src == dst) {
+    EXPECT_TRUE(r.links.empty());
+    return;
+  }
+  ASSERT_FALSE(r.links.empty()) << src << " -> " << dst;
+  EXPECT_EQ(t.link(r.links.front()).from, src);
+  EXPECT_EQ(t.link(r.links.back()).to, dst);
+  Time latency;
+  double bw = INFINITY;
+  for (size_t i = 0; i < r.links.size(); ++i) {
+    const Link& l = t.link(r.links[i]);
+    if (i > 0) {
+      EXPECT_EQ(t.link(r.links[i - 1]).to, l.from);
+    }
+    latency += l.latency;
+    bw = std::min(bw, l.bandwidth);
+  }
+  EXPECT_EQ(r.latency, latency);
+  EXPECT_EQ(r.bandwidth, bw);
+}
+
+TEST(Topology, DgxH100HoldsTheDatasheetFigures) {
+  const Topology t = Topology::load_file(shipped("dgx-h100.yaml"));
+  EXPECT_EQ(t.name(), "dgx-h100");
+  EXPECT_EQ(t.num_nodes(), 1);
+  EXPECT_EQ(t.devices_per_node(), 8);
+  EXPECT_EQ(t.num_devices(), 8);
+  const DeviceKind& k = t.kind_of(5);
+  EXPECT_EQ(k.name, "h100-sxm");
+  EXPECT_DOUBLE_EQ(k.peak_flops.at("bf16"), 989.4e12);
+  EXPECT_DOUBLE_EQ(k.peak_flops.at("fp8"), 1979e12);
+  EXPECT_DOUBLE_EQ(k.peak_flops.at("tf32"), 494.7e12);
+  EXPECT_DOUBLE_EQ(k.peak_flops.at("f32"), 66.9e12);
+  EXPECT_DOUBLE_EQ(k.peak_flops.at("f64"), 66.9e12);
+  EXPECT_DOUBLE_EQ(k.memory_bandwidth, 3.35e12);
+  EXPECT_EQ(k.memory_bytes, 80ull << 30);
+  EXPECT_EQ(k.launch_overhead, Time::us(3));
+  EXPECT_EQ(t.device(5).name, "node0.gpu5");
+  EXPECT_EQ(t.device(5).local_index, 5);
+  EXPECT_TRUE(t.has_network());
+  EXPECT_DOUBLE_EQ(t.network().nic_bandwidth, 50e9);  // 400 Gb/s
+}
+
+TEST(Topology, NvswitchRouteIsUpAndDownThroughTheNodeSwitch) {
+  const Topology t = Topology::load_file(shipped("dgx-h100.yaml"));
+  const Route r = t.route(2, 6);
+  EXPECT_THAT(link_names(t, r),
+              ElementsAre("node0.gpu2 -> node0.nvswitch", "node0.nvswitch -> node0.gpu6"));
+  EXPECT_EQ(r.latency, Time::ns(700));
+  EXPECT_DOUBLE_EQ(r.bandwidth, 450e9);
+}
+
+TEST(Topology, LinksAreDirectional) {
+  const Topology t = Topology::load_file(shipped("dgx-h100.yaml"));
+  const Route there = t.route(1, 4);
+  const Route back = t.route(4, 1);
+  for (int a : there.links)
+    for (int b : back.links) EXPECT_NE(a, b);
+}
+
+TEST(Topology, RouteToSelfIsEmpty) {
+  const Topology t = Topology::load_file(shipped("ring4.yaml"));
+  const Route r = t.route(2, 2);
+  EXPECT_TRUE(r.links.empty());
+  EXPECT_EQ(r.latency, Time::zero());
+  EXPECT_TRUE(std::isinf(r.bandwidth));
+}
+
+TEST(Topology, Ring4TakesTheShortestWay) {
+  const Topology t = Topology::load_file(shipped("ring4.yaml"));
+  EXPECT_EQ(t.num_devices(), 4);
+  EXPECT_FALSE(t.has_network());
+  EXPECT_EQ(t.num_links(), 8);  // 4 cables, 2 directions
+  EXPECT_THAT(link_names(t, t.route(0, 3)), ElementsAre("node0.dev0 -> node0.dev3"));
+  EXPECT_THAT(link_names(t, t.route(3, 0)), ElementsAre("node0.dev3 -> node0.dev0"));
+  // Two equal ways round: the one through the lower-numbered neighbour.
+  EXPECT_THAT(link_names(t, t.route(0, 2)),
+              ElementsAre("node0.dev0 -> node0.dev1", "node0.dev1 -> node0.dev2"));
+  EXPECT_THAT(link_names(t, t.route(3, 1)),
+              ElementsAre("node0.dev3 -> node0.dev0", "node0.dev0 -> node0.dev1"));
+  const Route r = t.route(0, 2);
+  EXPECT_EQ(r.latency, Time::us(2));
+  EXPECT_DOUBLE_EQ(r.bandwidth, 50e9);
+}
+
+TEST(Topology, ClusterRoutesFollowRailsThroughTheFatTree) {
+  const Topology t = Topology::load_file(shipped("h100-cluster.yaml"));
+  EXPECT_EQ(t.num_nodes(), 2);
+  EXPECT_EQ(t.num_devices(), 16);
+  EXPECT_TRUE(t.same_node(3, 7));
+  EXPECT_FALSE(t.same_node(7, 8));
+  // Same rail: NIC up to the rail's leaf and down again (500 + 130 + 500 ns).
+  const Route same_rail = t.route(0, 8);
+  EXPECT_THAT(link_names(t, same_rail),
+              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> node1.gpu0"));
+  EXPECT_EQ(same_rail.latency, Time::ns(1130));
+  EXPECT_DOUBLE_EQ(same_rail.bandwidth, 50e9);
+  // Another rail: the rails meet at the spine (two more switch traversals).
+  const Route cross = t.route(0, 11);
+  EXPECT_THAT(link_names(t, cross),
+              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> spine0",
+                          "spine0 -> leaf0.rail3", "leaf0.rail3 -> node1.gpu3"));
+  EXPECT_EQ(cross.latency, Time::ns(1390));
+  // Inside a node the NVSwitch is used, never the NICs.
+  EXPECT_EQ(t.route(8, 11).links.size(), 2u);
+  EXPECT_EQ(t.route(8, 11).latency, Time::ns(700));
+}
+
+TEST(Topology, OneFileServesSixteenThousandGpus) {
+  const Topology t = Topology::load_file(shipped("h100-cluster.yaml"), {"nodes=2048"});
+  EXPECT_EQ(t.num_nodes(), 2048);
+  EXPECT_EQ(t.num_devices(), 16384);
+  // Linear size: 2 NVSwitch + 2 NIC links per GPU, plus up/down pairs per leaf and spine group.
+  EXPECT_EQ(t.num_links(), 4 * 16384 + 2 * (64 * 8) + 2 * 16);
+  const Route far = t.route(0, 16383);
+  EXPECT_THAT(link_names(t, far),
+              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> spine0", "spine0 -> core0",
+                          "core0 -> spine15", "spine15 -> leaf63.rail7",
+                          "leaf63.rail7 -> node2047.gpu7"));
+  EXPECT_EQ(far.latency, Time::ns(500 + 130 * 5 + 500));
+  // Node 100 is in SU 3, still in pod 0 (SUs 0-3): up to the spine only.
+  EXPECT_EQ(t.route(0, 100 * 8).latency, Time::ns(1390));
+  EXPECT_EQ(t.route(0, 128 * 8).latency, Time::ns(1650));  // pod 1
+  for (int dst : {1, 8, 9, 255, 256, 1023, 1024, 5000, 16383}) expect_well_formed(t, 0, dst);
+  for (int src : {16383, 7777, 300}) expect_well_formed(t, src, 5);
+}
+
+TEST(Topology, FatTreeUplinksCarryTheWholeGroupUnlessOversubscribed) {
+  // 40 nodes: SU 0 is full (32 nodes), SU 1 holds 8.
+  const Topology t = Topology::load_file(shipped("h100-cluster.yaml"), {"nodes=40"});
+  const Route full = t.route(0, 39 * 8 + 1);  // SU 0 rail 0 -> SU 1 rail 1
+  ASSERT_EQ(full.links.size(), 4u);
+  const Link& leaf0_up = t.link(full.links[1]);
+  const Link& su1_down = t.link(full.links[2]);
+  EXPECT_EQ(t.vertex_name(leaf0_up.from), "leaf0.rail0");
+  EXPECT_DOUBLE_EQ(leaf0_up.bandwidth, 32 * 50e9);
+  EXPECT_DOUBLE_EQ(su1_down.bandwidth, 8 * 50e9);
+  EXPECT_TRUE(leaf0_up.non_blocking);
+  EXPECT_TRUE(su1_down.non_blocking);
+  EXPECT_FALSE(t.link(full.links[0]).non_blocking);  // the NIC
+
+  const Topology over = Topology::load_file(
+      shipped("h100-cluster.yaml"), {"nodes=40", "network.levels.leaf.oversubscription=2"});
+  const Link& up = over.link(over.route(0, 39 * 8 + 1).links[1]);
+  EXPECT_DOUBLE_EQ(up.bandwidth, 16 * 50e9);
+  EXPECT_FALSE(up.non_blocking);
+}
+
+TEST(Topology, OverridesChangeValuesBeforeValidation) {
+  const Topology t = Topology::load_file(
+      shipped("h100-cluster.yaml"),
+      {"network.nic_bandwidth=200 Gb/s", "network.levels.leaf.latency=200 ns",
+       "network.levels.2.latency = 1 us", "node.fabric.bandwidth=100 GB/s"});
+  EXPECT_DOUBLE_EQ(t.route(0, 8).bandwidth, 25e9);
+  EXPECT_EQ(t.route(0, 8).latency, Time::ns(1200));
+  EXPECT_EQ(t.network().levels[2].latency, Time::us(1));
+  EXPECT_DOUBLE_EQ(t.route(0, 1).bandwidth, 100e9);
+  // A whole section can be replaced by a YAML value.
+  const Topology mesh = Topology::load_file(
+      shipped("ring4.yaml"), {"node.fabric={type: mesh, bandwidth: 10 GB/s, latency: 2 us}"});
+  EXPECT_EQ(mesh.num_links(), 12);
+  EXPECT_EQ(mesh.route(0, 2).links.size(), 1u);
+}
+
+TEST(Topology, NodesWithoutFabricTalkThroughTheirNics) {
+  const std::string yaml = R"(
+name: pcie-box
+nodes: 2
+device_kinds:
+  card: {peak_flops: {f32: 10 TFLOP/s}, memory_bandwidth: 1 TB/s, memory: 16 GiB}
+node: {devices: 2, kind: card}
+network:
+  nic_bandwidth: 100 Gb/s
+  nic_latency: 1 us
+  levels:
+    - {name: tor, latency: 100 ns}
+)";
+  const Topology t = Topology::parse(yaml, "pcie-box.yaml");
+  EXPECT_EQ(t.kind_of(0).launch_overhead, Time::zero());  // optional, default 0
+  const Route r = t.route(0, 1);
+  EXPECT_THAT(link_names(t, r), ElementsAre("node0.dev0 -> tor0", "tor0 -> node0.dev1"));
+  EXPECT_EQ(r.latency, Time::ns(2100));
+  EXPECT_DOUBLE_EQ(r.bandwidth, 12.5e9);
+}
+
+TEST(Topology, ExplicitLinksPreferLowLatencyOverFewHops) {
+  const std::string yaml = R"(
+name: lopsided
+device_kinds:
+  x: {peak_flops: {bf16: 1 TFLOP/s}, memory_bandwidth: 1 TB/s, memory: 1 GiB}
+node:
+  devices: 3
+  kind: x
+  fabric:
+    type: links
+    bandwidth: 10 GB/s     # default for the links below
+    latency: 1 us
+    links:
+      - {between: [0, 2], latency: 5 us}
+      - {between: [0, 1]}
+      - {between: [1, 2], bandwidth: 20 GB/s}
+)";
+  const Topology t = Topology::parse(yaml, "lopsided.yaml");
+  const Route r = t.route(0, 2);
+  EXPECT_THAT(link_names(t, r),
+              ElementsAre("node0.dev0 -> node0.dev1", "node0.dev1 -> node0.dev2"));
+  EXPECT_EQ(r.latency, Time::us(2));
+  EXPECT_DOUBLE_EQ(r.bandwidth, 10e9);
+  EXPECT_DOUBLE_EQ(t.route(2, 1).bandwidth, 20e9);
+}
+
+TEST(Topology, ExplicitFabricsRepeatOnEveryNode) {
+  const Topology t = Topology::load_file(
+      shipped("ring4.yaml"),
+      {"nodes=3", "network={nic_bandwidth: 100 Gb/s, nic_latency: 1 us, levels: [{name: sw, "
+                  "latency: 100 ns}]}"});
+  EXPECT_EQ(t.num_devices(), 12);
+  EXPECT_THAT(link_names(t, t.route(8, 10)),
+              ElementsAre("node2.dev0 -> node2.dev1", "node2.dev1 -> node2.dev2"));
+  EXPECT_EQ(t.route(3, 4).links.size(), 2u);  // node 0 -> node 1 through the switch
+  for (int a = 0; a < 12; ++a)
+    for (int b = 0; b < 12; ++b) expect_well_formed(t, a, b);
+}
+
+TEST(Topology, EveryPairIsRoutedOnTheShippedFiles) {
+  for (const char* file : {"dgx-h100.yaml", "h100-cluster.yaml", "ring4.yaml"}) {
+    const Topology t = Topology::load_file(shipped(file), {});
+    for (int a = 0; a < t.num_devices(); ++a)
+      for (int b = 0; b < t.num_devices(); ++b) {
+        expect_well_formed(t, a, b);
+        EXPECT_EQ(t.route(a, b).latency, t.route(b, a).latency) << file;
+      }
+  }
+}
+
+TEST(Topology, VertexNamesSayWhatTheVertexIs) {
+  const Topology t = Topology::load_file(shipped("h100-cluster.yaml"));
+  EXPECT_EQ(t.vertex_name(9), "node1.gpu1");
+  EXPECT_EQ(t.vertex_name(16), "node0.nvswitch");
+  EXPECT_EQ(t.vertex_name(17), "node1.nvswitch");
+  EXPECT_EQ(t.vertex_name(18), "leaf0.rail0");
+  EXPECT_EQ(t.vertex_name(25), "leaf0.rail7");
+  EXPECT_EQ(t.vertex_name(26), "spine0");
+  EXPECT_EQ(t.vertex_name(27), "core0");
+  EXPECT_EQ(t.num_vertices(), 28);
+}
+
+TEST(Topology, LinkKindsGroupLinksForReports) {
+  const Topology t = Topology::load_file(shipped("h100-cluster.yaml"));
+  std::vector<std::string> kinds;
+  for (int k = 0; k < t.num_link_kinds(); ++k) kinds.push_back(t.link_kind(k).name);
+  EXPECT_THAT(kinds, ElementsAre("nvswitch up", "nvswitch down", "nic up", "nic down",
+                                 "leaf-spine up", "leaf-spine down", "spine-core up",
+                                 "spine-core down"));
+  EXPECT_EQ(t.link_kind(t.link(t.route(0, 8).links[0]).kind).description, "device -> leaf");
+}
+
+TEST(Topology, MissingFileNamesThePath) {
+  try {
+    Topology::load_file("/no/such/dir/topo.yaml");
+    FAIL() << "expected an error";
+  } catch (const ConfigError&) {
+    FAIL() << "a missing file is not a config error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/no/such/dir/topo.yaml"));
+    EXPECT_THAT(e.what(), HasSubstr("No such file"));
+  }
+}
+
+}  // namespace
+}  // namespace ranksim::sim
