@@ -30,21 +30,28 @@ const char* const kFabricTypes[] = {"switch", "ring", "mesh", "links"};
 
 // ---- Suggestions -------------------------------------------------------------------------
 
+// Optimal-string-alignment distance, case-insensitive: a swapped pair of letters ("bf61" for
+// "bf16") counts as one edit, as typos usually are.
 int edit_distance(std::string_view a, std::string_view b) {
-  std::vector<int> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
+  auto same = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  };
+  const size_t m = b.size();
+  std::vector<int> prev2(m + 1), prev(m + 1), row(m + 1);
+  for (size_t j = 0; j <= m; ++j) prev[j] = static_cast<int>(j);
   for (size_t i = 1; i <= a.size(); ++i) {
-    int diag = row[0];
     row[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
-      const int next = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
-      diag = row[j];
-      row[j] = next;
+    for (size_t j = 1; j <= m; ++j) {
+      int d = std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (same(a[i - 1], b[j - 1]) ? 0 : 1)});
+      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1]))
+        d = std::min(d, prev2[j - 2] + 1);
+      row[j] = d;
     }
+    std::swap(prev2, prev);
+    std::swap(prev, row);
   }
-  return row[b.size()];
+  return prev[m];
 }
 
 // The candidate nearest to word, if near enough to be a plausible typo; else "".

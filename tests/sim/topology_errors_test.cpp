@@ -1,0 +1,248 @@
+// Malformed topologies: each must fail with a ConfigError that names the file, the 1-based line
+// and column of the offending YAML node, what is wrong and what was expected.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/error.h"
+#include "sim/topology.h"
+
+namespace ranksim::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A valid single-node topology; cases edit it line by line (line numbers below are 1-based).
+const std::vector<std::string> kBase = {
+    "name: t",                              // 1
+    "device_kinds:",                        // 2
+    "  gpu:",                               // 3
+    "    peak_flops: {bf16: 100 TFLOP/s}",  // 4
+    "    memory_bandwidth: 1 TB/s",         // 5
+    "    memory: 16 GiB",                   // 6
+    "node:",                                // 7
+    "  devices: 4",                         // 8
+    "  kind: gpu",                          // 9
+    "  fabric:",                            // 10
+    "    type: switch",                     // 11
+    "    bandwidth: 100 GB/s",              // 12
+    "    latency: 1 us",                    // 13
+};
+
+// Appended to kBase for network cases: lines 14-22.
+const std::vector<std::string> kNetwork = {
+    "network:",                  // 14
+    "  nic_bandwidth: 100 Gb/s",  // 15
+    "  nic_latency: 1 us",        // 16
+    "  levels:",                  // 17
+    "    - name: leaf",           // 18
+    "      children: 2",          // 19
+    "      latency: 100 ns",      // 20
+    "    - name: spine",          // 21
+    "      latency: 100 ns",      // 22
+};
+
+struct Edit {
+  int line;          // 1-based line of the text being edited
+  const char* text;  // replacement (may hold several lines); nullptr deletes the line
+};
+
+std::string text_of(std::vector<std::string> lines, std::vector<Edit> edits,
+                    const std::vector<std::string>& append = {}) {
+  std::vector<const char*> replaced(lines.size(), "");
+  std::vector<bool> touched(lines.size(), false), deleted(lines.size(), false);
+  for (const Edit& e : edits) {
+    touched[static_cast<size_t>(e.line - 1)] = true;
+    if (e.text == nullptr) deleted[static_cast<size_t>(e.line - 1)] = true;
+    else replaced[static_cast<size_t>(e.line - 1)] = e.text;
+  }
+  std::ostringstream out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (deleted[i]) continue;
+    out << (touched[i] ? std::string(replaced[i]) : lines[i]) << "\n";
+  }
+  for (const std::string& a : append) out << a << "\n";
+  return out.str();
+}
+
+std::string base(std::vector<Edit> edits, const std::vector<std::string>& append = {}) {
+  return text_of(kBase, std::move(edits), append);
+}
+
+std::string with_network(std::vector<Edit> edits, const std::vector<std::string>& append = {}) {
+  std::vector<std::string> lines = kBase;
+  lines.insert(lines.end(), kNetwork.begin(), kNetwork.end());
+  return text_of(lines, std::move(edits), append);
+}
+
+struct Case {
+  const char* name;
+  std::string yaml;
+  std::vector<std::string> overrides;
+  std::string file;  // where the error is reported: "bad.yaml" or "override '...'"
+  int line, column;
+  std::vector<std::string> says;  // substrings the message must contain
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class TopologyErrors : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TopologyErrors, ReportsWhereAndWhat) {
+  const Case& c = GetParam();
+  try {
+    Topology::parse(c.yaml, "bad.yaml", c.overrides);
+    FAIL() << "expected a ConfigError for:\n" << c.yaml;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.file(), c.file);
+    EXPECT_EQ(e.line(), c.line) << e.what();
+    EXPECT_EQ(e.column(), c.column) << e.what();
+    const std::string prefix =
+        c.file + ":" + std::to_string(c.line) + ":" + std::to_string(c.column) + ": ";
+    EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+    for (const std::string& s : c.says) EXPECT_THAT(e.what(), HasSubstr(s));
+  }
+}
+
+TEST(TopologyErrorsBase, TheUneditedInputsAreValid) {
+  EXPECT_EQ(Topology::parse(base({}), "ok.yaml").num_devices(), 4);
+  EXPECT_EQ(Topology::parse(with_network({}, {"nodes: 3"}), "ok.yaml").num_devices(), 12);
+}
+
+const char* const kLinksFabric =
+    "    type: links\n"                // 11
+    "    bandwidth: 100 GB/s\n"        // 12
+    "    latency: 1 us\n"              // 13
+    "    links:\n"                     // 14
+    "      - {between: [0, 1]}";       // 15
+
+std::vector<Case> cases() {
+  return {
+      // ---- YAML itself and the overall shape
+      {"MalformedYaml", base({{12, "    bandwidth: [100 GB/s"}}), {}, "bad.yaml", 13, 12,
+       {"malformed YAML", "end of sequence flow not found"}},
+      {"TabIndentation", base({{12, "\tbandwidth: 100 GB/s"}}), {}, "bad.yaml", 12, 1,
+       {"malformed YAML", "tab"}},
+      {"EmptyFile", "", {}, "bad.yaml", 1, 1, {"the topology is empty", "expected a mapping"}},
+      {"TopLevelIsAList", "- name: t\n- nodes: 2\n", {}, "bad.yaml", 1, 1,
+       {"the topology must be a mapping", "got a list"}},
+      // ---- keys
+      {"UnknownTopLevelKey", base({}, {"nodess: 2"}), {}, "bad.yaml", 14, 1,
+       {"unknown key 'nodess' in the topology", "did you mean 'nodes'?", "known keys: name"}},
+      {"UnknownFabricKey", base({{12, "    bandwith: 100 GB/s"}}), {}, "bad.yaml", 12, 5,
+       {"unknown key 'bandwith' in 'node.fabric'", "did you mean 'bandwidth'?"}},
+      {"MissingField", base({{5, nullptr}}), {}, "bad.yaml", 4, 5,
+       {"'device_kinds.gpu' is missing the key 'memory_bandwidth'", "3.35 TB/s"}},
+      {"MissingValue", base({{12, "    bandwidth:"}}), {}, "bad.yaml", 12, 5,
+       {"'node.fabric.bandwidth' has no value", "expected a bandwidth such as '450 GB/s'"}},
+      {"DuplicateKey", base({{12, "    bandwidth: 100 GB/s\n    bandwidth: 200 GB/s"}}), {},
+       "bad.yaml", 13, 5, {"duplicate key 'bandwidth' in 'node.fabric'", "first given on line 12"}},
+      {"DuplicateDeviceKindName", base({{6, "    memory: 16 GiB\n  gpu: {memory: 8 GiB}"}}), {},
+       "bad.yaml", 7, 3, {"duplicate key 'gpu' in 'device_kinds'", "first given on line 3"}},
+      // ---- units and numbers
+      {"MissingUnit", base({{12, "    bandwidth: 100"}}), {}, "bad.yaml", 12, 16,
+       {"'node.fabric.bandwidth'", "'100' has no unit", "GB/s", "Gb/s"}},
+      {"SizeWhereBandwidthBelongs", base({{12, "    bandwidth: 100 GB"}}), {}, "bad.yaml", 12, 16,
+       {"'100 GB' is a size, not a bandwidth", "accepted units: B/s"}},
+      {"UnknownUnit", base({{12, "    bandwidth: 100 GBps"}}), {}, "bad.yaml", 12, 16,
+       {"unknown bandwidth unit 'GBps'", "accepted units"}},
+      {"NegativeBandwidth", base({{12, "    bandwidth: -100 GB/s"}}), {}, "bad.yaml", 12, 16,
+       {"bandwidth must be positive, got '-100 GB/s'"}},
+      {"ZeroBandwidth", base({{12, "    bandwidth: 0 GB/s"}}), {}, "bad.yaml", 12, 16,
+       {"bandwidth must be positive"}},
+      {"NegativeLatency", base({{13, "    latency: -1 us"}}), {}, "bad.yaml", 13, 14,
+       {"'node.fabric.latency'", "duration must not be negative"}},
+      {"RateWhereSizeBelongs", base({{6, "    memory: 16 GiB/s"}}), {}, "bad.yaml", 6, 13,
+       {"'device_kinds.gpu.memory'", "is a bandwidth, not a size"}},
+      {"FractionalNodes", base({}, {"nodes: 2.5"}), {}, "bad.yaml", 14, 8,
+       {"'nodes' must be a whole number", "got '2.5'"}},
+      {"ZeroNodes", base({}, {"nodes: 0"}), {}, "bad.yaml", 14, 8,
+       {"'nodes' must be between 1 and", "got 0"}},
+      // ---- wrong YAML types
+      {"DeviceKindsIsAList", base({{2, "device_kinds: [gpu]"}, {3, nullptr}, {4, nullptr},
+                                   {5, nullptr}, {6, nullptr}}),
+       {}, "bad.yaml", 2, 15, {"'device_kinds' must be a mapping", "got a list"}},
+      {"PeakFlopsIsAValue", base({{4, "    peak_flops: 100 TFLOP/s"}}), {}, "bad.yaml", 4, 17,
+       {"'device_kinds.gpu.peak_flops' must be a mapping from dtype to FLOP rate",
+        "got '100 TFLOP/s'"}},
+      {"UnknownDtype", base({{4, "    peak_flops: {bf61: 100 TFLOP/s}"}}), {}, "bad.yaml", 4, 18,
+       {"unknown key 'bf61'", "did you mean 'bf16'?", "f64, f32, tf32, bf16, f16, fp8"}},
+      {"BadLabel", base({{9, "  kind: gpu\n  label: g/pu"}}), {}, "bad.yaml", 10, 10,
+       {"'node.label' must be letters, digits"}},
+      // ---- references and structure
+      {"UnknownDeviceKind", base({{9, "  kind: gpux"}}), {}, "bad.yaml", 9, 9,
+       {"unknown device kind 'gpux'", "did you mean 'gpu'?", "device_kinds defines: gpu"}},
+      {"UnknownFabricType", base({{11, "    type: nvswitch"}}), {}, "bad.yaml", 11, 11,
+       {"unknown fabric type 'nvswitch'", "did you mean 'switch'?",
+        "expected one of: switch, ring, mesh, links"}},
+      {"LinksOnASwitch", base({{13, "    latency: 1 us\n    links: []"}}), {}, "bad.yaml", 14, 5,
+       {"'node.fabric.links' is only used with type: links"}},
+      {"DisconnectedLinks",
+       base({{11, kLinksFabric}, {12, nullptr}, {13, "      - {between: [2, 3]}"}}), {},
+       "bad.yaml", 15, 7,
+       {"device 0 cannot reach device 2", "2 disconnected groups ({0, 1} and {2, 3})"}},
+      {"LinkToMissingDevice",
+       base({{11, kLinksFabric}, {12, nullptr}, {13, "      - {between: [0, 4]}"}}), {},
+       "bad.yaml", 16, 23,
+       {"'node.fabric.links[1].between[1]' must be between 0 and 3", "local device index"}},
+      {"LinkToItself",
+       base({{11, kLinksFabric}, {12, nullptr}, {13, "      - {between: [1, 1]}"}}), {},
+       "bad.yaml", 16, 19, {"links device 1 to itself"}},
+      {"DuplicateLink",
+       base({{11, kLinksFabric}, {12, nullptr}, {13, "      - {between: [1, 0]}"}}), {},
+       "bad.yaml", 16, 19,
+       {"duplicate link between devices 0 and 1", "first listed on line 15", "full duplex"}},
+      {"RingOfOne", base({{8, "  devices: 1"}, {11, "    type: ring"}}), {}, "bad.yaml", 11, 11,
+       {"a ring needs at least 2 devices per node"}},
+      {"NodesWithoutNetwork", base({}, {"nodes: 2"}), {}, "bad.yaml", 14, 8,
+       {"nodes is 2 but the topology has no 'network'", "could not reach each other"}},
+      // ---- the network
+      {"EmptyLevels", with_network({{17, "  levels: []"}, {18, nullptr}, {19, nullptr},
+                                    {20, nullptr}, {21, nullptr}, {22, nullptr}}),
+       {}, "bad.yaml", 17, 11, {"'network.levels' is empty"}},
+      {"MissingChildren", with_network({{19, nullptr}}), {}, "bad.yaml", 18, 7,
+       {"'network.levels[0]' is missing the key 'children'", "nodes per leaf switch group"}},
+      {"OversubscribedTop", with_network({}, {"      oversubscription: 2"}), {}, "bad.yaml", 23, 7,
+       {"the top level 'spine' has no uplinks, so it cannot be oversubscribed"}},
+      {"DuplicateLevelName", with_network({{21, "    - name: leaf"}}), {}, "bad.yaml", 21, 13,
+       {"duplicate level name 'leaf'", "first used on line 18"}},
+      {"NotABoolean", with_network({}, {"      rail_optimized: yes"}), {}, "bad.yaml", 23, 23,
+       {"'network.levels[1].rail_optimized' must be true or false, got 'yes'"}},
+      {"RailsWithNothingAbove",
+       base({}, {"network:", "  nic_bandwidth: 100 Gb/s", "  nic_latency: 1 us", "  levels:",
+                 "    - {name: leaf, latency: 100 ns, rail_optimized: true}"}),
+       {}, "bad.yaml", 18, 53, {"needs a level above it to join the rails"}},
+      {"TooManyNodesForTheTree", with_network({{22, "      latency: 100 ns\n      children: 1"}},
+                                              {"nodes: 3"}),
+       {}, "bad.yaml", 24, 8,
+       {"nodes = 3 exceeds the capacity of the fat tree: 2 nodes (leaf 2 x spine 1)"}},
+      // ---- overrides
+      {"OverrideUnknownKey", with_network({}), {"network.nic_bandwdth=200 Gb/s"},
+       "override 'network.nic_bandwdth=200 Gb/s'", 1, 9,
+       {"unknown key 'nic_bandwdth' in 'network'", "did you mean 'nic_bandwidth'?"}},
+      {"OverrideWithoutEquals", base({}), {"nodes"}, "override 'nodes'", 1, 1,
+       {"expected key=value"}},
+      {"OverrideBadValue", with_network({}), {"nodes=0"}, "override 'nodes=0'", 1, 7,
+       {"'nodes' must be between 1 and"}},
+      {"OverrideBadUnit", with_network({}), {"network.levels.spine.latency=5 GB"},
+       "override 'network.levels.spine.latency=5 GB'", 1, 30,
+       {"'network.levels[1].latency'", "is a size, not a duration"}},
+      {"OverrideUnknownLevel", with_network({}), {"network.levels.spin.latency=1 us"},
+       "override 'network.levels.spin.latency=1 us'", 1, 16,
+       {"has no element named 'spin'", "did you mean 'spine'?"}},
+      {"OverrideCannotCreateListElements", base({}), {"node.fabric.links.0.between=[0, 1]"},
+       "override 'node.fabric.links.0.between=[0, 1]'", 1, 13,
+       {"cannot create list elements"}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Malformed, TopologyErrors, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return std::string(p.param.name);
+                         });
+
+}  // namespace
+}  // namespace ranksim::sim
