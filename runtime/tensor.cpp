@@ -15,7 +15,7 @@ namespace ranksim::runtime {
 struct Tensor::Storage {
   std::unique_ptr<std::byte[]> bytes;  // null for shape-only
   bool has_data = false;
-  std::shared_ptr<PendingWrite> pending;
+  std::vector<std::shared_ptr<PendingWrite>> pending;  // in the order attached
 };
 
 PendingWrite::~PendingWrite() = default;
@@ -562,14 +562,18 @@ void* Tensor::raw_data_unsynchronized() const {
 
 void Tensor::set_pending_write(std::shared_ptr<PendingWrite> pending) const {
   if (!defined()) throw Error("Tensor::set_pending_write: the tensor is undefined");
-  storage_->pending = std::move(pending);
+  storage_->pending.push_back(std::move(pending));
 }
 
 void Tensor::wait_pending() const {
-  if (!storage_ || !storage_->pending) return;
-  // Cleared before waiting, so a wait that throws is not repeated by the next access.
-  std::shared_ptr<PendingWrite> pending = std::move(storage_->pending);
-  pending->wait();
+  if (!storage_) return;
+  // Each is detached before its wait, so a wait that throws is not repeated by the next access,
+  // while the writes after it stay attached.
+  while (!storage_->pending.empty()) {
+    std::shared_ptr<PendingWrite> first = std::move(storage_->pending.front());
+    storage_->pending.erase(storage_->pending.begin());
+    first->wait();
+  }
 }
 
 namespace {

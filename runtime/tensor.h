@@ -13,7 +13,8 @@
 //
 // Pending writes: an asynchronous operation that will write a tensor's storage later (a collective
 // in runtime/distributed) attaches a PendingWrite to the storage; every later data access through
-// any Tensor sharing that storage, and every op taking it as input, first calls wait() on it.
+// any Tensor sharing that storage, and every op taking it as input, first calls wait() on each
+// write attached (several may be, e.g. receives into slices of one buffer), in attachment order.
 //
 // Handles are not synchronised: share a storage across threads only for reading.
 // User errors (bad dims, out-of-range slices, dtype mismatches, data access on shape-only
@@ -125,7 +126,7 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const;
   // Pointer to the first element. REQUIRES: dtype() == dtype_of<T>; has_data().
-  // Waits for a pending write first.
+  // Waits for pending writes first.
   template <class T>
   T* data() const {
     check_dtype(dtype_of<T>);
@@ -134,8 +135,9 @@ class Tensor {
   void* raw_data() const;  // untyped data<T>()
 
   // --- Pending writes (see the header comment).
+  // Attaches pending to the storage (in addition to any already attached).
   void set_pending_write(std::shared_ptr<PendingWrite> pending) const;
-  // Calls and clears the storage's pending write, if any. No-op on undefined tensors.
+  // Waits for and detaches the storage's pending writes, oldest first. No-op when there are none.
   void wait_pending() const;
   // The data pointer without waiting: only for the pending writer itself, which fills the storage.
   void* raw_data_unsynchronized() const;

@@ -216,6 +216,26 @@ TEST(Tensor, PendingWriteIsAwaitedOnceBeforeAccess) {
   x.set_pending_write(std::make_shared<CountingPending>(&waits));
   (void)view.clone();
   EXPECT_EQ(waits, 2);
+  // Two writes into different slices of one buffer: an access waits for both.
+  x.narrow(0, 0, 2).set_pending_write(std::make_shared<CountingPending>(&waits));
+  x.narrow(0, 2, 2).set_pending_write(std::make_shared<CountingPending>(&waits));
+  x.fill_(1.0);
+  EXPECT_EQ(waits, 4);
+}
+
+struct ThrowingPending : PendingWrite {
+  void wait() override { throw Error("the collective failed"); }
+};
+
+TEST(Tensor, PendingWriteErrorsSurfaceOnceAndLaterWritesStay) {
+  const Tensor x = Tensor::zeros({2});
+  int waits = 0;
+  x.set_pending_write(std::make_shared<ThrowingPending>());
+  x.set_pending_write(std::make_shared<CountingPending>(&waits));
+  EXPECT_THROW((void)x.at({0}), Error);
+  EXPECT_EQ(waits, 0);
+  EXPECT_EQ(x.at({0}), 0.0);  // the failed write is detached; the next one is awaited
+  EXPECT_EQ(waits, 1);
 }
 
 // The generator is splitmix64 read by counter: compare against the sequential definition
