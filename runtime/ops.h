@@ -18,7 +18,8 @@
 //
 // Shape-only. If any input is shape-only, the outputs are shape-only tensors of the right shapes
 // and dtypes, no data moves, and the op is still charged. Shape and dtype errors are raised in
-// both modes. Inputs with a pending write (tensor.h) are waited for first.
+// both modes; index errors (an id or target out of range) only where the indices have data.
+// Inputs with a pending write (tensor.h) are waited for first.
 //
 // Cost. Each forward or backward call charges one OpCost (runtime/cost.h) named after the function
 // ("matmul", "matmul_backward", ...), with bytes = bytes of every tensor read and written and the
@@ -57,7 +58,8 @@ struct AddGrads {
 // Flops numel(dc) when b was broadcast (the reduction), else 0 with 0 bytes (no kernel runs).
 AddGrads add_backward(const Tensor& dc, const Shape& b_shape);
 
-// --- scale: alpha * x. Flops numel(x).
+// --- scale: alpha * x, with alpha rounded to the compute type (f32 unless x is f64).
+// Flops numel(x).
 Tensor scale(const Tensor& x, double alpha);
 Tensor scale_backward(const Tensor& dy, double alpha);  // alpha * dy
 
