@@ -111,7 +111,7 @@ std::uint16_t f32_to_f16_bits(float value) {
   if ((abs >> 23) == 0) return sign;  // f32 subnormal: far below half the smallest f16 subnormal
   // f16 subnormal: the value is m * 2^(exp-23) with m the 24-bit significand; in units of the f16
   // subnormal step 2^-24 that is m >> (-exp - 1).
-  const int shift = -exp - 1;  // >= 14
+  const int shift = -exp - 1;   // >= 14
   if (shift > 25) return sign;  // below 2^-25, half the smallest subnormal: rounds to zero
   const std::uint32_t m = mant | 0x00800000u;
   const std::uint32_t q = m >> shift;

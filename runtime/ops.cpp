@@ -124,7 +124,8 @@ class Out {
   T* get() { return ptr_; }
   T& operator[](i64 i) { return ptr_[i]; }
   Tensor finish() {
-    if (!buf_.empty()) convert_elements(buf_.data(), dtype_of<T>, t_.raw_data(), t_.dtype(), buf_.size());
+    if (!buf_.empty())
+      convert_elements(buf_.data(), dtype_of<T>, t_.raw_data(), t_.dtype(), buf_.size());
     return t_;
   }
 
@@ -199,16 +200,16 @@ MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta
   d.K = tb ? b.size(-1) : b.size(-2);
   d.N = tb ? b.size(-2) : b.size(-1);
   if (ka != d.K) {
-    fail(op, "inner dimensions differ: a " + a.str() + (ta ? " (transposed)" : "") + " has K=" +
-                 std::to_string(ka) + ", b " + b.str() + (tb ? " (transposed)" : "") +
+    fail(op, "inner dimensions differ: a " + a.str() + (ta ? " (transposed)" : "") +
+                 " has K=" + std::to_string(ka) + ", b " + b.str() + (tb ? " (transposed)" : "") +
                  " has K=" + std::to_string(d.K));
   }
   d.out = leading(leading(a.shape()));
   d.L = shape_numel(d.out);
   d.batched_b = b.dim() > 2;
   if (d.batched_b && leading(leading(b.shape())) != d.out) {
-    fail(op, "b " + b.str() + " must be 2-d (shared) or have a's leading dims " +
-                 shape_str(d.out) + "; a is " + a.str());
+    fail(op, "b " + b.str() + " must be 2-d (shared) or have a's leading dims " + shape_str(d.out) +
+                 "; a is " + a.str());
   }
   d.out.push_back(d.M);
   d.out.push_back(d.N);
@@ -361,8 +362,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
       return C.finish();
     });
   }
-  charge({op, 2.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K), bytes(a) + bytes(b) + bytes(c),
-          a.dtype()});
+  charge({op, 2.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K),
+          bytes(a) + bytes(b) + bytes(c), a.dtype()});
   return c;
 }
 
@@ -397,7 +398,8 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
 namespace {
 // True when b's shape is a's, or a's trailing dims.
 bool is_suffix(const Shape& b, const Shape& a) {
-  return b.size() <= a.size() && std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(b.size()));
+  return b.size() <= a.size() &&
+         std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(b.size()));
 }
 }  // namespace
 
@@ -432,8 +434,8 @@ AddGrads add_backward(const Tensor& dc, const Shape& b_shape) {
   const char* op = "add_backward";
   require_floating(op, dc, "dc");
   if (!is_suffix(b_shape, dc.shape())) {
-    fail(op, "b's shape " + shape_str(b_shape) + " must be dc's shape or its trailing dims; dc is " +
-                 dc.str());
+    fail(op, "b's shape " + shape_str(b_shape) +
+                 " must be dc's shape or its trailing dims; dc is " + dc.str());
   }
   const bool data = inputs_ready({&dc});
   if (b_shape == dc.shape()) {
@@ -488,8 +490,7 @@ Tensor scale_backward(const Tensor& dy, double alpha) {
 
 // --- layer_norm -----------------------------------------------------------------------------
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           double eps) {
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   require_same_dtype(op, x, "x", weight, "weight");
   require_same_dtype(op, x, "x", bias, "bias");
@@ -801,8 +802,8 @@ void check_ce_shapes(const char* op, const Tensor& logits, const Tensor& targets
 
 void check_target(const char* op, std::int64_t t, i64 row, i64 V) {
   if (t < 0 || t >= V) {
-    fail(op, "target " + std::to_string(t) + " of row " + std::to_string(row) +
-                 " is outside [0, " + std::to_string(V) + ") and is not the ignore_index");
+    fail(op, "target " + std::to_string(t) + " of row " + std::to_string(row) + " is outside [0, " +
+                 std::to_string(V) + ") and is not the ignore_index");
   }
 }
 }  // namespace
@@ -890,8 +891,8 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
       return DX.finish();
     });
   }
-  charge({op, 3.0 * count(logits.numel()),
-          bytes(logits) + bytes(targets) + bytes(lse) + bytes(dx), logits.dtype()});
+  charge({op, 3.0 * count(logits.numel()), bytes(logits) + bytes(targets) + bytes(lse) + bytes(dx),
+          logits.dtype()});
   return dx;
 }
 
@@ -910,8 +911,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
     total += s;
   }
   if (total != x.size(d)) {
-    fail(op, "piece sizes sum to " + std::to_string(total) + " but dimension " +
-                 std::to_string(d) + " of " + x.str() + " has " + std::to_string(x.size(d)));
+    fail(op, "piece sizes sum to " + std::to_string(total) + " but dimension " + std::to_string(d) +
+                 " of " + x.str() + " has " + std::to_string(x.size(d)));
   }
   std::vector<Tensor> pieces;
   pieces.reserve(sizes.size());

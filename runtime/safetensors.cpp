@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -70,7 +70,8 @@ class JsonParser {
   static constexpr int kMaxDepth = 64;
 
   [[noreturn]] void error(const std::string& what) const {
-    throw JsonError{"bad JSON header at byte " + std::to_string(pos_ + 8) + " of the file: " + what};
+    throw JsonError{"bad JSON header at byte " + std::to_string(pos_ + 8) +
+                    " of the file: " + what};
   }
   void skip_ws() {
     while (pos_ < s_.size() &&
@@ -388,13 +389,14 @@ std::uint64_t as_uint(const std::string& path, const Json& v, const std::string&
 Entry parse_entry(const std::string& path, const std::string& name, const Json& v,
                   std::size_t order) {
   const std::string who = "tensor '" + name + "'";
-  if (v.kind != Json::Kind::kObject) fail(path, who + " must be an object, not " + kind_name(v.kind));
+  if (v.kind != Json::Kind::kObject)
+    fail(path, who + " must be an object, not " + kind_name(v.kind));
   const Json* dtype = nullptr;
   const Json* shape = nullptr;
   const Json* offsets = nullptr;
   for (const auto& [key, field] : v.members) {
-    const Json** slot = key == "dtype" ? &dtype
-                        : key == "shape" ? &shape
+    const Json** slot = key == "dtype"          ? &dtype
+                        : key == "shape"        ? &shape
                         : key == "data_offsets" ? &offsets
                                                 : nullptr;
     if (slot == nullptr) fail(path, who + " has an unknown field '" + key + "'");
@@ -403,7 +405,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   }
   if (!dtype || !shape || !offsets) {
     fail(path, who + " lacks " +
-                   std::string(!dtype ? "\"dtype\"" : !shape ? "\"shape\"" : "\"data_offsets\""));
+                   std::string(!dtype   ? "\"dtype\""
+                               : !shape ? "\"shape\""
+                                        : "\"data_offsets\""));
   }
   Entry e{name, DType::f32, {}, 0, 0, order};
   if (dtype->kind != Json::Kind::kString) fail(path, who + ": dtype must be a string");
@@ -534,8 +538,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
     cursor = e.end;
   }
   if (cursor != data_size) {
-    fail(path, "the last " + std::to_string(data_size - cursor) +
-                   " data bytes belong to no tensor");
+    fail(path,
+         "the last " + std::to_string(data_size - cursor) + " data bytes belong to no tensor");
   }
 
   for (const Entry& e : entries) {

@@ -103,27 +103,26 @@ void strided_convert(const std::byte* src, DType sdt, const Shape& shape,
                      DType ddt, const std::vector<std::int64_t>& dst_strides, std::int64_t doff) {
   const std::size_t ssz = dtype_size(sdt);
   const std::size_t dsz = dtype_size(ddt);
-  for_each_row(shape, sst, soff, dst_strides, doff,
-               [&](std::int64_t so, std::int64_t d_o, std::int64_t n, std::int64_t ss,
-                   std::int64_t ds) {
-                 if ((ss == 1 || n == 1) && (ds == 1 || n == 1)) {
-                   convert_elements(src + so * static_cast<std::int64_t>(ssz), sdt,
-                                    dst + d_o * static_cast<std::int64_t>(dsz), ddt,
-                                    static_cast<std::size_t>(n));
-                 } else if (sdt == ddt && ssz == 2) {
-                   strided_copy_same<std::uint16_t>(src, so, ss, dst, d_o, ds, n);
-                 } else if (sdt == ddt && ssz == 4) {
-                   strided_copy_same<std::uint32_t>(src, so, ss, dst, d_o, ds, n);
-                 } else if (sdt == ddt && ssz == 8) {
-                   strided_copy_same<std::uint64_t>(src, so, ss, dst, d_o, ds, n);
-                 } else {
-                   for (std::int64_t i = 0; i < n; ++i) {
-                     convert_elements(src + (so + i * ss) * static_cast<std::int64_t>(ssz), sdt,
-                                      dst + (d_o + i * ds) * static_cast<std::int64_t>(dsz), ddt,
-                                      1);
-                   }
-                 }
-               });
+  for_each_row(
+      shape, sst, soff, dst_strides, doff,
+      [&](std::int64_t so, std::int64_t d_o, std::int64_t n, std::int64_t ss, std::int64_t ds) {
+        if ((ss == 1 || n == 1) && (ds == 1 || n == 1)) {
+          convert_elements(src + so * static_cast<std::int64_t>(ssz), sdt,
+                           dst + d_o * static_cast<std::int64_t>(dsz), ddt,
+                           static_cast<std::size_t>(n));
+        } else if (sdt == ddt && ssz == 2) {
+          strided_copy_same<std::uint16_t>(src, so, ss, dst, d_o, ds, n);
+        } else if (sdt == ddt && ssz == 4) {
+          strided_copy_same<std::uint32_t>(src, so, ss, dst, d_o, ds, n);
+        } else if (sdt == ddt && ssz == 8) {
+          strided_copy_same<std::uint64_t>(src, so, ss, dst, d_o, ds, n);
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) {
+            convert_elements(src + (so + i * ss) * static_cast<std::int64_t>(ssz), sdt,
+                             dst + (d_o + i * ds) * static_cast<std::int64_t>(dsz), ddt, 1);
+          }
+        }
+      });
 }
 
 // Natural logarithm from IEEE basic operations only (frexp and ldexp are exact), so that randn
@@ -209,9 +208,9 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DTy
   return t;
 }
 
-#define RANKSIM_INSTANTIATE(T)                                                              \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&);              \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, DType);       \
+#define RANKSIM_INSTANTIATE(T)                                                        \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&);        \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, DType); \
   template std::vector<T> Tensor::to_vector<T>() const;
 RANKSIM_INSTANTIATE(float)
 RANKSIM_INSTANTIATE(double)
@@ -488,8 +487,8 @@ void Tensor::fill_(double value) const {
   const std::size_t sz = dtype_size(dtype_);
   Tensor one = from_bytes({}, dtype_, element, sz);
   std::vector<std::int64_t> zero_strides(shape_.size(), 0);
-  strided_convert(one.storage_->bytes.get(), dtype_, shape_, zero_strides, 0,
-                  storage_->bytes.get(), dtype_, strides_, offset_);
+  strided_convert(one.storage_->bytes.get(), dtype_, shape_, zero_strides, 0, storage_->bytes.get(),
+                  dtype_, strides_, offset_);
 }
 
 // --- Element access -------------------------------------------------------------------------
@@ -544,8 +543,8 @@ std::vector<T> Tensor::to_vector() const {
   wait_pending();
   std::vector<T> out(static_cast<std::size_t>(numel_));
   strided_convert(storage_->bytes.get(), dtype_, shape_, strides_, offset_,
-                  reinterpret_cast<std::byte*>(out.data()), dtype_of<T>,
-                  contiguous_strides(shape_), 0);
+                  reinterpret_cast<std::byte*>(out.data()), dtype_of<T>, contiguous_strides(shape_),
+                  0);
   return out;
 }
 

@@ -34,7 +34,7 @@ namespace ranksim::runtime {
 
 using Shape = std::vector<std::int64_t>;
 
-std::string shape_str(const Shape& shape);   // "[2, 3]"
+std::string shape_str(const Shape& shape);     // "[2, 3]"
 std::int64_t shape_numel(const Shape& shape);  // product of the sizes (1 for a 0-d shape)
 
 // Installed on a storage by an asynchronous writer; see the header comment.
@@ -61,7 +61,8 @@ class Tensor {
   // 0, 1, ..., n-1 as a 1-d tensor. REQUIRES: n >= 0.
   static Tensor arange(std::int64_t n, DType dtype = DType::f32);
   // A copy of values laid out as shape, of dtype dtype_of<T>.
-  // REQUIRES: values.size() == shape_numel(shape). T: float, double, BFloat16, Half, int64_t, int32_t.
+  // REQUIRES: values.size() == shape_numel(shape). T: float, double, BFloat16, Half, int64_t,
+  // int32_t.
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
   // The same, converted to dtype (see convert_elements for the rounding rules).
@@ -73,9 +74,10 @@ class Tensor {
   static Tensor uniform(const Shape& shape, std::uint64_t seed, double low = 0.0, double high = 1.0,
                         DType dtype = DType::f32);
   // randn: normal with the given mean and standard deviation (Marsaglia's polar method, computed
-  // with IEEE basic operations only, so the bits are the same everywhere). REQUIRES: floating dtype.
-  static Tensor randn(const Shape& shape, std::uint64_t seed, double mean = 0.0, double stddev = 1.0,
-                      DType dtype = DType::f32);
+  // with IEEE basic operations only, so the bits are the same everywhere). REQUIRES: floating
+  // dtype.
+  static Tensor randn(const Shape& shape, std::uint64_t seed, double mean = 0.0,
+                      double stddev = 1.0, DType dtype = DType::f32);
   // A tensor with shape and dtype but no storage.
   static Tensor shape_only(const Shape& shape, DType dtype = DType::f32);
   // A copy of nbytes raw little-endian bytes. REQUIRES: nbytes == shape_numel(shape) * dtype_size.
@@ -97,7 +99,8 @@ class Tensor {
   std::string str() const;  // "bf16[4, 8]", "f32[2] (shape-only)": for messages
 
   // --- Views (share storage; cost nothing).
-  // Elements [start, start + length) of dimension dim. REQUIRES: 0 <= start <= start+length <= size.
+  // Elements [start, start + length) of dimension dim. REQUIRES: 0 <= start <= start+length <=
+  // size.
   Tensor narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const;
   // Index index of dimension dim, which is removed. REQUIRES: 0 <= index < size(dim).
   Tensor select(std::int64_t dim, std::int64_t index) const;

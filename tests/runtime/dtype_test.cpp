@@ -81,8 +81,8 @@ TEST(Half, KnownBitPatterns) {
   EXPECT_EQ(f32_to_f16_bits(0x1p-24f), 0x0001);
   EXPECT_EQ(f32_to_f16_bits(0x1p-25f), 0x0000);  // tie between 0 and the smallest subnormal
   EXPECT_EQ(f32_to_f16_bits(0x1.000002p-25f), 0x0001);
-  EXPECT_EQ(f32_to_f16_bits(3 * 0x1p-25f), 0x0002);  // tie between 1 and 2 steps
-  EXPECT_EQ(f32_to_f16_bits(1023 * 0x1p-24f), 0x03FF);  // largest subnormal
+  EXPECT_EQ(f32_to_f16_bits(3 * 0x1p-25f), 0x0002);        // tie between 1 and 2 steps
+  EXPECT_EQ(f32_to_f16_bits(1023 * 0x1p-24f), 0x03FF);     // largest subnormal
   EXPECT_EQ(f32_to_f16_bits(1023.5f * 0x1p-24f), 0x0400);  // tie, to the smallest normal
   EXPECT_EQ(f32_to_f16_bits(0x1p-14f), 0x0400);
   EXPECT_EQ(f32_to_f16_bits(std::numeric_limits<float>::denorm_min()), 0x0000);
@@ -119,9 +119,9 @@ TEST(Half, EveryPatternRoundTrips) {
 // non-negative value of the 16-bit format (computed in double), ties to the even pattern, and
 // infinity at or beyond max + half an ulp of max.
 struct Table {
-  std::vector<double> values;        // ascending
-  std::vector<std::uint16_t> bits;   // the pattern of each value
-  double overflow;                   // the smallest magnitude that rounds to infinity
+  std::vector<double> values;       // ascending
+  std::vector<std::uint16_t> bits;  // the pattern of each value
+  double overflow;                  // the smallest magnitude that rounds to infinity
   std::uint16_t inf_bits;
 };
 
@@ -192,9 +192,9 @@ TEST(DType, ConvertElementsRules) {
   const std::vector<double> src = {2.7, -2.7, 1e30, -1e30, std::nan(""), 3e9, -0.5};
   std::vector<std::int64_t> i64(src.size());
   convert_elements(src.data(), DType::f64, i64.data(), DType::i64, src.size());
-  EXPECT_EQ(i64, (std::vector<std::int64_t>{2, -2, std::numeric_limits<std::int64_t>::max(),
-                                            std::numeric_limits<std::int64_t>::min(), 0,
-                                            3000000000, 0}));
+  EXPECT_EQ(
+      i64, (std::vector<std::int64_t>{2, -2, std::numeric_limits<std::int64_t>::max(),
+                                      std::numeric_limits<std::int64_t>::min(), 0, 3000000000, 0}));
   std::vector<std::int32_t> i32(src.size());
   convert_elements(src.data(), DType::f64, i32.data(), DType::i32, src.size());
   EXPECT_EQ(i32[5], std::numeric_limits<std::int32_t>::max());

@@ -25,8 +25,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kU32 = 0x1p-24;    // unit roundoff of f32 arithmetic
-constexpr double kUBf16 = 0x1p-8;   // relative rounding error bound of a bf16 result
+constexpr double kU32 = 0x1p-24;   // unit roundoff of f32 arithmetic
+constexpr double kUBf16 = 0x1p-8;  // relative rounding error bound of a bf16 result
 constexpr double kGeluC = 0.7978845608028654;
 constexpr double kGeluA = 0.044715;
 
@@ -164,7 +164,8 @@ TEST_P(MatmulTest, BackwardAgainstFloat64) {
     };
     // dA: element (i, k) of op(A)'s gradient is sum_j dC(i, j) op(B)(k, j), stored where op(A)
     // keeps (i, k).
-    std::vector<double> da(av.size()), da_tol(av.size()), db(bv.size(), 0.0), db_mag(bv.size(), 0.0);
+    std::vector<double> da(av.size()), da_tol(av.size()), db(bv.size(), 0.0),
+        db_mag(bv.size(), 0.0);
     std::vector<double> db_terms(bv.size(), 0.0);
     for (std::int64_t l = 0; l < batches(); ++l) {
       for (std::int64_t i = 0; i < M; ++i) {
@@ -218,12 +219,12 @@ TEST_P(MatmulTest, BackwardMatchesFiniteDifferences) {
   const Tensor c = matmul(a, b, ta(), tb());
   const Tensor w = Tensor::randn(c.shape(), 8, 0, 1, DType::f64);
   const MatmulGrads g = matmul_backward(w, a, b, ta(), tb());
-  expect_matches_fd(vals(g.da),
-                    numeric_grad([&](const Tensor& x) { return dot(w, matmul(x, b, ta(), tb())); }, a),
-                    "da");
-  expect_matches_fd(vals(g.db),
-                    numeric_grad([&](const Tensor& x) { return dot(w, matmul(a, x, ta(), tb())); }, b),
-                    "db");
+  expect_matches_fd(
+      vals(g.da),
+      numeric_grad([&](const Tensor& x) { return dot(w, matmul(x, b, ta(), tb())); }, a), "da");
+  expect_matches_fd(
+      vals(g.db),
+      numeric_grad([&](const Tensor& x) { return dot(w, matmul(a, x, ta(), tb())); }, b), "db");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, MatmulTest,
@@ -276,7 +277,8 @@ TEST(Matmul, F64AgainstLoops) {
   for (int i = 0; i < 5; ++i) {
     for (int j = 0; j < 3; ++j) {
       double s = 0;
-      for (int k = 0; k < 64; ++k) s += av[static_cast<std::size_t>(i * 64 + k)] * bv[static_cast<std::size_t>(k * 3 + j)];
+      for (int k = 0; k < 64; ++k)
+        s += av[static_cast<std::size_t>(i * 64 + k)] * bv[static_cast<std::size_t>(k * 3 + j)];
       EXPECT_EQ(cv[static_cast<std::size_t>(i * 3 + j)], s);  // same order, same bits
     }
   }
@@ -313,7 +315,8 @@ TEST(Add, SameShapeAndBiasBroadcast) {
   // bf16: the f32 sum rounded once.
   const Tensor x = Tensor::randn({3, 8}, 43, 0, 1, DType::bf16);
   const Tensor bias = Tensor::randn({8}, 44, 0, 1, DType::bf16);
-  EXPECT_TRUE(bitwise_equal(add(x, bias), add(x.to(DType::f32), bias.to(DType::f32)).to(DType::bf16)));
+  EXPECT_TRUE(
+      bitwise_equal(add(x, bias), add(x.to(DType::f32), bias.to(DType::f32)).to(DType::bf16)));
   EXPECT_THROW(add(a, Tensor::zeros({3})), Error);
   EXPECT_THROW(add(a, Tensor::zeros({2, 3})), Error);  // leading, not trailing
   EXPECT_THROW(add(a, Tensor::zeros({4}, DType::f64)), Error);
@@ -368,7 +371,8 @@ LnRef layer_norm_ref(const Tensor& x, const Tensor& w, const Tensor& b, double e
       abs_mean += std::fabs(xr[j]) / static_cast<double>(H);
     }
     double var = 0;
-    for (std::size_t j = 0; j < H; ++j) var += (xr[j] - mean) * (xr[j] - mean) / static_cast<double>(H);
+    for (std::size_t j = 0; j < H; ++j)
+      var += (xr[j] - mean) * (xr[j] - mean) / static_cast<double>(H);
     const double rstd = 1 / std::sqrt(var + eps);
     r.mean.push_back(mean);
     r.rstd.push_back(rstd);
@@ -380,8 +384,9 @@ LnRef layer_norm_ref(const Tensor& x, const Tensor& w, const Tensor& b, double e
       // mean's error enters it only at second order), rstd by half that plus 2u, and the
       // normalise-scale-shift adds 4u: within (H+8)u of the magnitudes involved.
       const double hh = static_cast<double>(H);
-      r.y_tol.push_back((hh + 8) * u *
-                        (std::fabs(xhat * wv[j]) + std::fabs(wv[j]) * rstd * abs_mean + std::fabs(y)));
+      r.y_tol.push_back(
+          (hh + 8) * u *
+          (std::fabs(xhat * wv[j]) + std::fabs(wv[j]) * rstd * abs_mean + std::fabs(y)));
     }
   }
   return r;
@@ -400,7 +405,8 @@ TEST(LayerNorm, ForwardF32AndBf16AgainstFloat64) {
     const LnRef ref = layer_norm_ref(x, w, b, 1e-5, kU32);
     std::vector<double> tol = ref.y_tol;
     if (dtype == DType::bf16) {
-      for (std::size_t i = 0; i < tol.size(); ++i) tol[i] = kUBf16 * std::fabs(ref.y[i]) + (1 + kUBf16) * tol[i];
+      for (std::size_t i = 0; i < tol.size(); ++i)
+        tol[i] = kUBf16 * std::fabs(ref.y[i]) + (1 + kUBf16) * tol[i];
     }
     expect_within(vals(r.y), ref.y, tol, std::string("layer_norm y ") + dtype_name(dtype));
     std::vector<double> rtol;
@@ -454,7 +460,8 @@ TEST(LayerNorm, BackwardF32AgainstJacobian) {
       dx_tol.push_back((2 * hh + 16) * u * rstd *
                        (std::fabs(gr[i] * wv[i]) + abs_g + xmag[i] * abs_gx));
       dw[static_cast<std::size_t>(i)] += gr[i] * xhat[i];
-      dw_tol[static_cast<std::size_t>(i)] += (static_cast<double>(R) + hh + 8) * u * std::fabs(gr[i]) * xmag[i];
+      dw_tol[static_cast<std::size_t>(i)] +=
+          (static_cast<double>(R) + hh + 8) * u * std::fabs(gr[i]) * xmag[i];
       db[static_cast<std::size_t>(i)] += gr[i];
       db_tol[static_cast<std::size_t>(i)] += gamma(static_cast<double>(R)) * std::fabs(gr[i]);
     }
@@ -471,9 +478,17 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   const Tensor dy = Tensor::randn({3, 6}, 84, 0.0, 1.0, DType::f64);
   const LayerNormResult r = layer_norm(x, w, b, 1e-3);
   const LayerNormGrads g = layer_norm_backward(dy, x, w, r.mean, r.rstd);
-  expect_matches_fd(vals(g.dx), numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(v, w, b, 1e-3).y); }, x), "dx");
-  expect_matches_fd(vals(g.dweight), numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, v, b, 1e-3).y); }, w), "dweight");
-  expect_matches_fd(vals(g.dbias), numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, w, v, 1e-3).y); }, b), "dbias");
+  expect_matches_fd(
+      vals(g.dx),
+      numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(v, w, b, 1e-3).y); }, x), "dx");
+  expect_matches_fd(
+      vals(g.dweight),
+      numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, v, b, 1e-3).y); }, w),
+      "dweight");
+  expect_matches_fd(
+      vals(g.dbias),
+      numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, w, v, 1e-3).y); }, b),
+      "dbias");
 }
 
 TEST(LayerNorm, ShapeErrors) {
@@ -481,7 +496,8 @@ TEST(LayerNorm, ShapeErrors) {
   EXPECT_THROW(layer_norm(x, Tensor::ones({3}), Tensor::zeros({4})), Error);
   EXPECT_THROW(layer_norm(x, Tensor::ones({4}, DType::bf16), Tensor::zeros({4})), Error);
   const LayerNormResult r = layer_norm(x, Tensor::ones({4}), Tensor::zeros({4}));
-  EXPECT_THROW(layer_norm_backward(Tensor::zeros({2, 5}), x, Tensor::ones({4}), r.mean, r.rstd), Error);
+  EXPECT_THROW(layer_norm_backward(Tensor::zeros({2, 5}), x, Tensor::ones({4}), r.mean, r.rstd),
+               Error);
 }
 
 // --- GELU -----------------------------------------------------------------------------------
@@ -506,8 +522,9 @@ TEST(Gelu, ForwardAndBackwardAgainstFloat64) {
       // (1 - t^2) doubles t's error times |t|.
       const double dt_err = kU32 * (8 * std::fabs(arg) * (1 - t * t) + 4 * std::fabs(t));
       double ytol = 0.5 * std::fabs(v) * dt_err + 3 * kU32 * std::fabs(yy);
-      double dtol = std::fabs(dyv[i]) * ((0.5 + std::fabs(v * t * du)) * dt_err +
-                                         12 * kU32 * (0.5 * std::fabs(1 + t) + std::fabs(0.5 * v * du)));
+      double dtol =
+          std::fabs(dyv[i]) * ((0.5 + std::fabs(v * t * du)) * dt_err +
+                               12 * kU32 * (0.5 * std::fabs(1 + t) + std::fabs(0.5 * v * du)));
       if (dtype == DType::bf16) {
         ytol = kUBf16 * std::fabs(yy) + (1 + kUBf16) * ytol;
         dtol = kUBf16 * std::fabs(dd) + (1 + kUBf16) * dtol;
@@ -582,7 +599,8 @@ TEST(Embedding, LookupCopiesRowsExactly) {
   for (DType dtype : {DType::f32, DType::bf16, DType::i32}) {
     const Tensor w = Tensor::randn({10, 6}, 111, 0, 1, DType::f32).to(dtype);
     for (DType id_type : {DType::i64, DType::i32}) {
-      const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{3, 0, 9, 3, 7, 1}, {2, 3}, id_type);
+      const Tensor ids =
+          Tensor::from_vector(std::vector<std::int64_t>{3, 0, 9, 3, 7, 1}, {2, 3}, id_type);
       const Tensor out = embedding(ids, w);
       ASSERT_EQ(out.shape(), (Shape{2, 3, 6}));
       ASSERT_EQ(out.dtype(), dtype);
@@ -664,7 +682,8 @@ TEST(CrossEntropy, LossAndGradientAgainstFloat64) {
         count += 1;
         // The sum of exps errs by (V+3)u relative, which log turns into an absolute error; the
         // log, the add of m and the subtraction of the target logit add u of their magnitudes.
-        total_tol += (static_cast<double>(V) + 4) * kU32 + 3 * kU32 * (std::fabs(lse) + std::fabs(xr[t]));
+        total_tol +=
+            (static_cast<double>(V) + 4) * kU32 + 3 * kU32 * (std::fabs(lse) + std::fabs(xr[t]));
       }
       for (std::int64_t j = 0; j < V; ++j) {
         const double p = std::exp(xr[j] - lse);
@@ -673,9 +692,10 @@ TEST(CrossEntropy, LossAndGradientAgainstFloat64) {
         // p uses the saved f32 lse (error as above) and an expf: relative (V+6)u + 2u|x - lse|;
         // the scale by dloss/count and the subtraction add 3u.
         double tol = t == -100 ? 0.0
-                               : 1.5 / 4.0 * (p * ((static_cast<double>(V) + 6) * kU32 +
-                                                   3 * kU32 * (std::fabs(xr[j] - lse) + std::fabs(lse))) +
-                                              3 * kU32 * (p + 1));
+                               : 1.5 / 4.0 *
+                                     (p * ((static_cast<double>(V) + 6) * kU32 +
+                                           3 * kU32 * (std::fabs(xr[j] - lse) + std::fabs(lse))) +
+                                      3 * kU32 * (p + 1));
         if (dtype == DType::bf16) tol = kUBf16 * std::fabs(g) + (1 + kUBf16) * tol;
         dtol.push_back(tol);
       }
@@ -693,10 +713,13 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{2, -1, 0}, {3});
   const Tensor logits = Tensor::randn({3, 5}, 141, 0.0, 1.0, DType::f64);
   const CrossEntropyResult r = cross_entropy(logits, targets, -1);
-  const Tensor dx = cross_entropy_backward(Tensor::full({}, 1.0, DType::f64), logits, targets, r.lse, -1);
-  expect_matches_fd(vals(dx),
-                    numeric_grad([&](const Tensor& v) { return cross_entropy(v, targets, -1).loss.item(); }, logits),
-                    "cross_entropy dlogits");
+  const Tensor dx =
+      cross_entropy_backward(Tensor::full({}, 1.0, DType::f64), logits, targets, r.lse, -1);
+  expect_matches_fd(
+      vals(dx),
+      numeric_grad([&](const Tensor& v) { return cross_entropy(v, targets, -1).loss.item(); },
+                   logits),
+      "cross_entropy dlogits");
 }
 
 TEST(CrossEntropy, AllIgnoredAndBadTargets) {
@@ -712,7 +735,8 @@ TEST(CrossEntropy, AllIgnoredAndBadTargets) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("target 4 of row 1"));
   }
-  EXPECT_THROW(cross_entropy(logits, Tensor::from_vector(std::vector<std::int64_t>{1}, {1})), Error);
+  EXPECT_THROW(cross_entropy(logits, Tensor::from_vector(std::vector<std::int64_t>{1}, {1})),
+               Error);
   EXPECT_THROW(cross_entropy(logits, Tensor::zeros({2})), Error);  // f32 targets
 }
 
@@ -744,7 +768,9 @@ TEST(CatSplit, ConcatenatesAlongAnyDimension) {
   for (std::int64_t i = 0; i < 2; ++i) {
     for (std::int64_t j = 0; j < 7; ++j) {
       for (std::int64_t k = 0; k < 3; ++k) {
-        const double want = j < 1 ? x.at({i, j, k}) : j < 5 ? y.at({i, j - 1, k}) : z.at({i, j - 5, k});
+        const double want = j < 1   ? x.at({i, j, k})
+                            : j < 5 ? y.at({i, j - 1, k})
+                                    : z.at({i, j - 5, k});
         EXPECT_EQ(c.at({i, j, k}), want);
       }
     }
@@ -796,7 +822,10 @@ std::vector<OpCost> run_all(bool with_data, DType dtype) {
   EXPECT_EQ(embedding_backward(a, ids, 12).shape(), (Shape{12, 16}));
   const CrossEntropyResult ce = cross_entropy(c, ids);
   EXPECT_EQ(ce.loss.has_data(), with_data);
-  EXPECT_EQ(cross_entropy_backward(with_data ? Tensor::ones({}, dtype) : Tensor::shape_only({}, dtype), c, ids, ce.lse).shape(), c.shape());
+  EXPECT_EQ(cross_entropy_backward(
+                with_data ? Tensor::ones({}, dtype) : Tensor::shape_only({}, dtype), c, ids, ce.lse)
+                .shape(),
+            c.shape());
   const Tensor joined = cat({a, a}, -1);
   EXPECT_EQ(joined.shape(), (Shape{2, 8, 32}));
   EXPECT_EQ(split_backward(split(joined, {5, 27}, 2), 2).has_data(), with_data);

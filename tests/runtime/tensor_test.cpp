@@ -185,7 +185,7 @@ TEST(Tensor, CopiesAreCharged) {
   const Tensor x = Tensor::shape_only({4, 8}, DType::bf16);
   (void)x.clone();
   (void)x.to(DType::f32);
-  (void)x.contiguous();                  // already contiguous: no copy, no charge
+  (void)x.contiguous();                   // already contiguous: no copy, no charge
   (void)x.transpose(0, 1).reshape({32});  // a copy
   ASSERT_EQ(sink.charges.size(), 3u);
   EXPECT_STREQ(sink.charges[0].op, "copy");
@@ -281,7 +281,8 @@ TEST(Random, RandnMatchesPolarMethodWithLibmLog) {
     const std::uint64_t stream = random_bits(seed, i);
     double z = 0;
     for (std::uint64_t attempt = 0;; ++attempt) {
-      const double u = 2.0 * static_cast<double>(random_bits(stream, 2 * attempt) >> 11) * 0x1p-53 - 1;
+      const double u =
+          2.0 * static_cast<double>(random_bits(stream, 2 * attempt) >> 11) * 0x1p-53 - 1;
       const double v =
           2.0 * static_cast<double>(random_bits(stream, 2 * attempt + 1) >> 11) * 0x1p-53 - 1;
       const double s = u * u + v * v;
