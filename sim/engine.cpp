@@ -175,14 +175,18 @@ void Engine::sleep_until(Time t) {
 }
 
 Time Engine::block(std::string reason) {
+  return block(std::function<std::string()>([r = std::move(reason)] { return r; }));
+}
+
+Time Engine::block(std::function<std::string()> describe) {
   RANKSIM_CHECK(in_rank(), "Engine::block() outside a rank");
   if (aborting_) throw RankCancelled{};
   Rank& rk = ranks_[static_cast<size_t>(current_)];
   const Time since = rk.clock;
   rk.state = State::blocked;
-  rk.reason = std::move(reason);
+  rk.reason = std::move(describe);
   switch_out();
-  std::string().swap(rk.reason);
+  rk.reason = nullptr;
   return rk.clock - since;
 }
 
@@ -232,7 +236,8 @@ void Engine::throw_deadlock() {
   std::vector<BlockedRank> blocked;
   for (int r = 0; r < num_ranks(); ++r) {
     const Rank& rk = ranks_[static_cast<size_t>(r)];
-    if (rk.state == State::blocked) blocked.push_back(BlockedRank{r, rk.clock, rk.reason});
+    if (rk.state == State::blocked)
+      blocked.push_back(BlockedRank{r, rk.clock, rk.reason ? rk.reason() : std::string()});
   }
   const Time at = queue_.now();
   abort_unfinished();

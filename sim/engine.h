@@ -112,6 +112,13 @@ class Engine {
   // Suspends the current rank until wake(); `reason` is shown in deadlock reports (say what the
   // rank waits for: op, group, call number, shape). Returns the time spent blocked.
   Time block(std::string reason);
+  // The same, with the reason computed only if a deadlock report needs it (so it can say what
+  // is still missing at that moment, and costs nothing otherwise).
+  Time block(std::function<std::string()> describe);
+
+  // A slot for the layer above (the runtime keeps its per-run world here). Default: nullptr.
+  void set_context(void* context) { context_ = context; }
+  void* context() const { return context_; }
 
   // ---- From a rank or a callback of this engine.
   // Resumes a blocked rank at virtual time max(at, current event time).
@@ -141,7 +148,7 @@ class Engine {
   struct Rank {
     Time clock;
     State state = State::ready;
-    std::string reason;
+    std::function<std::string()> reason;
   };
   static constexpr uint64_t kCallbackBit = uint64_t{1} << 63;
 
@@ -166,6 +173,7 @@ class Engine {
   int unfinished_ = 0;
   bool ran_ = false;
   bool aborting_ = false;
+  void* context_ = nullptr;
 };
 
 // The current rank's view of its engine, in the spirit of SimGrid's this_actor::.
