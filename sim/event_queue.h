@@ -7,7 +7,7 @@
 // (the Engine uses it for "resume rank r" or "run callback k").
 //
 // Costs: events at the current time (a rank that yields without advancing its clock, the common
-// case) go to a FIFO and cost O(1); later events go to a binary heap, O(log n) push and pop. The
+// case) go to a FIFO and cost O(1); later events go to a 4-ary heap, O(log n) push and pop. The
 // two are merged by (time, sequence), so the order is exactly that of a single heap. Not
 // thread-safe; one queue belongs to one Engine, driven by one thread.
 #pragma once
@@ -46,6 +46,8 @@ class EventQueue {
     return a.time != b.time ? a.time > b.time : a.seq > b.seq;
   }
   bool fifo_first() const;
+  void sift_up(size_t i);
+  void sift_down(size_t i);
 
   std::vector<Event> heap_;
   std::vector<Event> fifo_;  // events at now_, in push order; consumed from fifo_head_
