@@ -1,0 +1,198 @@
+#include "app/bench.h"
+
+#include <algorithm>
+#include <functional>
+#include <ostream>
+#include <vector>
+
+#include "app/nccl_table.h"
+#include "runtime/distributed.h"
+#include "runtime/spawn.h"
+#include "sim/error.h"
+#include "sim/topology.h"
+#include "sim/units.h"
+
+namespace ranksim::app {
+
+namespace {
+
+using runtime::CollectiveKind;
+using runtime::Tensor;
+
+struct OpInfo {
+  const char* name;
+  CollectiveKind kind;  // sendrecv is timed like broadcast (busbw factor 1)
+  bool sendrecv;
+};
+
+const OpInfo kOps[] = {
+    {"all_reduce", CollectiveKind::all_reduce, false},
+    {"all_gather", CollectiveKind::all_gather, false},
+    {"reduce_scatter", CollectiveKind::reduce_scatter, false},
+    {"all_to_all", CollectiveKind::all_to_all, false},
+    {"broadcast", CollectiveKind::broadcast, false},
+    {"sendrecv", CollectiveKind::broadcast, true},
+};
+
+std::vector<int64_t> parse_sizes(const std::string& spec) {
+  const auto colon = spec.find(':');
+  try {
+    if (colon == std::string::npos) return {static_cast<int64_t>(sim::units::parse_bytes(spec))};
+    const auto lo = static_cast<int64_t>(sim::units::parse_bytes(spec.substr(0, colon)));
+    const auto hi = static_cast<int64_t>(sim::units::parse_bytes(spec.substr(colon + 1)));
+    if (hi < lo) throw Error("--sizes " + spec + ": the maximum is below the minimum");
+    std::vector<int64_t> out;
+    for (int64_t s = lo; s <= hi; s *= 2) out.push_back(s);
+    return out;
+  } catch (const sim::units::UnitError& e) {
+    throw Error("--sizes '" + spec + "': " + e.what() + " (write MIN:MAX, e.g. 8B:8GiB)");
+  }
+}
+
+// Exact-sum input of rank r, element e.
+double val(int r, int64_t e) { return (r + 1) + static_cast<double>(e % 5); }
+
+}  // namespace
+
+int bench_collectives(const BenchOptions& o, std::ostream& out) {
+  const OpInfo* op = nullptr;
+  for (const OpInfo& i : kOps)
+    if (o.op == i.name) op = &i;
+  if (op == nullptr)
+    throw Error("unknown --op '" + o.op +
+                "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
+  const auto dtype = runtime::dtype_from_name(o.dtype);
+  if (!dtype) throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
+  const runtime::Algorithm algo = runtime::parse_algorithm(o.algorithm);
+  const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
+  const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
+  if (n > topo.num_devices())
+    throw Error("--ranks " + std::to_string(n) + " is more than the " +
+                std::to_string(topo.num_devices()) + " devices of topology '" + topo.name() +
+                "' (" + o.topology + "); use fewer ranks or more nodes (--set nodes=N)");
+  if (op->sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
+  const size_t esize = runtime::dtype_size(*dtype);
+  const bool per_rank_share = op->kind == CollectiveKind::all_gather ||
+                              op->kind == CollectiveKind::reduce_scatter ||
+                              op->kind == CollectiveKind::all_to_all;
+
+  out << "# ranksim bench collectives: " << op->name << " on " << n << " ranks of " << topo.name()
+      << " (" << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype "
+      << o.dtype << ", algorithm " << o.algorithm << ", "
+      << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
+  print_table_header(out);
+  int64_t total_wrong = 0;
+  for (const int64_t size : parse_sizes(o.sizes)) {
+    // Elements per rank: the whole buffer, or one rank's share of it.
+    int64_t count = size / static_cast<int64_t>(esize);
+    if (per_rank_share) count /= n;
+    count = std::max<int64_t>(count, 1);
+    int64_t wrong = 0;
+    runtime::SpawnOptions so;
+    so.topology = &topo;
+    so.engine.trace = false;
+    so.engine.stack.size = 64 * 1024;
+    auto make = [&](int64_t elems) {
+      return o.check ? Tensor::zeros({elems}, *dtype) : Tensor::shape_only({elems}, *dtype);
+    };
+    const runtime::RunReport rep = runtime::spawn(
+        [&](int r) {
+          runtime::CollectiveOptions base;
+          base.algorithm = algo;
+          auto fill = [&](const Tensor& t, int who, int64_t offset) {
+            if (!o.check) return;
+            std::vector<double> v(static_cast<size_t>(t.numel()));
+            for (size_t e = 0; e < v.size(); ++e) v[e] = val(who, static_cast<int64_t>(e) + offset);
+            t.copy_(Tensor::from_vector(v, t.shape(), *dtype));
+          };
+          auto verify = [&](const Tensor& t, const std::function<double(int64_t)>& want) {
+            if (!o.check) return;
+            const auto got = t.to_vector<double>();
+            for (size_t e = 0; e < got.size(); ++e)
+              if (got[e] != want(static_cast<int64_t>(e))) ++wrong;
+          };
+          auto sum_at = [&](int64_t e) {
+            double s = 0;
+            for (int q = 0; q < n; ++q) s += val(q, e);
+            return s;
+          };
+          switch (op->kind) {
+            case CollectiveKind::all_reduce: {
+              Tensor t = make(count);
+              fill(t, r, 0);
+              runtime::AllreduceOptions ao;
+              static_cast<runtime::CollectiveOptions&>(ao) = base;
+              runtime::all_reduce(t, ao);
+              verify(t, sum_at);
+              break;
+            }
+            case CollectiveKind::all_gather: {
+              Tensor in = make(count), outp = make(count * n);
+              fill(in, r, r * count);
+              runtime::AllgatherOptions ao;
+              static_cast<runtime::CollectiveOptions&>(ao) = base;
+              runtime::all_gather_into_tensor(outp, in, ao);
+              verify(outp, [&](int64_t e) { return val(static_cast<int>(e / count), e); });
+              break;
+            }
+            case CollectiveKind::reduce_scatter: {
+              Tensor in = make(count * n), outp = make(count);
+              fill(in, r, 0);
+              runtime::ReduceScatterOptions ro;
+              static_cast<runtime::CollectiveOptions&>(ro) = base;
+              runtime::reduce_scatter_tensor(outp, in, ro);
+              verify(outp, [&](int64_t e) { return sum_at(r * count + e); });
+              break;
+            }
+            case CollectiveKind::all_to_all: {
+              Tensor in = make(count * n), outp = make(count * n);
+              fill(in, r, 0);
+              runtime::AllToAllOptions ao;
+              static_cast<runtime::CollectiveOptions&>(ao) = base;
+              runtime::all_to_all_single(outp, in, ao);
+              // Block j of the output came from rank j's block r.
+              verify(outp, [&](int64_t e) { return val(static_cast<int>(e / count), r * count + e % count); });
+              break;
+            }
+            default: {
+              if (op->sendrecv) {
+                Tensor s = make(count), d = make(count);
+                fill(s, r, 0);
+                auto works = runtime::batch_isend_irecv(
+                    {{runtime::P2POp::Kind::isend, s, (r + 1) % n},
+                     {runtime::P2POp::Kind::irecv, d, (r + n - 1) % n}});
+                for (auto& w : works) w.wait();
+                verify(d, [&](int64_t e) { return val((r + n - 1) % n, e); });
+              } else {
+                Tensor t = make(count);
+                if (r == 0) fill(t, 0, 0);
+                runtime::BroadcastOptions bo;
+                static_cast<runtime::CollectiveOptions&>(bo) = base;
+                runtime::broadcast(t, bo);
+                verify(t, [&](int64_t e) { return val(0, e); });
+              }
+            }
+          }
+        },
+        n, so);
+    TableRow row;
+    row.count = per_rank_share ? count * n : count;
+    row.bytes = row.count * static_cast<int64_t>(esize);
+    row.dtype = o.dtype;
+    if (op->sendrecv) {
+      row.seconds = rep.makespan.seconds();
+      row.algorithm = "p2p";
+    } else {
+      const auto& rec = rep.collectives.at(0);
+      row.seconds = (rec.end - sim::Time::zero()).seconds();
+      row.algorithm = runtime::to_string(rec.algorithm);
+    }
+    row.wrong = o.check ? wrong : -1;
+    total_wrong += wrong;
+    print_table_row(out, row, op->kind, n);
+  }
+  if (o.check) out << "# " << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements") << "\n";
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace ranksim::app

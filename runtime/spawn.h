@@ -1,0 +1,65 @@
+// spawn: run fn(rank) on nprocs ranks of a simulated machine, torch.multiprocessing.spawn style.
+//
+// Each rank is a fiber of a fresh sim::Engine; the ranks share one World (runtime/backends/sim)
+// that matches their collectives, moves and reduces the data, and times every operation on the
+// topology's network and compute models. Rank r runs on device r of the topology.
+//
+// When one or more ranks throw, the others are unwound and spawn throws sim::RankFailure, one
+// error listing every failing rank with its message (torch.multiprocessing.spawn semantics); a
+// deadlock throws sim::DeadlockError listing what each blocked rank waits on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/schedule.h"
+#include "sim/engine.h"
+#include "sim/time.h"
+#include "sim/topology.h"
+#include "sim/trace.h"
+
+namespace ranksim::runtime {
+
+struct SpawnOptions {
+  // The machine. Default: nullptr, an ideal single node of nprocs devices on a switch (100 GB/s
+  // per device each way, 1 us latency, 100 TFLOP/s f32, 1 TB/s memory).
+  const sim::Topology* topology = nullptr;
+  // Stacks and tracing. Default: 256 KiB stacks, trace on.
+  sim::EngineOptions engine;
+  // Algorithm for collectives that ask for Algorithm::automatic. Default: automatic, i.e.
+  // choose_algorithm() by size, group size and node layout.
+  Algorithm algorithm = Algorithm::automatic;
+};
+
+// One completed collective, as nccl-tests would time it.
+struct CollectiveRecord {
+  CollectiveKind kind;
+  Algorithm algorithm;
+  std::string group;
+  int group_size = 0;
+  uint64_t call = 0;       // call number within the group
+  int64_t bytes = 0;       // nccl-tests "size": the per-rank buffer in bytes (see docs)
+  int64_t count = 0;       // elements in that buffer
+  std::string dtype;
+  sim::Time start;         // latest post among the members
+  sim::Time end;           // latest completion among the members
+};
+
+struct RunReport {
+  sim::Time makespan;
+  std::vector<sim::Time> clocks;  // each rank's final clock
+  std::vector<sim::Time> compute; // each rank's time charged to compute ops
+  std::vector<sim::Time> comm;    // each rank's time inside blocking communication
+  std::vector<CollectiveRecord> collectives;
+  sim::Trace trace;
+  uint64_t events = 0;
+};
+
+RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts = {});
+
+// The ideal single-node topology that spawn uses when none is given.
+sim::Topology ideal_topology(int devices);
+
+}  // namespace ranksim::runtime
