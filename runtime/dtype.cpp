@@ -66,22 +66,6 @@ std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
 
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
 
-std::uint16_t f32_to_bf16_bits(float value) {
-  const auto x = std::bit_cast<std::uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    // NaN: truncating could clear every mantissa bit and make it an infinity; force the quiet bit.
-    return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
-  }
-  // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out of the
-  // mantissa correctly bumps the exponent, up to infinity.
-  const std::uint32_t lsb = (x >> 16) & 1u;
-  return static_cast<std::uint16_t>((x + 0x7fffu + lsb) >> 16);
-}
-
-float bf16_bits_to_f32(std::uint16_t bits) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
-
 namespace {
 
 // Rounds the kept bits q up or not, given the dropped bits rem and the dropped value of a tie.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -32,9 +33,22 @@ std::optional<DType> dtype_from_name(std::string_view name);  // inverse of dtyp
 std::optional<DType> dtype_from_safetensors_name(std::string_view name);
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
-// Bit-level conversions (round-to-nearest-even on the narrowing side).
-std::uint16_t f32_to_bf16_bits(float value);
-float bf16_bits_to_f32(std::uint16_t bits);
+// Bit-level conversions (round-to-nearest-even on the narrowing side). The bf16 pair is inline:
+// reductions of bf16 buffers call it per element.
+inline std::uint16_t f32_to_bf16_bits(float value) {
+  const auto x = std::bit_cast<std::uint32_t>(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: truncating could clear every mantissa bit and make it an infinity; force the quiet bit.
+    return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
+  }
+  // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out of the
+  // mantissa correctly bumps the exponent, up to infinity.
+  const std::uint32_t lsb = (x >> 16) & 1u;
+  return static_cast<std::uint16_t>((x + 0x7fffu + lsb) >> 16);
+}
+inline float bf16_bits_to_f32(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 std::uint16_t f32_to_f16_bits(float value);
 float f16_bits_to_f32(std::uint16_t bits);
 

@@ -67,7 +67,10 @@ void combine(std::byte* dst, const std::byte* src, int64_t count) {
   auto* d = reinterpret_cast<T*>(dst);
   const auto* s = reinterpret_cast<const T*>(src);
   const Op op;
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    for (int64_t k = 0; k < count; ++k)
+      d[k].bits = f32_to_bf16_bits(op(bf16_bits_to_f32(d[k].bits), bf16_bits_to_f32(s[k].bits)));
+  } else if constexpr (std::is_same_v<T, Half>) {
     for (int64_t k = 0; k < count; ++k) d[k] = T::from_float(op(d[k].to_float(), s[k].to_float()));
   } else {
     for (int64_t k = 0; k < count; ++k) d[k] = op(d[k], s[k]);

@@ -1,0 +1,117 @@
+// Benchmarks of the collectives runtime (issue #3 targets, on this 2-core machine):
+// - ring all-reduce of 64 Ki f32 per rank on 1,024 ranks of h100-cluster (128 nodes), real data:
+//   < 1 s and < 1 GiB peak;
+// - shape-only all-reduce on 16,384 ranks (2,048 nodes), algorithm of choice (tree): < 5 s;
+// - reduction arithmetic at >= half of memcpy bandwidth.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/distributed.h"
+#include "runtime/reduce.h"
+#include "runtime/spawn.h"
+#include "sim/topology.h"
+
+namespace {
+
+using namespace ranksim;
+
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+double peak_rss_mib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+
+sim::Topology cluster(int nodes) {
+  return sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml",
+                                  {"nodes=" + std::to_string(nodes)});
+}
+
+void run_all_reduce(benchmark::State& state, int nodes, int ranks, int64_t count, bool data,
+                    runtime::Algorithm algo) {
+  const sim::Topology topo = cluster(nodes);
+  double peak = 0, virt = 0;
+  for (auto _ : state) {
+    reset_peak_rss();
+    runtime::SpawnOptions so;
+    so.topology = &topo;
+    so.engine.trace = false;
+    so.engine.stack.size = 32 * 1024;
+    const runtime::RunReport rep = runtime::spawn(
+        [&](int rank) {
+          runtime::Tensor t = data ? runtime::Tensor::full({count}, rank % 7)
+                                   : runtime::Tensor::shape_only({count});
+          runtime::AllreduceOptions o;
+          o.algorithm = algo;
+          runtime::all_reduce(t, o);
+        },
+        ranks, so);
+    virt = rep.makespan.seconds() * 1e6;
+    peak = peak_rss_mib();
+  }
+  state.counters["peak_rss_MiB"] = peak;
+  state.counters["virtual_us"] = virt;
+}
+
+void BM_RingAllReduce1024RanksRealData(benchmark::State& state) {
+  run_all_reduce(state, 128, 1024, 64 * 1024, true, runtime::Algorithm::ring);
+}
+BENCHMARK(BM_RingAllReduce1024RanksRealData)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_ShapeOnlyAllReduce16384Ranks(benchmark::State& state) {
+  run_all_reduce(state, 2048, 16384, 64 * 1024, false, runtime::Algorithm::tree);
+}
+BENCHMARK(BM_ShapeOnlyAllReduce16384Ranks)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Bytes touched per second by the f32 SUM kernel (reads dst and src, writes dst), against memcpy
+// (reads src, writes dst) on the same 64 MiB buffers.
+void BM_ReduceKernelF32Sum(benchmark::State& state) {
+  const size_t n = 16 << 20;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f);
+  const auto k = runtime::reduce_kernel(runtime::DType::f32, runtime::ReduceOp::SUM);
+  for (auto _ : state) {
+    k(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
+      static_cast<int64_t>(n));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(3 * n * sizeof(float)));
+}
+BENCHMARK(BM_ReduceKernelF32Sum)->Unit(benchmark::kMillisecond);
+
+void BM_ReduceKernelBF16Sum(benchmark::State& state) {
+  const size_t n = 16 << 20;
+  std::vector<uint16_t> a(n, 0x3F80), b(n, 0x4000);
+  const auto k = runtime::reduce_kernel(runtime::DType::bf16, runtime::ReduceOp::SUM);
+  for (auto _ : state) {
+    k(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
+      static_cast<int64_t>(n));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(3 * n * sizeof(uint16_t)));
+}
+BENCHMARK(BM_ReduceKernelBF16Sum)->Unit(benchmark::kMillisecond);
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t n = 16 << 20;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f);
+  for (auto _ : state) {
+    std::memcpy(a.data(), b.data(), n * sizeof(float));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(2 * n * sizeof(float)));
+}
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
