@@ -22,6 +22,14 @@ std::string join_ranks(const std::vector<int>& ranks, size_t limit = 16) {
 
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data_unsynchronized()); }
 
+// memcpy/memmove that accept the null pointers of empty buffers (zero-element splits).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+void move_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memmove(dst, src, n);
+}
+
 }  // namespace
 
 std::string Signature::describe() const {
@@ -327,7 +335,7 @@ void World::execute_data(GroupState& g, Pending& p, const Schedule& s) {
       auto bufs = make_scratch(c);
       for (int i = 0; i < n; ++i) {
         if (i == sig.root) bufs[static_cast<size_t>(i)] = bytes_of(part(i).a);
-        else std::memcpy(bufs[static_cast<size_t>(i)], bytes_of(part(i).a), static_cast<size_t>(c) * esize);
+        else copy_bytes(bufs[static_cast<size_t>(i)], bytes_of(part(i).a), static_cast<size_t>(c) * esize);
       }
       run(bufs);
       if (avg) divide_elements(bufs[static_cast<size_t>(sig.root)], sig.dtype, c, n);
@@ -338,7 +346,7 @@ void World::execute_data(GroupState& g, Pending& p, const Schedule& s) {
       std::vector<std::byte*> bufs;
       for (int i = 0; i < n; ++i) {
         std::byte* out = bytes_of(part(i).a);
-        std::memmove(out + static_cast<size_t>(i * c) * esize, bytes_of(part(i).b), static_cast<size_t>(c) * esize);
+        move_bytes(out + static_cast<size_t>(i * c) * esize, bytes_of(part(i).b), static_cast<size_t>(c) * esize);
         bufs.push_back(out);
       }
       run(bufs);
@@ -348,24 +356,24 @@ void World::execute_data(GroupState& g, Pending& p, const Schedule& s) {
       // a = output (c), b = input (n*c); reduce in scratch so inputs stay untouched.
       auto bufs = make_scratch(c * n);
       for (int i = 0; i < n; ++i)
-        std::memcpy(bufs[static_cast<size_t>(i)], bytes_of(part(i).b), static_cast<size_t>(c * n) * esize);
+        copy_bytes(bufs[static_cast<size_t>(i)], bytes_of(part(i).b), static_cast<size_t>(c * n) * esize);
       run(bufs);
       for (int i = 0; i < n; ++i) {
         std::byte* mine = bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize;
         if (avg) divide_elements(mine, sig.dtype, c, n);
-        std::memcpy(bytes_of(part(i).a), mine, static_cast<size_t>(c) * esize);
+        copy_bytes(bytes_of(part(i).a), mine, static_cast<size_t>(c) * esize);
       }
       break;
     }
     case CollectiveKind::gather: {
       auto bufs = make_scratch(c * n);
       for (int i = 0; i < n; ++i)
-        std::memcpy(bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize, bytes_of(part(i).a),
+        copy_bytes(bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize, bytes_of(part(i).a),
                     static_cast<size_t>(c) * esize);
       run(bufs);
       Part& root = part(sig.root);
       for (int j = 0; j < n; ++j)
-        std::memcpy(bytes_of(root.list[static_cast<size_t>(j)]),
+        copy_bytes(bytes_of(root.list[static_cast<size_t>(j)]),
                     bufs[static_cast<size_t>(sig.root)] + static_cast<size_t>(j * c) * esize,
                     static_cast<size_t>(c) * esize);
       break;
@@ -374,11 +382,11 @@ void World::execute_data(GroupState& g, Pending& p, const Schedule& s) {
       auto bufs = make_scratch(c * n);
       Part& root = part(sig.root);
       for (int j = 0; j < n; ++j)
-        std::memcpy(bufs[static_cast<size_t>(sig.root)] + static_cast<size_t>(j * c) * esize,
+        copy_bytes(bufs[static_cast<size_t>(sig.root)] + static_cast<size_t>(j * c) * esize,
                     bytes_of(root.list[static_cast<size_t>(j)]), static_cast<size_t>(c) * esize);
       run(bufs);
       for (int i = 0; i < n; ++i)
-        std::memcpy(bytes_of(part(i).a), bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize,
+        copy_bytes(bytes_of(part(i).a), bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize,
                     static_cast<size_t>(c) * esize);
       break;
     }
@@ -389,12 +397,12 @@ void World::execute_data(GroupState& g, Pending& p, const Schedule& s) {
       for (int i = 0; i < n; ++i) {
         for (int64_t x : part(i).in_splits) in_total[static_cast<size_t>(i)] += x;
         for (int64_t x : part(i).out_splits) out_total[static_cast<size_t>(i)] += x;
-        std::memcpy(bufs[static_cast<size_t>(i)], bytes_of(part(i).b),
+        copy_bytes(bufs[static_cast<size_t>(i)], bytes_of(part(i).b),
                     static_cast<size_t>(in_total[static_cast<size_t>(i)]) * esize);
       }
       run(bufs);
       for (int i = 0; i < n; ++i)
-        std::memcpy(bytes_of(part(i).a),
+        copy_bytes(bytes_of(part(i).a),
                     bufs[static_cast<size_t>(i)] + static_cast<size_t>(in_total[static_cast<size_t>(i)]) * esize,
                     static_cast<size_t>(out_total[static_cast<size_t>(i)]) * esize);
       break;
@@ -542,7 +550,7 @@ void World::match_p2p(const ChannelKey& key, Channel& ch) {
       throw Error("send/recv between ranks " + std::to_string(src) + " and " + std::to_string(dst) +
                   " mixes shape-only and data tensors");
     if (s.tensor.has_data())
-      std::memcpy(bytes_of(r.tensor), bytes_of(s.tensor), s.tensor.nbytes());
+      copy_bytes(bytes_of(r.tensor), bytes_of(s.tensor), s.tensor.nbytes());
     const sim::Time start = std::max(s.post, r.post) + topology_.kind_of(src).launch_overhead;
     const sim::Transfer tr{src, dst, static_cast<uint64_t>(s.tensor.nbytes()), start};
     const sim::Time done = network_.complete(std::span<const sim::Transfer>(&tr, 1)).front();
