@@ -1,6 +1,7 @@
 #include "sim/compute.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "sim/check.h"
@@ -8,23 +9,27 @@
 
 namespace ranksim::sim {
 
-Time ComputeModel::cost(int device, double flops, double bytes, std::string_view dtype) const {
-  RANKSIM_CHECK(flops >= 0 && bytes >= 0, "negative compute cost");
+ComputeModel::ComputeModel(const Topology& topology) : topology_(&topology) {}
+
+double ComputeModel::peak_flops(int device, std::string_view dtype) const {
   const DeviceKind& kind = topology_->kind_of(device);
-  double seconds = 0;
-  if (flops > 0) {
-    const auto it = kind.peak_flops.find(dtype);
-    if (it == kind.peak_flops.end()) {
-      std::string have;
-      for (const auto& [name, rate] : kind.peak_flops) have += (have.empty() ? "" : ", ") + name;
-      throw Error("device kind '" + kind.name + "' of topology '" + topology_->name() +
-                  "' has no peak_flops for dtype '" + std::string(dtype) + "' (it has: " + have +
-                  "); add it under device_kinds." + kind.name + ".peak_flops");
-    }
-    seconds = flops / it->second;
-  }
-  if (bytes > 0) seconds = std::max(seconds, bytes / kind.memory_bandwidth);
-  return Time::from_seconds(seconds) + kind.launch_overhead;
+  const auto it = kind.peak_flops.find(dtype);
+  if (it != kind.peak_flops.end()) return it->second;
+  std::string have;
+  for (const auto& [name, peak] : kind.peak_flops) have += (have.empty() ? "" : ", ") + name;
+  throw Error("device kind '" + kind.name + "' (of " + topology_->device(device).name +
+              ") has no peak FLOP/s for dtype '" + std::string(dtype) + "'; it has: " + have +
+              ". Add it under device_kinds." + kind.name + ".peak_flops in " +
+              topology_->source());
+}
+
+Time ComputeModel::cost(int device, double flops, double bytes, std::string_view dtype) const {
+  RANKSIM_CHECK(std::isfinite(flops) && flops >= 0 && std::isfinite(bytes) && bytes >= 0,
+                "kernel flops and bytes are finite and non-negative");
+  const DeviceKind& kind = topology_->kind_of(device);
+  const double memory = bytes / kind.memory_bandwidth;
+  const double math = flops > 0 ? flops / peak_flops(device, dtype) : 0.0;
+  return Time::from_seconds(std::max(math, memory)) + kind.launch_overhead;
 }
 
 }  // namespace ranksim::sim

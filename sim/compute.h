@@ -1,11 +1,18 @@
-// ComputeModel: how long a kernel takes on a device, by the roofline.
+// ComputeModel: how long a kernel takes on a device, by the roofline of its device kind.
 //
-// cost = max(flops / peak[dtype], bytes / memory_bandwidth) + launch_overhead, with the peak
-// FLOP/s of the device kind for the dtype the kernel computes in, and bytes the kernel reads plus
-// writes. A kernel with no FLOPs (a copy) is bounded by memory bandwidth alone. The result is
-// rounded to the nearest picosecond.
+//   cost = max(flops / peak_flops[dtype], bytes / memory_bandwidth) + launch_overhead
 //
-// A ComputeModel keeps a pointer to its Topology, which must outlive it. Thread-safe (const).
+// flops counts floating-point (or integer) operations, a multiply-add being 2; bytes counts what
+// the kernel reads plus what it writes. The kernel is limited either by arithmetic or by memory
+// traffic, never both at once (the roofline), and every launch pays the kind's fixed overhead.
+//
+// Errors: a dtype the device kind has no peak for is an Error naming the kind, the device, the
+// dtypes it does have and where to add one. When flops is 0 the dtype is not consulted: a copy,
+// gather or fill costs bytes / memory_bandwidth whatever its element type, so integer data
+// movement works on kinds that list no integer peak.
+//
+// A ComputeModel keeps a pointer to its Topology, which must outlive it. All methods are const
+// and safe to call from several threads.
 #pragma once
 
 #include <string_view>
@@ -17,11 +24,15 @@ namespace ranksim::sim {
 
 class ComputeModel {
  public:
-  explicit ComputeModel(const Topology& topology) : topology_(&topology) {}
+  explicit ComputeModel(const Topology& topology);
 
-  // REQUIRES: 0 <= device < num_devices(), flops >= 0, bytes >= 0. Throws ranksim::Error when the
-  // device kind has no peak for dtype (and flops > 0), naming the kind and the dtypes it has.
+  // REQUIRES: 0 <= device < num_devices(); flops and bytes finite and >= 0.
   Time cost(int device, double flops, double bytes, std::string_view dtype) const;
+
+  // Peak FLOP/s of the device for dtype; throws Error as cost() does for an unknown dtype.
+  double peak_flops(int device, std::string_view dtype) const;
+
+  const Topology& topology() const { return *topology_; }
 
  private:
   const Topology* topology_;
