@@ -27,8 +27,8 @@ std::string list_str(const Cu& v) {
 void check_cp(const char* fn, i64 cp_size, i64 cp_rank) {
   if (cp_size < 1) fail(fn, "cp size " + std::to_string(cp_size) + " must be at least 1");
   if (cp_rank < 0 || cp_rank >= cp_size) {
-    fail(fn, "cp rank " + std::to_string(cp_rank) + " is outside [0, " + std::to_string(cp_size) +
-                 ")");
+    fail(fn,
+         "cp rank " + std::to_string(cp_rank) + " is outside [0, " + std::to_string(cp_size) + ")");
   }
 }
 
@@ -38,8 +38,8 @@ void check_cu(const char* fn, const Cu& cu, const char* name) {
   }
   for (std::size_t i = 1; i < cu.size(); ++i) {
     if (cu[i] < cu[i - 1]) {
-      fail(fn, std::string(name) + " " + list_str(cu) + " decreases at index " +
-                   std::to_string(i) + "; cumulative lengths must be non-decreasing");
+      fail(fn, std::string(name) + " " + list_str(cu) + " decreases at index " + std::to_string(i) +
+                   "; cumulative lengths must be non-decreasing");
     }
   }
 }
@@ -121,8 +121,8 @@ Tensor assemble(const std::vector<Tensor>& locals, i64 dim,
       ++j;
     }
     const auto [rank, start] = owner[i];
-    pieces.push_back(locals[static_cast<std::size_t>(rank)].narrow(dim, start,
-                                                                   static_cast<i64>(j - i)));
+    pieces.push_back(
+        locals[static_cast<std::size_t>(rank)].narrow(dim, start, static_cast<i64>(j - i)));
     i = j;
   }
   if (pieces.empty()) return gather_runs(first, dim, {});
@@ -152,9 +152,9 @@ std::vector<i64> bshd_partition_indices(i64 seq_len, i64 cp_size, i64 cp_rank) {
   const char* fn = "bshd_partition_indices";
   check_cp(fn, cp_size, cp_rank);
   if (seq_len < 0 || seq_len % (2 * cp_size) != 0) {
-    fail(fn, "sequence length S = " + std::to_string(seq_len) + " is not divisible by 2*cp = " +
-                 std::to_string(2 * cp_size) + "; pad the sequence to a multiple of " +
-                 std::to_string(2 * cp_size));
+    fail(fn, "sequence length S = " + std::to_string(seq_len) +
+                 " is not divisible by 2*cp = " + std::to_string(2 * cp_size) +
+                 "; pad the sequence to a multiple of " + std::to_string(2 * cp_size));
   }
   const i64 c = seq_len / (2 * cp_size);
   std::vector<i64> out;
@@ -220,8 +220,8 @@ std::vector<i64> thd_partition_indices(const std::vector<i64>& cu_seqlens_padded
   return out;
 }
 
-i64 thd_partition_source_index(const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
-                               i64 cp_rank, i64 local_index) {
+i64 thd_partition_source_index(const std::vector<i64>& cu_seqlens_padded, i64 cp_size, i64 cp_rank,
+                               i64 local_index) {
   const char* fn = "thd_partition_source_index";
   check_cp(fn, cp_size, cp_rank);
   check_padded(fn, cu_seqlens_padded, cp_size);
@@ -327,9 +327,8 @@ Tensor thd_pad(const Tensor& x, const std::vector<i64>& cu_seqlens,
   wrap_dim(fn, x, 0);
   check_real_vs_padded(fn, cu_seqlens, cu_seqlens_padded);
   if (x.size(0) != cu_seqlens.back()) {
-    fail(fn, "tensor " + x.str() + " has " + std::to_string(x.size(0)) +
-                 " tokens but cu_seqlens " + list_str(cu_seqlens) + " describes " +
-                 std::to_string(cu_seqlens.back()));
+    fail(fn, "tensor " + x.str() + " has " + std::to_string(x.size(0)) + " tokens but cu_seqlens " +
+                 list_str(cu_seqlens) + " describes " + std::to_string(cu_seqlens.back()));
   }
   std::vector<Tensor> pieces;
   for (std::size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
@@ -412,8 +411,8 @@ std::vector<i64> thd_local_positions(const std::vector<i64>& cu_seqlens_padded, 
   check_padded(fn, cu_seqlens_padded, cp_size);
   const std::size_t nseq = cu_seqlens_padded.size() - 1;
   if (!start_positions.empty() && start_positions.size() != nseq) {
-    fail(fn, "start_positions has " + std::to_string(start_positions.size()) +
-                 " entries for " + std::to_string(nseq) + " sequences");
+    fail(fn, "start_positions has " + std::to_string(start_positions.size()) + " entries for " +
+                 std::to_string(nseq) + " sequences");
   }
   std::vector<i64> out;
   for (std::size_t i = 0; i < nseq; ++i) {

@@ -148,9 +148,9 @@ std::vector<std::int64_t> thd_segment_ids(const std::vector<std::int64_t>& cu_se
 // i, r*C_i + t if t < C_i else (2cp-1-r)*C_i + (t - C_i), plus start_positions[i] when given
 // (empty = all zero). These are also the positions the attention mask compares.
 // REQUIRES: as thd_partition_indices; start_positions empty or one per sequence.
-std::vector<std::int64_t> thd_local_positions(const std::vector<std::int64_t>& cu_seqlens_padded,
-                                              std::int64_t cp_size, std::int64_t cp_rank,
-                                              const std::vector<std::int64_t>& start_positions = {});
+std::vector<std::int64_t> thd_local_positions(
+    const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size, std::int64_t cp_rank,
+    const std::vector<std::int64_t>& start_positions = {});
 
 // Segment ids of rank cp_rank's local tokens (thd_segment_ids taken at the partition indices).
 std::vector<std::int64_t> thd_local_segments(const std::vector<std::int64_t>& cu_seqlens,

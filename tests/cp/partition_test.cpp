@@ -19,10 +19,10 @@
 namespace ranksim::cp {
 namespace {
 
+using runtime::DType;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using runtime::DType;
 using V = std::vector<std::int64_t>;
 
 // A [rows, S, 2] tensor whose element (b, s, k) is 1000 b + 10 s + k: any slice names its source.
@@ -349,22 +349,38 @@ TEST(ThdPartition, PartitionAlongALaterDim) {
 
 TEST(ThdPartition, Errors) {
   EXPECT_THAT(error_of([] { thd_padded_cu_seqlens({1, 3}, 2); }), HasSubstr("start with 0"));
-  EXPECT_THAT(error_of([] { thd_padded_cu_seqlens({0, 5, 3}, 2); }),
+  EXPECT_THAT(error_of([] {
+                thd_padded_cu_seqlens({0, 5, 3}, 2);
+              }),
               HasSubstr("decreases at index 2"));
   EXPECT_THAT(error_of([] { thd_padded_cu_seqlens({}, 2); }), HasSubstr("start with 0"));
-  EXPECT_THAT(error_of([] { thd_partition_indices({0, 7}, 2, 0); }),
+  EXPECT_THAT(error_of([] {
+                thd_partition_indices({0, 7}, 2, 0);
+              }),
               HasSubstr("not a multiple of 2*cp = 4"));
-  EXPECT_THAT(error_of([] { thd_cu_seqlens_on_rank({0, 9}, {0, 8}, 2, 0); }),
+  EXPECT_THAT(error_of([] {
+                thd_cu_seqlens_on_rank({0, 9}, {0, 8}, 2, 0);
+              }),
               HasSubstr("longer in cu_seqlens"));
-  EXPECT_THAT(error_of([] { thd_cu_seqlens_on_rank({0, 3}, {0, 4, 8}, 2, 0); }),
+  EXPECT_THAT(error_of([] {
+                thd_cu_seqlens_on_rank({0, 3}, {0, 4, 8}, 2, 0);
+              }),
               HasSubstr("different numbers of sequences"));
-  EXPECT_THAT(error_of([] { thd_partition(Tensor::zeros({9}), 0, {0, 8}, 2, 0); }),
+  EXPECT_THAT(error_of([] {
+                thd_partition(Tensor::zeros({9}), 0, {0, 8}, 2, 0);
+              }),
               HasSubstr("describes 8"));
-  EXPECT_THAT(error_of([] { thd_pad(Tensor::zeros({4}), {0, 3}, {0, 4}, 0); }),
+  EXPECT_THAT(error_of([] {
+                thd_pad(Tensor::zeros({4}), {0, 3}, {0, 4}, 0);
+              }),
               HasSubstr("describes 3"));
-  EXPECT_THAT(error_of([] { thd_partition_source_index({0, 8}, 2, 0, 4); }),
+  EXPECT_THAT(error_of([] {
+                thd_partition_source_index({0, 8}, 2, 0, 4);
+              }),
               HasSubstr("local index 4"));
-  EXPECT_THAT(error_of([] { thd_local_positions({0, 4, 8}, 2, 0, {1}); }),
+  EXPECT_THAT(error_of([] {
+                thd_local_positions({0, 4, 8}, 2, 0, {1});
+              }),
               HasSubstr("start_positions"));
   EXPECT_THAT(error_of([] { index_select(Tensor::zeros({3}), 0, {0, 3}); }), HasSubstr("index 3"));
 }
