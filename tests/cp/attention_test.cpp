@@ -370,6 +370,25 @@ TEST(AttentionEmptyRows, ZeroOutputMinusInfLseNoNaN) {
   for (double x : vals(m2.out)) EXPECT_EQ(x, 0.0);
 }
 
+TEST(AttentionEmptyRows, EmptyBlocks) {
+  // A rank can hold a key block or a query block with no tokens (THD with empty sequences).
+  const Tensor q = rnd({3, 2, 4}, 25, DType::f32), k = Tensor::zeros({0, 1, 4}),
+               v = Tensor::zeros({0, 1, 2});
+  const TokenInfo qt = TokenInfo::sequence(3), none = TokenInfo::sequence(0);
+  const AttentionResult r = attention_forward(q, k, v, qt, none);
+  EXPECT_EQ(r.out.shape(), (Shape{3, 2, 2}));
+  for (double x : vals(r.out)) EXPECT_EQ(x, 0.0);
+  for (double x : vals(r.lse)) EXPECT_EQ(x, -kInf);
+  const AttentionGrads g = attention_backward(r.out, q, k, v, r.out, r.lse, qt, none);
+  EXPECT_EQ(g.dk.shape(), (Shape{0, 1, 4}));
+  for (double x : vals(g.dq)) EXPECT_EQ(x, 0.0);
+  const AttentionResult e =
+      attention_forward(Tensor::zeros({0, 2, 4}), rnd({3, 1, 4}, 26, DType::f32),
+                        rnd({3, 1, 2}, 27, DType::f32), none, qt);
+  EXPECT_EQ(e.out.shape(), (Shape{0, 2, 2}));
+  EXPECT_EQ(e.lse.shape(), (Shape{2, 0}));
+}
+
 // --- The CP decomposition over key blocks -----------------------------------------------------
 
 struct BlockCase {
