@@ -37,6 +37,11 @@ const GroupState& resolved(const ProcessGroup& g) {
 }  // namespace
 
 const std::shared_ptr<detail::GroupState>& ProcessGroup::state() const { return state_; }
+void ProcessGroup::set_algorithm(Algorithm algorithm) const {
+  World& w = World::current();
+  (state_ ? *state_ : *w.world_group()).algorithm = algorithm;
+}
+Algorithm ProcessGroup::algorithm() const { return resolved(*this).algorithm; }
 int ProcessGroup::rank() const { return resolved(*this).index_of[static_cast<size_t>(World::current().rank())]; }
 int ProcessGroup::size() const { return static_cast<int>(resolved(*this).ranks.size()); }
 const std::vector<int>& ProcessGroup::ranks() const { return resolved(*this).ranks; }

@@ -84,6 +84,12 @@ class ProcessGroup {
   int group_rank(int global_rank) const;  // -1 when not a member
   int global_rank(int group_rank) const;
 
+  // The algorithm this group's collectives use when a call asks for Algorithm::automatic
+  // (a call's explicit choice wins; automatic here falls back to the run's default). The setting
+  // is shared by every member's handle. Default: automatic.
+  void set_algorithm(Algorithm algorithm) const;
+  Algorithm algorithm() const;
+
   const std::shared_ptr<detail::GroupState>& state() const;
 
  private:

@@ -324,6 +324,28 @@ TEST(Distributed, ShapeOnlyTensorsCostTimeButMoveNoData) {
   EXPECT_EQ(shaped.collectives[0].bytes, 4 << 20);
 }
 
+TEST(Distributed, AlgorithmIsChosenPerCallThenPerGroupThenPerRun) {
+  SpawnOptions so;
+  so.algorithm = Algorithm::direct;
+  const RunReport rep = spawn(
+      [](int) {
+        Tensor t = Tensor::ones({1 << 16});
+        all_reduce(t);  // the run's default: direct
+        ProcessGroup g = new_group({0, 1, 2, 3});
+        g.set_algorithm(Algorithm::tree);
+        AllreduceOptions o;
+        o.group = g;
+        all_reduce(t, o);  // the group's: tree
+        o.algorithm = Algorithm::ring;
+        all_reduce(t, o);  // the call's: ring
+      },
+      4, so);
+  ASSERT_EQ(rep.collectives.size(), 3u);
+  EXPECT_EQ(rep.collectives[0].algorithm, Algorithm::direct);
+  EXPECT_EQ(rep.collectives[1].algorithm, Algorithm::tree);
+  EXPECT_EQ(rep.collectives[2].algorithm, Algorithm::ring);
+}
+
 // On the ideal topology (100 GB/s per device each way, 1 us latency through the switch), a ring
 // all-reduce of B bytes on n ranks takes 2(n-1) steps of (1 us + B/n / 100 GB/s).
 TEST(Distributed, RingAllReduceTimeMatchesTheClosedForm) {

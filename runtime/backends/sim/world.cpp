@@ -208,7 +208,10 @@ void World::complete(GroupState& g, uint64_t call, Pending& p) {
   req.nranks = n;
   req.count = sig.count;
   req.root = sig.root;
-  Algorithm algo = sig.algorithm != Algorithm::automatic ? sig.algorithm : default_algorithm_;
+  // The call's choice, else the group's, else the run's, else by size and layout.
+  Algorithm algo = sig.algorithm != Algorithm::automatic ? sig.algorithm
+                   : g.algorithm != Algorithm::automatic ? g.algorithm
+                                                         : default_algorithm_;
   if (algo == Algorithm::automatic) {
     algo = choose_algorithm(sig.kind, n, sig.count * static_cast<int64_t>(esize), g.nodes,
                             g.equal_per_node);

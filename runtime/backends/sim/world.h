@@ -92,6 +92,7 @@ struct GroupState {
   std::vector<int> node_of;        // node of each member
   int nodes = 1;
   bool equal_per_node = true;
+  Algorithm algorithm = Algorithm::automatic;  // ProcessGroup::set_algorithm
 };
 
 class World : public CostSink {
