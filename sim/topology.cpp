@@ -16,6 +16,7 @@
 
 #include "sim/check.h"
 #include "sim/error.h"
+#include "sim/suggest.h"
 #include "sim/units.h"
 
 namespace ranksim::sim {
@@ -30,45 +31,6 @@ const char* const kFabricTypes[] = {"switch", "ring", "mesh", "links"};
 
 // ---- Suggestions -------------------------------------------------------------------------
 
-// Optimal-string-alignment distance, case-insensitive: a swapped pair of letters ("bf61" for
-// "bf16") counts as one edit, as typos usually are.
-int edit_distance(std::string_view a, std::string_view b) {
-  auto same = [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
-  };
-  const size_t m = b.size();
-  std::vector<int> prev2(m + 1), prev(m + 1), row(m + 1);
-  for (size_t j = 0; j <= m; ++j) prev[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    row[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= m; ++j) {
-      int d = std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (same(a[i - 1], b[j - 1]) ? 0 : 1)});
-      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1]))
-        d = std::min(d, prev2[j - 2] + 1);
-      row[j] = d;
-    }
-    std::swap(prev2, prev);
-    std::swap(prev, row);
-  }
-  return prev[m];
-}
-
-// The candidate nearest to word, if near enough to be a plausible typo; else "".
-std::string closest(std::string_view word, const std::vector<std::string>& candidates) {
-  const int limit = std::max(2, static_cast<int>(word.size()) / 3);
-  std::string best;
-  int best_d = limit + 1;
-  for (const std::string& c : candidates) {
-    const int d = edit_distance(word, c);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best;
-}
-
 std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -76,11 +38,6 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
     out += items[i];
   }
   return out;
-}
-
-std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
-  const std::string c = closest(word, candidates);
-  return c.empty() ? std::string() : "; did you mean '" + c + "'?";
 }
 
 std::string describe(const YAML::Node& n) {
