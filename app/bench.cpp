@@ -34,7 +34,9 @@ const OpInfo kOps[] = {
     {"sendrecv", CollectiveKind::broadcast, true},
 };
 
-std::vector<int64_t> parse_sizes(const std::string& spec) {
+}  // namespace
+
+std::vector<int64_t> parse_size_sweep(const std::string& spec) {
   const auto colon = spec.find(':');
   try {
     if (colon == std::string::npos) return {static_cast<int64_t>(sim::units::parse_bytes(spec))};
@@ -49,40 +51,74 @@ std::vector<int64_t> parse_sizes(const std::string& spec) {
   }
 }
 
+namespace {
 // Exact-sum input of rank r, element e.
 double val(int r, int64_t e) { return (r + 1) + static_cast<double>(e % 5); }
 
+const OpInfo& find_op(const std::string& name) {
+  for (const OpInfo& i : kOps)
+    if (name == i.name) return i;
+  throw Error("unknown --op '" + name +
+              "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
+}
 }  // namespace
 
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
-  const OpInfo* op = nullptr;
-  for (const OpInfo& i : kOps)
-    if (o.op == i.name) op = &i;
-  if (op == nullptr)
-    throw Error("unknown --op '" + o.op +
-                "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
-  const auto dtype = runtime::dtype_from_name(o.dtype);
-  if (!dtype) throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
-  const runtime::Algorithm algo = runtime::parse_algorithm(o.algorithm);
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
+  SweepRequest req;
+  req.op = o.op;
+  req.ranks = o.ranks;
+  req.sizes = parse_size_sweep(o.sizes);
+  req.algorithm = o.algorithm;
+  req.dtype = o.dtype;
+  req.check = o.check;
+  const OpInfo& op = find_op(o.op);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
+  if (!runtime::dtype_from_name(o.dtype))
+    throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
+  (void)runtime::parse_algorithm(o.algorithm);
   if (n > topo.num_devices())
     throw Error("--ranks " + std::to_string(n) + " is more than the " +
                 std::to_string(topo.num_devices()) + " devices of topology '" + topo.name() +
                 "' (" + o.topology + "); use fewer ranks or more nodes (--set nodes=N)");
-  if (op->sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
-  const size_t esize = runtime::dtype_size(*dtype);
-  const bool per_rank_share = op->kind == CollectiveKind::all_gather ||
-                              op->kind == CollectiveKind::reduce_scatter ||
-                              op->kind == CollectiveKind::all_to_all;
-
-  out << "# ranksim bench collectives: " << op->name << " on " << n << " ranks of " << topo.name()
+  out << "# ranksim bench collectives: " << op.name << " on " << n << " ranks of " << topo.name()
       << " (" << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype "
       << o.dtype << ", algorithm " << o.algorithm << ", "
       << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
   print_table_header(out);
   int64_t total_wrong = 0;
-  for (const int64_t size : parse_sizes(o.sizes)) {
+  for (const SweepRow& r : run_sweep(topo, req)) {
+    TableRow row;
+    row.bytes = r.bytes;
+    row.count = r.count;
+    row.dtype = o.dtype;
+    row.algorithm = r.algorithm;
+    row.seconds = r.seconds;
+    row.wrong = r.wrong;
+    if (r.wrong > 0) total_wrong += r.wrong;
+    print_table_row(out, row, op.kind, n);
+  }
+  if (o.check)
+    out << "# " << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements") << "\n";
+  return total_wrong == 0 ? 0 : 1;
+}
+
+std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o) {
+  const OpInfo* op = &find_op(o.op);
+  const auto dtype = runtime::dtype_from_name(o.dtype);
+  if (!dtype) throw Error("unknown dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
+  const runtime::Algorithm algo = runtime::parse_algorithm(o.algorithm);
+  const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
+  if (n > topo.num_devices())
+    throw Error(std::to_string(n) + " ranks are more than the " + std::to_string(topo.num_devices()) +
+                " devices of topology '" + topo.name() + "'");
+  if (op->sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
+  const size_t esize = runtime::dtype_size(*dtype);
+  const bool per_rank_share = op->kind == CollectiveKind::all_gather ||
+                              op->kind == CollectiveKind::reduce_scatter ||
+                              op->kind == CollectiveKind::all_to_all;
+  std::vector<SweepRow> rows;
+  for (const int64_t size : o.sizes) {
     // Elements per rank: the whole buffer, or one rank's share of it.
     int64_t count = size / static_cast<int64_t>(esize);
     if (per_rank_share) count /= n;
@@ -175,10 +211,9 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
           }
         },
         n, so);
-    TableRow row;
+    SweepRow row;
     row.count = per_rank_share ? count * n : count;
     row.bytes = row.count * static_cast<int64_t>(esize);
-    row.dtype = o.dtype;
     if (op->sendrecv) {
       row.seconds = rep.makespan.seconds();
       row.algorithm = "p2p";
@@ -187,12 +222,12 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
       row.seconds = (rec.end - sim::Time::zero()).seconds();
       row.algorithm = runtime::to_string(rec.algorithm);
     }
+    row.algbw = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds : 0.0;
+    row.busbw = row.algbw * busbw_factor(op->kind, n);
     row.wrong = o.check ? wrong : -1;
-    total_wrong += wrong;
-    print_table_row(out, row, op->kind, n);
+    rows.push_back(row);
   }
-  if (o.check) out << "# " << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements") << "\n";
-  return total_wrong == 0 ? 0 : 1;
+  return rows;
 }
 
 }  // namespace ranksim::app

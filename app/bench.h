@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/topology.h"
+
 namespace ranksim::app {
 
 struct BenchOptions {
@@ -23,5 +25,27 @@ struct BenchOptions {
 // Prints the table; returns 0, or 1 when --check found wrong elements. Throws ranksim::Error on
 // bad options (unknown op, dtype or algorithm, more ranks than devices, malformed sizes).
 int bench_collectives(const BenchOptions& options, std::ostream& out);
+
+// The sweep itself, shared with scenario files: one spawn per size on the first `ranks` devices.
+struct SweepRequest {
+  std::string op = "all_reduce";
+  int ranks = 0;
+  std::vector<int64_t> sizes;
+  std::string algorithm = "auto";
+  std::string dtype = "f32";
+  bool check = false;
+};
+struct SweepRow {
+  int64_t bytes = 0;
+  int64_t count = 0;
+  std::string algorithm;
+  double seconds = 0;
+  double algbw = 0;  // bytes/s
+  double busbw = 0;  // bytes/s
+  int64_t wrong = -1;
+};
+std::vector<SweepRow> run_sweep(const sim::Topology& topology, const SweepRequest& request);
+// "8B:8GiB" (doubling) or one size; throws Error naming the text.
+std::vector<int64_t> parse_size_sweep(const std::string& spec);
 
 }  // namespace ranksim::app
