@@ -29,7 +29,12 @@ Time ComputeModel::cost(int device, double flops, double bytes, std::string_view
   const DeviceKind& kind = topology_->kind_of(device);
   const double memory = bytes / kind.memory_bandwidth;
   const double math = flops > 0 ? flops / peak_flops(device, dtype) : 0.0;
-  return Time::from_seconds(std::max(math, memory)) + kind.launch_overhead;
+  const double seconds = std::max(math, memory);
+  if (!(seconds < 8e6))  // the clock's range, with room to spare
+    throw Error("a kernel of " + std::to_string(flops) + " FLOP and " + std::to_string(bytes) +
+                " bytes on " + topology_->device(device).name + " would take " +
+                std::to_string(seconds) + " s, more than the simulated clock holds");
+  return Time::from_seconds(seconds) + kind.launch_overhead;
 }
 
 }  // namespace ranksim::sim

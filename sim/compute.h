@@ -25,6 +25,7 @@ namespace ranksim::sim {
 class ComputeModel {
  public:
   explicit ComputeModel(const Topology& topology);
+  explicit ComputeModel(Topology&&) = delete;  // the topology must outlive the model
 
   // REQUIRES: 0 <= device < num_devices(); flops and bytes finite and >= 0.
   Time cost(int device, double flops, double bytes, std::string_view dtype) const;

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <limits>
 #include <queue>
+#include <string>
 #include <tuple>
 
 #include "sim/check.h"
+#include "sim/error.h"
 
 namespace ranksim::sim {
 namespace {
@@ -15,7 +17,10 @@ namespace {
 constexpr double kMaxSeconds = 8e6;
 
 Time seconds_to_time(double s) {
-  RANKSIM_CHECK(s >= 0 && s < kMaxSeconds, "transfer time out of the clock's range");
+  RANKSIM_CHECK(s >= 0, "transfer times are not negative");
+  if (!(s < kMaxSeconds))
+    throw Error("a transfer would take " + std::to_string(s) +
+                " s, more than the simulated clock holds (8e6 s); check the sizes and bandwidths");
   return Time::from_seconds(s);
 }
 

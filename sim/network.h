@@ -66,6 +66,7 @@ struct NetworkStats {
 class NetworkModel {
  public:
   explicit NetworkModel(const Topology& topology);
+  explicit NetworkModel(Topology&&) = delete;  // the topology must outlive the model
 
   // Completion time of each transfer, in input order.
   // REQUIRES: every src and dst is a device of the topology.

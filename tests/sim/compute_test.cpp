@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <type_traits>
 
 #include "sim/error.h"
 
@@ -63,6 +64,12 @@ TEST_F(ToyCompute, DataMovementDoesNotNeedAPeak) {
   // A gather of int64 indices: no arithmetic, 1e9 bytes moved.
   EXPECT_EQ(model.cost(0, 0, 1e9, "i64"), Time::ms(2) + Time::us(5));
 }
+
+TEST_F(ToyCompute, AKernelLongerThanTheClockIsAnError) {
+  EXPECT_THROW(model.cost(0, 1e26, 0, "f32"), Error);  // 1e13 s at 10 TFLOP/s
+}
+
+static_assert(!std::is_constructible_v<ComputeModel, Topology&&>);
 
 TEST(ComputeModel, AnH100GemmRunsAtItsDenseBf16Peak) {
   const Topology topo = Topology::load_file(shipped("dgx-h100.yaml"));

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "sim/error.h"
 
 namespace ranksim::sim {
 namespace {
@@ -84,6 +87,16 @@ TEST_F(Ring4, AnEmptyTransferCostsTheLatency) {
   EXPECT_EQ(done[1], Time::ms(1) + Time::us(1));  // an empty message takes no bandwidth
   EXPECT_TRUE(net.complete({}).empty());
 }
+
+TEST_F(Ring4, ATransferLongerThanTheClockIsAnError) {
+  // 1 EB at 50 GB/s is 2e7 s, past the clock's range.
+  const Transfer t{0, 1, 1'000'000'000'000'000'000ull, Time::zero()};
+  EXPECT_THROW(net.complete({&t, 1}), Error);
+  EXPECT_THROW(net.uncontended(0, 1, t.bytes), Error);
+}
+
+// The model keeps a pointer to its topology: building one from a temporary cannot compile.
+static_assert(!std::is_constructible_v<NetworkModel, Topology&&>);
 
 TEST(NetworkModel, MaxMinFairnessGivesLeftoverBandwidthToTheOthers) {
   // Link 0-1 is slow (10 GB/s), link 1-2 fast (100 GB/s). A (0->1) and B (0->2) split the slow
