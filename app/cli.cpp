@@ -7,6 +7,7 @@
 
 #include "app/bench.h"
 #include "app/demo.h"
+#include "app/scenario.h"
 #include "app/topo.h"
 #include "sim/engine.h"
 #include "sim/error.h"
@@ -46,6 +47,21 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
   coll_cmd->add_flag("--check,-c", bench_opts.check, "Move real numbers and verify every rank's result");
 
+  std::string scenario_file;
+  std::vector<std::string> scenario_sets;
+  RunFlags run_flags;
+  auto* run_cmd = cli.add_subcommand("run", "Run a scenario file (topology, layout, workload, checks)");
+  run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
+  run_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");
+  run_cmd->add_option("--trace", run_flags.trace, "Write a Chrome trace JSON (Perfetto)");
+  run_cmd->add_option("--json", run_flags.json, "Write the summary as JSON");
+  auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
+  validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
+  validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
+  std::string list_root = RANKSIM_SOURCE_DIR;
+  auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");
+  list_cmd->add_option("--root", list_root, "Where topologies/ and scenarios/ live")->capture_default_str();
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -59,6 +75,19 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return 0;
     }
     if (*coll_cmd) return bench_collectives(bench_opts, out);
+    if (*run_cmd) return run_scenario(load_scenario(scenario_file, scenario_sets), run_flags, out);
+    if (*validate_cmd) {
+      const Scenario sc = load_scenario(scenario_file, scenario_sets);
+      out << scenario_file << ": valid — " << sc.name << ", " << sc.ranks << " ranks (tp=" << sc.tp
+          << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << "), "
+          << (sc.sweep_op ? *sc.sweep_op + " sweep" : std::to_string(sc.steps.size()) + " steps x " + std::to_string(sc.repeat))
+          << "\n";
+      return 0;
+    }
+    if (*list_cmd) {
+      list_shipped(list_root, out);
+      return 0;
+    }
   } catch (const sim::RankFailure& e) {
     err << "ranksim: the run failed: " << e.what() << "\n";
     return 1;

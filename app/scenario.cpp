@@ -1,0 +1,726 @@
+#include "app/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <tuple>
+
+#include "app/bench.h"
+#include "app/nccl_table.h"
+#include "runtime/cost.h"
+#include "runtime/distributed.h"
+#include "runtime/spawn.h"
+#include "sim/error.h"
+#include "sim/io.h"
+#include "sim/suggest.h"
+#include "sim/topology.h"
+#include "sim/units.h"
+#include "tp/rank_grid.h"
+
+namespace ranksim::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- The known keys (shared by validation and by --set) ----------------------------------
+
+struct KeySchema {
+  std::map<std::string, const KeySchema*> keys;  // nullptr: a value (or a list of values)
+};
+
+const KeySchema& root_schema() {
+  static const KeySchema parallel{{{"tp", nullptr}, {"cp", nullptr}, {"pp", nullptr}, {"dp", nullptr}}};
+  static const KeySchema collectives{{{"op", nullptr}, {"sizes", nullptr}, {"dtype", nullptr}}};
+  static const KeySchema steps{{{"repeat", nullptr}, {"do", nullptr}}};
+  static const KeySchema workload{{{"collectives", &collectives}, {"steps", &steps}}};
+  static const KeySchema outputs{{{"trace", nullptr}, {"json", nullptr}}};
+  static const KeySchema root{{{"name", nullptr},
+                               {"description", nullptr},
+                               {"topology", nullptr},
+                               {"topology_set", nullptr},
+                               {"ranks", nullptr},
+                               {"parallel", &parallel},
+                               {"algorithm", nullptr},
+                               {"data", nullptr},
+                               {"workload", &workload},
+                               {"checks", nullptr},
+                               {"outputs", &outputs}}};
+  return root;
+}
+
+std::vector<std::string> names_of(const KeySchema& s) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : s.keys) out.push_back(k);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+  return out;
+}
+
+// ---- Reading with positions ---------------------------------------------------------------
+
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  void note_override(const YAML::Node& value, const std::string& text, int column) {
+    origins_.push_back({value, text, column});
+  }
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
+    for (const auto& o : origins_)
+      if (o.node.is(at)) throw ConfigError("override '" + o.text + "'", 1, o.column, what);
+    const YAML::Mark m = at.Mark();
+    if (m.is_null()) throw ConfigError(file_, 0, 0, what);
+    throw ConfigError(file_, m.line + 1, m.column + 1, what);
+  }
+
+  void known_keys(const YAML::Node& map, const std::vector<std::string>& known,
+                  const std::string& where) const {
+    if (!map.IsMap()) fail(map, where + " must be a mapping, got " + describe(map));
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (std::find(known.begin(), known.end(), key) == known.end())
+        fail(it->first, "unknown key '" + key + "' in " + where + sim::did_you_mean(key, known) +
+                            " (known keys: " + join(known) + ")");
+    }
+  }
+
+  std::string str(const YAML::Node& n, const std::string& what) const {
+    if (!n.IsScalar()) fail(n, what + " must be a single value, got " + describe(n));
+    return n.Scalar();
+  }
+  int positive_int(const YAML::Node& n, const std::string& what) const {
+    const std::string s = str(n, what);
+    try {
+      size_t used = 0;
+      const long v = std::stol(s, &used);
+      if (used == s.size() && v >= 1 && v <= (1 << 24)) return static_cast<int>(v);
+    } catch (const std::exception&) {
+    }
+    fail(n, what + " must be a positive integer, got '" + s + "'");
+  }
+  template <class Parse>
+  auto unit(const YAML::Node& n, const std::string& what, Parse parse) const {
+    const std::string s = str(n, what);
+    try {
+      return parse(s);
+    } catch (const sim::units::UnitError& e) {
+      fail(n, what + ": " + e.what());
+    }
+  }
+  double number(const YAML::Node& n, const std::string& what) const {
+    const std::string s = str(n, what);
+    try {
+      size_t used = 0;
+      const double v = std::stod(s, &used);
+      if (used == s.size() && v >= 0) return v;
+    } catch (const std::exception&) {
+    }
+    fail(n, what + " must be a non-negative number, got '" + s + "'");
+  }
+  std::string one_of(const YAML::Node& n, const std::string& what,
+                     const std::vector<std::string>& allowed) const {
+    const std::string s = str(n, what);
+    if (std::find(allowed.begin(), allowed.end(), s) == allowed.end())
+      fail(n, what + " is '" + s + "'; expected one of " + join(allowed) + sim::did_you_mean(s, allowed));
+    return s;
+  }
+
+  static std::string describe(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Map: return "a mapping";
+      case YAML::NodeType::Sequence: return "a list";
+      case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+      default: return "nothing";
+    }
+  }
+
+ private:
+  struct Origin {
+    YAML::Node node;
+    std::string text;
+    int column;
+  };
+  std::string file_;
+  std::vector<Origin> origins_;
+};
+
+YAML::Node entry(const YAML::Node& map, const char* key) {
+  for (auto it = map.begin(); it != map.end(); ++it)
+    if (it->first.Scalar() == key) return it->second;
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+const std::vector<std::string> kCollectiveOps = {"all_reduce", "all_gather", "reduce_scatter",
+                                                 "all_to_all", "broadcast", "barrier"};
+const std::vector<std::string> kDtypes = {"f32", "f64", "bf16", "f16", "i64", "i32"};
+const std::vector<std::string> kAlgorithms = {"auto", "ring", "tree", "direct", "hierarchical"};
+const std::vector<std::string> kGroups = {"world", "tp", "cp", "dp", "pp", "dp_cp", "tp_cp"};
+
+// Applies one --set to the tree (or to the topology overrides).
+void apply_set(YAML::Node& root, const std::string& text, Reader& reader, Scenario& sc) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("override '" + text + "'", 1, 1,
+                      "expected key=value, such as parallel.tp=2 or topology.nodes=4");
+  const std::string key = text.substr(0, eq);
+  if (key.rfind("topology.", 0) == 0) {
+    sc.topology_sets.push_back(text.substr(9));
+    return;
+  }
+  std::vector<std::pair<std::string, size_t>> parts;
+  for (size_t b = 0; b <= key.size();) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    parts.emplace_back(key.substr(b, e - b), b);
+    b = e + 1;
+  }
+  const KeySchema* schema = &root_schema();
+  YAML::Node cur = root;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& [part, col] = parts[i];
+    if (schema == nullptr)
+      throw ConfigError("override '" + text + "'", 1, static_cast<int>(col) + 1,
+                        "'" + key.substr(0, col - 1) + "' is a single value; it has no key '" + part + "'");
+    auto it = schema->keys.find(part);
+    if (it == schema->keys.end())
+      throw ConfigError("override '" + text + "'", 1, static_cast<int>(col) + 1,
+                        "unknown key '" + part + "'" + sim::did_you_mean(part, names_of(*schema)) +
+                            " (known keys here: " + join(names_of(*schema)) + ")");
+    if (i + 1 == parts.size()) {
+      YAML::Node value;
+      try {
+        value = YAML::Load(text.substr(eq + 1));
+      } catch (const YAML::Exception& e) {
+        throw ConfigError("override '" + text + "'", 1, static_cast<int>(eq) + 2, "malformed value: " + e.msg);
+      }
+      cur[part] = value;
+      reader.note_override(cur[part], text, static_cast<int>(eq) + 2);
+      return;
+    }
+    if (!cur[part].IsMap()) cur[part] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node next = cur[part];
+    cur.reset(next);
+    schema = it->second;
+  }
+}
+
+ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
+  if (!n.IsMap() || n.size() != 1)
+    r.fail(n, "a step must be a mapping with one key: compute, a collective name (" +
+                  join(kCollectiveOps) + "), sendrecv or wait");
+  const YAML::Node key = n.begin()->first;
+  const YAML::Node body = n.begin()->second;
+  const std::string kind = key.Scalar();
+  ScenarioStep st;
+  if (kind == "wait") {
+    st.kind = ScenarioStep::Kind::collective;
+    st.wait = true;
+    st.name = "wait";
+    return st;
+  }
+  if (kind == "compute") {
+    r.known_keys(body, {"name", "flops", "bytes", "gemm", "dtype"}, "a compute step");
+    st.kind = ScenarioStep::Kind::compute;
+    st.name = entry(body, "name").IsDefined() ? r.str(entry(body, "name"), "compute.name") : "compute";
+    if (auto g = entry(body, "gemm"); g.IsDefined()) {
+      if (!g.IsSequence() || g.size() != 3) r.fail(g, "compute.gemm must be [m, n, k]");
+      const double m = r.positive_int(g[0], "gemm m"), nn = r.positive_int(g[1], "gemm n"),
+                   k = r.positive_int(g[2], "gemm k");
+      st.flops = 2 * m * nn * k;
+      st.bytes = 2 * (m * k + k * nn + m * nn);  // 16-bit operands and result
+    }
+    if (auto f = entry(body, "flops"); f.IsDefined()) st.flops = r.number(f, "compute.flops");
+    if (auto b = entry(body, "bytes"); b.IsDefined())
+      st.bytes = static_cast<double>(r.unit(b, "compute.bytes", sim::units::parse_bytes));
+    if (auto d = entry(body, "dtype"); d.IsDefined()) st.dtype = r.one_of(d, "compute.dtype", kDtypes);
+    if (st.flops == 0 && st.bytes == 0) r.fail(body, "a compute step needs gemm: [m, n, k], flops or bytes");
+    return st;
+  }
+  std::vector<std::string> step_kinds = kCollectiveOps;
+  step_kinds.push_back("compute");
+  step_kinds.push_back("sendrecv");
+  step_kinds.push_back("wait");
+  if (std::find(step_kinds.begin(), step_kinds.end(), kind) == step_kinds.end())
+    r.fail(key, "unknown step '" + kind + "'" + sim::did_you_mean(kind, step_kinds) +
+                    " (steps: " + join(step_kinds) + ")");
+  st.kind = kind == "sendrecv" ? ScenarioStep::Kind::sendrecv : ScenarioStep::Kind::collective;
+  st.name = kind;
+  if (body.IsNull() && kind == "barrier") return st;
+  r.known_keys(body, {"bytes", "dtype", "group", "algorithm", "async"}, "a " + kind + " step");
+  if (auto b = entry(body, "bytes"); b.IsDefined())
+    st.bytes = static_cast<double>(r.unit(b, kind + ".bytes", sim::units::parse_bytes));
+  else if (kind != "barrier")
+    r.fail(body, "a " + kind + " step needs bytes (the per-rank buffer, e.g. 256 MiB)");
+  if (auto d = entry(body, "dtype"); d.IsDefined()) st.dtype = r.one_of(d, kind + ".dtype", kDtypes);
+  if (auto g = entry(body, "group"); g.IsDefined()) st.group = r.one_of(g, kind + ".group", kGroups);
+  if (auto a = entry(body, "algorithm"); a.IsDefined())
+    st.algorithm = r.one_of(a, kind + ".algorithm", kAlgorithms);
+  if (auto a = entry(body, "async"); a.IsDefined())
+    st.async = r.one_of(a, kind + ".async", {"true", "false"}) == "true";
+  return st;
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
+  Scenario sc;
+  sc.file = path;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error("cannot read scenario file '" + path + "': no such file, or not readable");
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(path, e.mark.line + 1, e.mark.column + 1, "malformed YAML: " + e.msg);
+  }
+  Reader r(path);
+  if (!root.IsMap()) r.fail(root, "a scenario file must be a mapping of keys (name, topology, workload, ...)");
+  for (const std::string& s : sets) apply_set(root, s, r, sc);
+  r.known_keys(root, names_of(root_schema()), "the scenario");
+
+  auto need = [&](const char* key) {
+    YAML::Node n = entry(root, key);
+    if (!n.IsDefined()) r.fail(root, std::string("missing required key '") + key + "'");
+    return n;
+  };
+  sc.name = r.str(need("name"), "name");
+  if (auto d = entry(root, "description"); d.IsDefined()) sc.description = r.str(d, "description");
+  const YAML::Node topo_node = need("topology");
+  const fs::path topo_rel = r.str(topo_node, "topology");
+  sc.topology_path = topo_rel.is_absolute() ? topo_rel.string()
+                                            : (fs::path(path).parent_path() / topo_rel).lexically_normal().string();
+  std::vector<std::string> file_sets;
+  if (auto ts = entry(root, "topology_set"); ts.IsDefined()) {
+    if (!ts.IsMap()) r.fail(ts, "topology_set must be a mapping of topology keys to values, e.g. {nodes: 2}");
+    for (auto it = ts.begin(); it != ts.end(); ++it)
+      file_sets.push_back(it->first.Scalar() + "=" + r.str(it->second, "topology_set." + it->first.Scalar()));
+  }
+  sc.topology_sets.insert(sc.topology_sets.begin(), file_sets.begin(), file_sets.end());
+
+  sim::Topology topo = [&] {
+    try {
+      return sim::Topology::load_file(sc.topology_path, sc.topology_sets);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      r.fail(topo_node, std::string("topology: ") + e.what());
+    }
+  }();
+
+  if (auto n = entry(root, "ranks"); n.IsDefined()) sc.ranks = r.positive_int(n, "ranks");
+  YAML::Node par = entry(root, "parallel");
+  bool dp_given = false;
+  if (par.IsDefined()) {
+    r.known_keys(par, names_of(*root_schema().keys.at("parallel")), "parallel");
+    if (auto v = entry(par, "tp"); v.IsDefined()) sc.tp = r.positive_int(v, "parallel.tp");
+    if (auto v = entry(par, "cp"); v.IsDefined()) sc.cp = r.positive_int(v, "parallel.cp");
+    if (auto v = entry(par, "pp"); v.IsDefined()) sc.pp = r.positive_int(v, "parallel.pp");
+    if (auto v = entry(par, "dp"); v.IsDefined()) {
+      sc.dp = r.positive_int(v, "parallel.dp");
+      dp_given = true;
+    }
+  }
+  const YAML::Node layout_at = par.IsDefined() ? par : root;
+  const int model = sc.tp * sc.cp * sc.pp;
+  if (sc.ranks == 0) sc.ranks = dp_given ? model * sc.dp : topo.num_devices();
+  if (dp_given && model * sc.dp != sc.ranks)
+    r.fail(layout_at, "parallel layout tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) +
+                          " x pp=" + std::to_string(sc.pp) + " x dp=" + std::to_string(sc.dp) + " = " +
+                          std::to_string(model * sc.dp) + " ranks, but the run has " +
+                          std::to_string(sc.ranks) + "; make the product equal ranks");
+  if (sc.ranks % model != 0)
+    r.fail(layout_at, "tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) + " x pp=" +
+                          std::to_string(sc.pp) + " = " + std::to_string(model) +
+                          " does not divide the " + std::to_string(sc.ranks) + " ranks");
+  sc.dp = sc.ranks / model;
+  if (sc.ranks > topo.num_devices())
+    r.fail(layout_at, std::to_string(sc.ranks) + " ranks need " + std::to_string(sc.ranks) +
+                          " devices but topology '" + topo.name() + "' has " +
+                          std::to_string(topo.num_devices()) +
+                          "; use fewer ranks or more nodes (--set topology.nodes=N)");
+
+  if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
+  if (auto d = entry(root, "data"); d.IsDefined())
+    sc.real_data = r.one_of(d, "data", {"shape_only", "real"}) == "real";
+
+  const YAML::Node wl = need("workload");
+  r.known_keys(wl, names_of(*root_schema().keys.at("workload")), "workload");
+  if (wl.size() != 1) r.fail(wl, "workload must have exactly one of: collectives, steps");
+  if (auto c = entry(wl, "collectives"); c.IsDefined()) {
+    r.known_keys(c, {"op", "sizes", "dtype"}, "workload.collectives");
+    std::vector<std::string> ops = kCollectiveOps;
+    ops.back() = "sendrecv";  // a sweep of barriers measures nothing; sendrecv instead
+    sc.sweep_op = entry(c, "op").IsDefined() ? r.one_of(entry(c, "op"), "collectives.op", ops) : "all_reduce";
+    const YAML::Node sz = entry(c, "sizes");
+    try {
+      sc.sweep_sizes = parse_size_sweep(sz.IsDefined() ? r.str(sz, "collectives.sizes") : "8B:128MiB");
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      r.fail(sz.IsDefined() ? sz : c, e.what());
+    }
+    if (auto d = entry(c, "dtype"); d.IsDefined()) sc.sweep_dtype = r.one_of(d, "collectives.dtype", kDtypes);
+  } else {
+    const YAML::Node s = entry(wl, "steps");
+    r.known_keys(s, {"repeat", "do"}, "workload.steps");
+    if (auto rep = entry(s, "repeat"); rep.IsDefined()) sc.repeat = r.positive_int(rep, "steps.repeat");
+    const YAML::Node list = entry(s, "do");
+    if (!list.IsDefined() || !list.IsSequence() || list.size() == 0)
+      r.fail(s, "workload.steps needs a non-empty list `do:` of steps");
+    for (const YAML::Node& st : list) sc.steps.push_back(read_step(st, r));
+    for (const ScenarioStep& st : sc.steps) {
+      const int axis = st.group == "tp" ? sc.tp : st.group == "cp" ? sc.cp : st.group == "pp" ? sc.pp
+                       : st.group == "dp" ? sc.dp : 2;
+      if (st.kind == ScenarioStep::Kind::sendrecv && axis < 2 && st.group != "world")
+        r.fail(list, "a sendrecv step on group '" + st.group + "' needs that axis to have at least 2 ranks");
+    }
+  }
+
+  if (auto cs = entry(root, "checks"); cs.IsDefined()) {
+    if (!cs.IsSequence()) r.fail(cs, "checks must be a list, e.g. [{max_time: 5 ms}]");
+    for (const YAML::Node& c : cs) {
+      r.known_keys(c, {"max_time", "min_busbw", "op"}, "a check");
+      ScenarioCheck ck;
+      if (auto t = entry(c, "max_time"); t.IsDefined()) {
+        ck.kind = ScenarioCheck::Kind::max_time;
+        ck.time = r.unit(t, "max_time", sim::units::parse_duration);
+        ck.text = "virtual time <= " + t.Scalar();
+      } else if (auto b = entry(c, "min_busbw"); b.IsDefined()) {
+        ck.kind = ScenarioCheck::Kind::min_busbw;
+        ck.busbw = r.unit(b, "min_busbw", sim::units::parse_bandwidth);
+        ck.op = entry(c, "op").IsDefined() ? r.str(entry(c, "op"), "check.op") : sc.sweep_op.value_or("all_reduce");
+        ck.text = ck.op + " busbw >= " + b.Scalar();
+      } else {
+        r.fail(c, "a check needs max_time or min_busbw");
+      }
+      sc.checks.push_back(ck);
+    }
+  }
+  if (auto o = entry(root, "outputs"); o.IsDefined()) {
+    r.known_keys(o, {"trace", "json"}, "outputs");
+    if (auto t = entry(o, "trace"); t.IsDefined()) sc.out_trace = r.str(t, "outputs.trace");
+    if (auto j = entry(o, "json"); j.IsDefined()) sc.out_json = r.str(j, "outputs.json");
+  }
+  return sc;
+}
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+struct CollectiveLine {
+  std::string op, dtype, algorithm;
+  int group_size = 0;
+  int64_t bytes = 0;
+  int64_t calls = 0;
+  double seconds = 0;  // summed over calls (one record per call, member-latest times)
+};
+
+}  // namespace
+
+int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
+  const sim::Topology topo = sim::Topology::load_file(sc.topology_path, sc.topology_sets);
+  const std::string trace_path = !flags.trace.empty() ? flags.trace : sc.out_trace;
+  const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
+  out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " ("
+      << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp
+      << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << ", "
+      << (sc.real_data ? "real data" : "shape-only") << "\n";
+  if (!sc.description.empty()) out << "  " << sc.description << "\n";
+  out << "\n";
+
+  sim::Time makespan;
+  std::vector<SweepRow> sweep;
+  std::vector<CollectiveLine> lines;
+  runtime::RunReport rep;
+  if (sc.sweep_op) {
+    SweepRequest req;
+    req.op = *sc.sweep_op;
+    req.ranks = sc.ranks;
+    req.sizes = sc.sweep_sizes;
+    req.algorithm = sc.algorithm;
+    req.dtype = sc.sweep_dtype;
+    req.check = sc.real_data;
+    sweep = run_sweep(topo, req);
+    for (const SweepRow& r : sweep) makespan += sim::Time::from_seconds(r.seconds);
+    out << *sc.sweep_op << " sweep (" << sc.sweep_dtype << "):\n";
+    print_table_header(out);
+    const auto kind = *sc.sweep_op == "all_reduce"       ? runtime::CollectiveKind::all_reduce
+                      : *sc.sweep_op == "all_gather"     ? runtime::CollectiveKind::all_gather
+                      : *sc.sweep_op == "reduce_scatter" ? runtime::CollectiveKind::reduce_scatter
+                      : *sc.sweep_op == "all_to_all"     ? runtime::CollectiveKind::all_to_all
+                                                         : runtime::CollectiveKind::broadcast;
+    for (const SweepRow& r : sweep) {
+      TableRow row{r.bytes, r.count, sc.sweep_dtype, r.algorithm, r.seconds, r.wrong};
+      print_table_row(out, row, kind, sc.ranks);
+    }
+  } else {
+    runtime::SpawnOptions so;
+    so.topology = &topo;
+    so.algorithm = runtime::parse_algorithm(sc.algorithm);
+    so.engine.trace = !trace_path.empty();
+    so.engine.stack.size = 64 * 1024;
+    rep = runtime::spawn(
+        [&](int rank) {
+          tp::RankGrid grid({{"tp", sc.tp}, {"cp", sc.cp}, {"dp", sc.dp}, {"pp", sc.pp}}, sc.ranks);
+          std::map<std::string, runtime::ProcessGroup> groups;
+          groups["world"] = runtime::ProcessGroup{};
+          groups["tp"] = grid.create_group({"tp"});
+          groups["cp"] = grid.create_group({"cp"});
+          groups["dp"] = grid.create_group({"dp"});
+          groups["pp"] = grid.create_group({"pp"});
+          groups["dp_cp"] = grid.create_group({"cp", "dp"});
+          groups["tp_cp"] = grid.create_group({"tp", "cp"});
+          std::vector<runtime::Work> pending;
+          for (int it = 0; it < sc.repeat; ++it) {
+            for (const ScenarioStep& st : sc.steps) {
+              const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
+              if (st.kind == ScenarioStep::Kind::compute) {
+                runtime::charge({st.name.c_str(), st.flops, st.bytes, dt});
+                continue;
+              }
+              if (st.wait) {
+                for (auto& w : pending) w.wait();
+                pending.clear();
+                continue;
+              }
+              const runtime::ProcessGroup& g = groups.at(st.group);
+              const int n = g.size();
+              const int64_t esize = static_cast<int64_t>(runtime::dtype_size(dt));
+              auto make = [&](int64_t elems) {
+                elems = std::max<int64_t>(elems, 1);
+                return sc.real_data ? runtime::Tensor::zeros({elems}, dt)
+                                    : runtime::Tensor::shape_only({elems}, dt);
+              };
+              const int64_t count = static_cast<int64_t>(st.bytes) / esize;
+              runtime::CollectiveOptions base;
+              base.group = g;
+              base.async_op = st.async;
+              base.algorithm = runtime::parse_algorithm(st.algorithm);
+              runtime::Work w;
+              if (st.kind == ScenarioStep::Kind::sendrecv) {
+                const int me = g.rank();
+                runtime::Tensor s = make(count), d = make(count);
+                auto ws = runtime::batch_isend_irecv(
+                    {{runtime::P2POp::Kind::isend, s, g.global_rank((me + 1) % n), g},
+                     {runtime::P2POp::Kind::irecv, d, g.global_rank((me + n - 1) % n), g}});
+                for (auto& x : ws) (st.async ? pending.push_back(x) : x.wait());
+                continue;
+              }
+              if (st.name == "all_reduce") {
+                runtime::AllreduceOptions o;
+                static_cast<runtime::CollectiveOptions&>(o) = base;
+                w = runtime::all_reduce(make(count), o);
+              } else if (st.name == "all_gather") {
+                runtime::AllgatherOptions o;
+                static_cast<runtime::CollectiveOptions&>(o) = base;
+                const int64_t per = std::max<int64_t>(count / n, 1);
+                w = runtime::all_gather_into_tensor(make(per * n), make(per), o);
+              } else if (st.name == "reduce_scatter") {
+                runtime::ReduceScatterOptions o;
+                static_cast<runtime::CollectiveOptions&>(o) = base;
+                const int64_t per = std::max<int64_t>(count / n, 1);
+                w = runtime::reduce_scatter_tensor(make(per), make(per * n), o);
+              } else if (st.name == "all_to_all") {
+                runtime::AllToAllOptions o;
+                static_cast<runtime::CollectiveOptions&>(o) = base;
+                const int64_t per = std::max<int64_t>(count / n, 1);
+                w = runtime::all_to_all_single(make(per * n), make(per * n), o);
+              } else if (st.name == "broadcast") {
+                runtime::BroadcastOptions o;
+                static_cast<runtime::CollectiveOptions&>(o) = base;
+                o.src = g.global_rank(0);
+                w = runtime::broadcast(make(count), o);
+              } else {
+                runtime::BarrierOptions o;
+                static_cast<runtime::CollectiveOptions&>(o) = base;
+                w = runtime::barrier(o);
+              }
+              if (st.async) pending.push_back(w);
+            }
+          }
+          for (auto& w : pending) w.wait();
+          (void)rank;
+        },
+        sc.ranks, so);
+    makespan = rep.makespan;
+
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%6s %12s %12s %12s %12s\n", "rank", "time", "compute", "comm", "idle");
+    out << buf;
+    const int shown = sc.ranks <= 16 ? sc.ranks : 8;
+    for (int r = 0; r < sc.ranks; ++r) {
+      if (r >= shown) {
+        out << "   ... (" << sc.ranks - shown << " more ranks)\n";
+        break;
+      }
+      const sim::Time idle = makespan - rep.compute[static_cast<size_t>(r)] - rep.comm[static_cast<size_t>(r)];
+      std::snprintf(buf, sizeof buf, "%6d %12s %12s %12s %12s\n", r, makespan.str().c_str(),
+                    rep.compute[static_cast<size_t>(r)].str().c_str(),
+                    rep.comm[static_cast<size_t>(r)].str().c_str(),
+                    (idle > sim::Time::zero() ? idle : sim::Time::zero()).str().c_str());
+      out << buf;
+    }
+    // Collectives grouped by (op, group size, dtype, bytes, algorithm), in first-seen order.
+    for (const auto& rec : rep.collectives) {
+      const std::string op = runtime::to_string(rec.kind);
+      const std::string algo = runtime::to_string(rec.algorithm);
+      auto it = std::find_if(lines.begin(), lines.end(), [&](const CollectiveLine& l) {
+        return l.op == op && l.group_size == rec.group_size && l.dtype == rec.dtype &&
+               l.bytes == rec.bytes && l.algorithm == algo;
+      });
+      if (it == lines.end()) {
+        lines.push_back({op, rec.dtype, algo, rec.group_size, rec.bytes, 0, 0.0});
+        it = lines.end() - 1;
+      }
+      ++it->calls;
+      it->seconds += (rec.end - rec.start).seconds();
+    }
+    out << "\n";
+    std::snprintf(buf, sizeof buf, "%-15s %6s %6s %14s %13s %8s %12s %12s %12s\n", "collective", "ranks",
+                  "type", "size(B)", "algorithm", "calls", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+    out << buf;
+    for (const CollectiveLine& l : lines) {
+      const double per_call = l.seconds / static_cast<double>(l.calls);
+      const double algbw = per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 : 0;
+      const runtime::CollectiveKind kind = [&] {
+        for (auto k : {runtime::CollectiveKind::all_reduce, runtime::CollectiveKind::all_gather,
+                       runtime::CollectiveKind::reduce_scatter, runtime::CollectiveKind::all_to_all})
+          if (l.op == runtime::to_string(k)) return k;
+        return runtime::CollectiveKind::broadcast;
+      }();
+      std::snprintf(buf, sizeof buf, "%-15s %6d %6s %14lld %13s %8lld %12.2f %12.2f %12.2f\n", l.op.c_str(),
+                    l.group_size, l.dtype.c_str(), static_cast<long long>(l.bytes), l.algorithm.c_str(),
+                    static_cast<long long>(l.calls), per_call * 1e6, algbw,
+                    algbw * busbw_factor(kind, l.group_size));
+      out << buf;
+    }
+  }
+
+  // Checks.
+  struct CheckResult {
+    std::string text;
+    bool passed;
+    std::string measured;
+  };
+  std::vector<CheckResult> results;
+  for (const ScenarioCheck& ck : sc.checks) {
+    if (ck.kind == ScenarioCheck::Kind::max_time) {
+      results.push_back({ck.text, makespan <= ck.time, makespan.str()});
+    } else {
+      double busbw = -1;
+      if (!sweep.empty() && sc.sweep_op == ck.op) busbw = sweep.back().busbw;
+      for (const CollectiveLine& l : lines)
+        if (l.op == ck.op) {
+          const double per_call = l.seconds / static_cast<double>(l.calls);
+          const runtime::CollectiveKind kind =
+              l.op == "all_reduce" ? runtime::CollectiveKind::all_reduce
+              : (l.op == "all_gather" || l.op == "reduce_scatter" || l.op == "all_to_all")
+                  ? runtime::CollectiveKind::all_gather
+                  : runtime::CollectiveKind::broadcast;
+          busbw = std::max(busbw, static_cast<double>(l.bytes) / per_call * busbw_factor(kind, l.group_size));
+        }
+      results.push_back({ck.text, busbw >= ck.busbw,
+                         busbw < 0 ? "no " + ck.op + " in this run" : sim::units::format_bandwidth(busbw)});
+    }
+  }
+  bool all_passed = true;
+  for (const auto& r : sweep)
+    if (r.wrong > 0) all_passed = false;
+  out << "\nvirtual time: " << makespan << "\n";
+  if (!results.empty()) out << "checks:\n";
+  for (const CheckResult& c : results) {
+    out << "  [" << (c.passed ? "pass" : "FAIL") << "] " << c.text << " (measured " << c.measured << ")\n";
+    all_passed = all_passed && c.passed;
+  }
+
+  if (!json_path.empty()) {
+    sim::write_file_atomically(json_path, [&](std::ostream& j) {
+      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"topology\": \"" << topo.name()
+        << "\",\n  \"ranks\": " << sc.ranks << ",\n  \"layout\": {\"tp\": " << sc.tp << ", \"cp\": " << sc.cp
+        << ", \"dp\": " << sc.dp << ", \"pp\": " << sc.pp << "},\n  \"virtual_time_us\": "
+        << sim::format_us(makespan) << ",\n  \"ranks_detail\": [";
+      for (size_t r = 0; r < rep.clocks.size(); ++r) {
+        j << (r ? "," : "") << "\n    {\"rank\": " << r << ", \"clock_us\": " << sim::format_us(rep.clocks[r])
+          << ", \"compute_us\": " << sim::format_us(rep.compute[r]) << ", \"comm_us\": "
+          << sim::format_us(rep.comm[r]) << "}";
+      }
+      j << "\n  ],\n  \"collectives\": [";
+      for (size_t i = 0; i < lines.size(); ++i) {
+        const auto& l = lines[i];
+        j << (i ? "," : "") << "\n    {\"op\": \"" << l.op << "\", \"group_size\": " << l.group_size
+          << ", \"dtype\": \"" << l.dtype << "\", \"bytes\": " << l.bytes << ", \"algorithm\": \""
+          << l.algorithm << "\", \"calls\": " << l.calls << ", \"time_us\": "
+          << fmt("%.6f", l.seconds / static_cast<double>(l.calls) * 1e6) << "}";
+      }
+      j << "\n  ],\n  \"sweep\": [";
+      for (size_t i = 0; i < sweep.size(); ++i) {
+        const auto& r = sweep[i];
+        j << (i ? "," : "") << "\n    {\"bytes\": " << r.bytes << ", \"count\": " << r.count
+          << ", \"algorithm\": \"" << r.algorithm << "\", \"time_us\": " << fmt("%.6f", r.seconds * 1e6)
+          << ", \"algbw_GBps\": " << fmt("%.6f", r.algbw / 1e9) << ", \"busbw_GBps\": "
+          << fmt("%.6f", r.busbw / 1e9) << ", \"wrong\": " << r.wrong << "}";
+      }
+      j << "\n  ],\n  \"checks\": [";
+      for (size_t i = 0; i < results.size(); ++i)
+        j << (i ? "," : "") << "\n    {\"check\": \"" << results[i].text << "\", \"passed\": "
+          << (results[i].passed ? "true" : "false") << ", \"measured\": \"" << results[i].measured << "\"}";
+      j << "\n  ],\n  \"passed\": " << (all_passed ? "true" : "false") << "\n}\n";
+    });
+    out << "summary: " << json_path << "\n";
+  }
+  if (!trace_path.empty() && !sc.sweep_op) {
+    rep.trace.save(trace_path);
+    out << "trace: " << trace_path << " (open in ui.perfetto.dev)\n";
+  }
+  return all_passed ? 0 : 1;
+}
+
+void list_shipped(const std::string& root, std::ostream& out) {
+  for (const char* folder : {"topologies", "scenarios"}) {
+    out << folder << ":\n";
+    std::vector<fs::path> files;
+    const fs::path dir = fs::path(root) / folder;
+    if (fs::exists(dir))
+      for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().extension() == ".yaml") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      std::string what;
+      try {
+        const YAML::Node n = YAML::LoadFile(f.string());
+        if (n["description"]) what = n["description"].as<std::string>();
+        else if (n["name"]) what = n["name"].as<std::string>();
+      } catch (const YAML::Exception&) {
+        what = "(unreadable)";
+      }
+      if (what.empty()) {
+        // Topologies describe themselves in their first comment line.
+        std::ifstream in(f);
+        std::string line;
+        if (std::getline(in, line) && line.rfind("# ", 0) == 0) what = line.substr(2);
+      }
+      char buf[300];
+      std::snprintf(buf, sizeof buf, "  %-28s %s\n", (std::string(folder) + "/" + f.filename().string()).c_str(), what.c_str());
+      out << buf;
+    }
+  }
+}
+
+}  // namespace ranksim::app

@@ -1,0 +1,84 @@
+// Scenario files: `ranksim run SCENARIO.yaml` — a topology, a parallel layout, a workload, the
+// checks to make and where outputs go, in one YAML file (every key: docs/scenarios.md).
+//
+// Loading validates everything before anything runs: an unknown key (with the closest known
+// key suggested), a wrong type, a bad unit, a layout whose sizes do not fit the topology — each
+// is a ConfigError naming file:line:column (or the --set override it came from) and what was
+// expected. `--set a.b=value` overrides any key by its dotted path before validation;
+// `--set topology.<key>=value` overrides a key of the topology file instead.
+//
+// Workloads (this version): `collectives` — an nccl-tests sweep of one collective; `steps` — a
+// sequence of compute kernels and collectives over the layout's groups (tp, cp, dp, pp, dp_cp,
+// tp_cp, world), repeated. Runs are deterministic: the same file gives byte-identical JSON
+// summaries and traces.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/time.h"
+
+namespace ranksim::app {
+
+struct ScenarioStep {
+  enum class Kind { compute, collective, sendrecv };
+  Kind kind = Kind::compute;
+  std::string name;        // compute: kernel name; collective: op name
+  double flops = 0;        // compute
+  double bytes = 0;        // compute: bytes moved; collective/sendrecv: message bytes per rank
+  std::string dtype = "bf16";
+  std::string group = "world";
+  std::string algorithm = "auto";
+  bool async = false;      // collective: overlap with the following steps until `wait`
+  bool wait = false;       // a `wait` step: waits for every outstanding async collective
+};
+
+struct ScenarioCheck {
+  enum class Kind { max_time, min_busbw };
+  Kind kind = Kind::max_time;
+  sim::Time time;          // max_time
+  double busbw = 0;        // min_busbw, bytes/s
+  std::string op;          // min_busbw: which collective (default: the sweep's)
+  std::string text;        // as written, for the report
+};
+
+struct Scenario {
+  std::string file;
+  std::string name;
+  std::string description;
+  std::string topology_path;               // resolved against the scenario's folder
+  std::vector<std::string> topology_sets;  // overrides of the topology file
+  int ranks = 0;                           // resolved: world size
+  int tp = 1, cp = 1, pp = 1, dp = 1;
+  std::string algorithm = "auto";
+  bool real_data = false;
+  // Workload: exactly one of these.
+  std::optional<std::string> sweep_op;
+  std::vector<int64_t> sweep_sizes;
+  std::string sweep_dtype = "f32";
+  std::vector<ScenarioStep> steps;
+  int repeat = 1;
+  std::vector<ScenarioCheck> checks;
+  std::string out_trace, out_json;  // from the file's `outputs:` (command-line flags win)
+};
+
+// Loads and validates. Throws ConfigError / Error.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {});
+
+struct RunFlags {
+  std::string trace;  // overrides outputs.trace
+  std::string json;   // overrides outputs.json
+  bool quiet = false;
+};
+
+// Runs, prints the summary to out, writes the outputs. Returns 0 when every check passed, 1 when
+// one failed.
+int run_scenario(const Scenario& scenario, const RunFlags& flags, std::ostream& out);
+
+// One line per shipped topology and scenario, for `ranksim list`.
+void list_shipped(const std::string& root, std::ostream& out);
+
+}  // namespace ranksim::app
