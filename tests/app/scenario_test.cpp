@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "app/cli.h"
 #include "sim/error.h"
 
@@ -22,8 +24,13 @@ using ::testing::HasSubstr;
 const std::string kRoot = RANKSIM_SOURCE_DIR;
 
 // A scratch scenario next to the shipped topologies' relative path (../topologies/...).
+// ctest runs tests in parallel processes: each process gets its own folder.
+fs::path scratch_root() {
+  return fs::temp_directory_path() / ("ranksim_scenario_test_" + std::to_string(::getpid()));
+}
+
 struct TempScenario {
-  fs::path dir = fs::temp_directory_path() / "ranksim_scenario_test" / "scenarios";
+  fs::path dir = scratch_root() / "scenarios";
   fs::path path;
   explicit TempScenario(const std::string& text, const std::string& name = "s.yaml") {
     fs::create_directories(dir);
@@ -69,7 +76,7 @@ TEST(Scenario, EveryShippedScenarioRunsAndPasses) {
 }
 
 TEST(Scenario, TwoRunsWriteByteIdenticalSummariesAndTraces) {
-  const fs::path dir = fs::temp_directory_path() / "ranksim_determinism";
+  const fs::path dir = scratch_root() / "determinism";
   fs::create_directories(dir);
   std::string json[2], trace[2];
   for (int i = 0; i < 2; ++i) {
