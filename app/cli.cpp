@@ -55,6 +55,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");
   run_cmd->add_option("--trace", run_flags.trace, "Write a Chrome trace JSON (Perfetto)");
   run_cmd->add_option("--json", run_flags.json, "Write the summary as JSON");
+  run_cmd->add_option("--report", run_flags.report, "Write a self-contained HTML report (summary, SVG timeline, busbw plot)");
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");

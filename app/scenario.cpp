@@ -13,6 +13,7 @@
 
 #include "app/bench.h"
 #include "app/nccl_table.h"
+#include "app/report_html.h"
 #include "runtime/cost.h"
 #include "runtime/distributed.h"
 #include "runtime/spawn.h"
@@ -40,7 +41,7 @@ const KeySchema& root_schema() {
   static const KeySchema collectives{{{"op", nullptr}, {"sizes", nullptr}, {"dtype", nullptr}}};
   static const KeySchema steps{{{"repeat", nullptr}, {"do", nullptr}}};
   static const KeySchema workload{{{"collectives", &collectives}, {"steps", &steps}}};
-  static const KeySchema outputs{{{"trace", nullptr}, {"json", nullptr}}};
+  static const KeySchema outputs{{{"trace", nullptr}, {"json", nullptr}, {"report", nullptr}}};
   static const KeySchema root{{{"name", nullptr},
                                {"description", nullptr},
                                {"topology", nullptr},
@@ -409,7 +410,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     }
   }
   if (auto o = entry(root, "outputs"); o.IsDefined()) {
-    r.known_keys(o, {"trace", "json"}, "outputs");
+    r.known_keys(o, {"trace", "json", "report"}, "outputs");
+    if (auto h = entry(o, "report"); h.IsDefined()) sc.out_report = r.str(h, "outputs.report");
     if (auto t = entry(o, "trace"); t.IsDefined()) sc.out_trace = r.str(t, "outputs.trace");
     if (auto j = entry(o, "json"); j.IsDefined()) sc.out_json = r.str(j, "outputs.json");
   }
@@ -438,6 +440,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(sc.topology_path, sc.topology_sets);
   const std::string trace_path = !flags.trace.empty() ? flags.trace : sc.out_trace;
   const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
+  const std::string report_path = !flags.report.empty() ? flags.report : sc.out_report;
   out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp
       << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << ", "
@@ -474,7 +477,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     runtime::SpawnOptions so;
     so.topology = &topo;
     so.algorithm = runtime::parse_algorithm(sc.algorithm);
-    so.engine.trace = !trace_path.empty();
+    so.engine.trace = !trace_path.empty() || !report_path.empty();
     so.engine.stack.size = 64 * 1024;
     rep = runtime::spawn(
         [&](int rank) {
@@ -684,6 +687,41 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
       j << "\n  ],\n  \"passed\": " << (all_passed ? "true" : "false") << "\n}\n";
     });
     out << "summary: " << json_path << "\n";
+  }
+  if (!report_path.empty()) {
+    ReportData d;
+    d.title = "ranksim: " + sc.name;
+    d.subtitle = std::to_string(sc.ranks) + " ranks on " + topo.name() + ", tp=" + std::to_string(sc.tp) +
+                 " cp=" + std::to_string(sc.cp) + " dp=" + std::to_string(sc.dp) + " pp=" +
+                 std::to_string(sc.pp) + (sc.description.empty() ? "" : " — " + sc.description);
+    d.makespan = makespan;
+    d.nranks = sc.ranks;
+    for (size_t r = 0; r < rep.clocks.size(); ++r)
+      d.ranks.push_back({static_cast<int>(r), rep.clocks[r], rep.compute[r], rep.comm[r]});
+    d.collective_header = {"collective", "ranks", "type", "size(B)", "algorithm", "calls", "time(us)", "busbw(GB/s)"};
+    for (const CollectiveLine& l : lines) {
+      const double per_call = l.seconds / static_cast<double>(l.calls);
+      const runtime::CollectiveKind kind = l.op == "all_reduce" ? runtime::CollectiveKind::all_reduce
+                                           : (l.op == "all_gather" || l.op == "reduce_scatter" || l.op == "all_to_all")
+                                               ? runtime::CollectiveKind::all_gather
+                                               : runtime::CollectiveKind::broadcast;
+      const double busbw = per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 * busbw_factor(kind, l.group_size) : 0;
+      d.collectives.push_back({{l.op, std::to_string(l.group_size), l.dtype, std::to_string(l.bytes), l.algorithm,
+                                std::to_string(l.calls), fmt("%.2f", per_call * 1e6), fmt("%.2f", busbw)}});
+    }
+    if (sc.sweep_op) {
+      d.sweep_op = *sc.sweep_op;
+      d.collective_header = {"size(B)", "count", "type", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)"};
+      for (const SweepRow& r : sweep) {
+        d.sweep.push_back({r.bytes, r.busbw / 1e9});
+        d.collectives.push_back({{std::to_string(r.bytes), std::to_string(r.count), sc.sweep_dtype, r.algorithm,
+                                  fmt("%.2f", r.seconds * 1e6), fmt("%.2f", r.algbw / 1e9), fmt("%.2f", r.busbw / 1e9)}});
+      }
+    }
+    for (const CheckResult& c : results) d.checks.push_back({c.text, c.passed, c.measured});
+    d.trace = sc.sweep_op ? nullptr : &rep.trace;
+    write_html_report(report_path, d);
+    out << "report: " << report_path << "\n";
   }
   if (!trace_path.empty() && !sc.sweep_op) {
     rep.trace.save(trace_path);

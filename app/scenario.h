@@ -62,7 +62,7 @@ struct Scenario {
   std::vector<ScenarioStep> steps;
   int repeat = 1;
   std::vector<ScenarioCheck> checks;
-  std::string out_trace, out_json;  // from the file's `outputs:` (command-line flags win)
+  std::string out_trace, out_json, out_report;  // `outputs:` (command-line flags win)
 };
 
 // Loads and validates. Throws ConfigError / Error.
@@ -71,6 +71,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 struct RunFlags {
   std::string trace;  // overrides outputs.trace
   std::string json;   // overrides outputs.json
+  std::string report; // overrides outputs.report (self-contained HTML)
   bool quiet = false;
 };
 

@@ -1,0 +1,154 @@
+#include "app/report_html.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "sim/io.h"
+#include "sim/units.h"
+
+namespace ranksim::app {
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+// Timeline: one lane per rank (at most 64 lanes drawn), compute blue, communication orange,
+// waiting grey; x from 0 to the makespan.
+void timeline(std::ostream& o, const ReportData& d) {
+  if (d.trace == nullptr || d.trace->empty() || d.makespan <= sim::Time::zero()) return;
+  const int lanes = std::min(d.nranks, 64);
+  const double width = 960, lane_h = 14, left = 60, top = 20;
+  const double height = top + lanes * lane_h + 30;
+  const double span = d.makespan.seconds();
+  o << "<h2>Timeline</h2>\n<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 20
+    << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  for (int r = 0; r < lanes; ++r)
+    o << "<text x=\"4\" y=\"" << num(top + r * lane_h + 10) << "\">rank " << r << "</text>\n";
+  for (const sim::Span& s : d.trace->spans()) {
+    if (s.rank >= lanes || s.end <= s.start) continue;
+    const char* color = s.kind == sim::SpanKind::compute ? "#4c78a8"
+                        : s.kind == sim::SpanKind::comm  ? "#f58518"
+                                                         : "#bab0ac";
+    const double x = left + width * s.start.seconds() / span;
+    const double w = std::max(0.5, width * (s.end - s.start).seconds() / span);
+    // Compute in the upper half of a lane, communication in the lower half: async collectives
+    // overlap compute, and both stay visible.
+    const double half = (lane_h - 2) / 2;
+    const double y = top + s.rank * lane_h + 1 + (s.kind == sim::SpanKind::compute ? 0 : half);
+    o << "<rect class=\"span " << sim::to_string(s.kind) << "\" x=\"" << num(x) << "\" y=\""
+      << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(half)
+      << "\" fill=\"" << color << "\"><title>" << esc(s.name) << " " << esc(s.start.str()) << " - "
+      << esc(s.end.str()) << "</title></rect>\n";
+  }
+  const double axis_y = top + lanes * lane_h + 12;
+  for (int t = 0; t <= 4; ++t) {
+    const double x = left + width * t / 4;
+    o << "<text x=\"" << num(x) << "\" y=\"" << num(axis_y) << "\" text-anchor=\"middle\">"
+      << esc(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
+  }
+  o << "</svg>\n<p class=\"legend\"><span style=\"color:#4c78a8\">&#9632;</span> compute "
+       "<span style=\"color:#f58518\">&#9632;</span> communication</p>\n";
+}
+
+// busbw against size, log2 x axis.
+void sweep_plot(std::ostream& o, const ReportData& d) {
+  if (d.sweep.size() < 2) return;
+  const double w = 720, h = 320, left = 60, bottom = 40, top = 20;
+  double ymax = 0;
+  for (const auto& p : d.sweep) ymax = std::max(ymax, p.busbw_gbps);
+  ymax = ymax <= 0 ? 1 : ymax * 1.1;
+  const double x0 = std::log2(static_cast<double>(std::max<int64_t>(1, d.sweep.front().bytes)));
+  const double x1 = std::log2(static_cast<double>(std::max<int64_t>(2, d.sweep.back().bytes)));
+  auto X = [&](int64_t b) {
+    return left + w * (std::log2(static_cast<double>(std::max<int64_t>(1, b))) - x0) / std::max(1.0, x1 - x0);
+  };
+  auto Y = [&](double v) { return top + h - h * v / ymax; };
+  o << "<h2>" << esc(d.sweep_op) << " bus bandwidth</h2>\n<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
+    << left + w + 20 << "\" height=\"" << top + h + bottom << "\" font-family=\"sans-serif\" font-size=\"10\">\n"
+    << "<line x1=\"" << left << "\" y1=\"" << top + h << "\" x2=\"" << left + w << "\" y2=\"" << top + h
+    << "\" stroke=\"black\"/><line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
+    << top + h << "\" stroke=\"black\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    const double v = ymax * t / 4;
+    o << "<text x=\"" << left - 4 << "\" y=\"" << num(Y(v) + 3) << "\" text-anchor=\"end\">" << num(v) << "</text>\n";
+  }
+  o << "<text x=\"10\" y=\"" << top - 6 << "\">busbw (GB/s)</text>\n<polyline fill=\"none\" stroke=\"#4c78a8\" stroke-width=\"2\" points=\"";
+  for (const auto& p : d.sweep) o << num(X(p.bytes)) << ',' << num(Y(p.busbw_gbps)) << ' ';
+  o << "\"/>\n";
+  for (size_t i = 0; i < d.sweep.size(); ++i) {
+    const auto& p = d.sweep[i];
+    o << "<circle class=\"point\" cx=\"" << num(X(p.bytes)) << "\" cy=\"" << num(Y(p.busbw_gbps))
+      << "\" r=\"3\" fill=\"#4c78a8\"><title>" << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes))))
+      << ": " << num(p.busbw_gbps) << " GB/s</title></circle>\n";
+    if (i % 3 == 0 || i + 1 == d.sweep.size())
+      o << "<text x=\"" << num(X(p.bytes)) << "\" y=\"" << top + h + 14 << "\" text-anchor=\"middle\">"
+        << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << "</text>\n";
+  }
+  o << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32 << "\" text-anchor=\"middle\">message size</text>\n</svg>\n";
+}
+
+}  // namespace
+
+void write_html_report(const std::string& path, const ReportData& d) {
+  sim::write_file_atomically(path, [&](std::ostream& o) {
+    o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << esc(d.title)
+      << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#eee}"
+         ".pass{color:#2a7}.fail{color:#c22;font-weight:bold}</style></head><body>\n"
+      << "<h1>" << esc(d.title) << "</h1>\n<p id=\"subtitle\">" << esc(d.subtitle) << "</p>\n"
+      << "<p id=\"virtual-time\">virtual time: <b>" << esc(d.makespan.str()) << "</b></p>\n";
+    if (!d.checks.empty()) {
+      o << "<h2>Checks</h2>\n<ul id=\"checks\">\n";
+      for (const auto& c : d.checks)
+        o << "<li class=\"" << (c.passed ? "pass" : "fail") << "\">" << (c.passed ? "pass" : "FAIL") << ": "
+          << esc(c.text) << " (measured " << esc(c.measured) << ")</li>\n";
+      o << "</ul>\n";
+    }
+    if (!d.ranks.empty()) {
+      o << "<h2>Ranks</h2>\n<table id=\"ranks\"><tr><th>rank</th><th>time</th><th>compute</th><th>comm</th><th>idle</th></tr>\n";
+      for (const auto& r : d.ranks) {
+        const sim::Time idle = d.makespan - r.compute - r.comm;
+        o << "<tr><td>" << r.rank << "</td><td>" << esc(d.makespan.str()) << "</td><td>" << esc(r.compute.str())
+          << "</td><td>" << esc(r.comm.str()) << "</td><td>"
+          << esc((idle > sim::Time::zero() ? idle : sim::Time::zero()).str()) << "</td></tr>\n";
+      }
+      o << "</table>\n";
+    }
+    if (!d.collectives.empty()) {
+      o << "<h2>Collectives</h2>\n<table id=\"collectives\"><tr>";
+      for (const auto& h : d.collective_header) o << "<th>" << esc(h) << "</th>";
+      o << "</tr>\n";
+      for (const auto& row : d.collectives) {
+        o << "<tr>";
+        for (const auto& c : row.cells) o << "<td>" << esc(c) << "</td>";
+        o << "</tr>\n";
+      }
+      o << "</table>\n";
+    }
+    sweep_plot(o, d);
+    timeline(o, d);
+    o << "</body></html>\n";
+  });
+}
+
+}  // namespace ranksim::app
