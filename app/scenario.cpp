@@ -11,6 +11,8 @@
 #include <sstream>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "app/bench.h"
 #include "app/nccl_table.h"
 #include "app/report_html.h"
@@ -479,6 +481,16 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     so.algorithm = runtime::parse_algorithm(sc.algorithm);
     so.engine.trace = !trace_path.empty() || !report_path.empty();
     so.engine.stack.size = 64 * 1024;
+    // A progress line on a terminal for runs longer than a second; nothing when piped.
+    const bool tty = !flags.quiet && ::isatty(STDERR_FILENO) != 0;
+    bool printed = false;
+    if (tty) {
+      so.progress = [&](const sim::Engine::Progress& p) {
+        std::fprintf(stderr, "\r  %llu events, %d/%d ranks finished, virtual time %s   ",
+                     static_cast<unsigned long long>(p.events), p.finished, p.ranks, p.now.str().c_str());
+        printed = true;
+      };
+    }
     rep = runtime::spawn(
         [&](int rank) {
           tp::RankGrid grid({{"tp", sc.tp}, {"cp", sc.cp}, {"dp", sc.dp}, {"pp", sc.pp}}, sc.ranks);
@@ -563,6 +575,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
         },
         sc.ranks, so);
     makespan = rep.makespan;
+    if (printed) std::fprintf(stderr, "\r%80s\r", "");
 
     char buf[200];
     std::snprintf(buf, sizeof buf, "%6s %12s %12s %12s %12s\n", "rank", "time", "compute", "comm", "idle");

@@ -44,6 +44,7 @@ RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const Spawn
                 "; use fewer ranks or a bigger topology (e.g. --set nodes=N)");
   }
   sim::Engine engine(opts.engine);
+  if (opts.progress) engine.set_progress(opts.progress);
   detail::World world(engine, *topo, opts.algorithm, nprocs);
   {
     ScopedCostSink sink(&world);

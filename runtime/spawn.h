@@ -31,6 +31,8 @@ struct SpawnOptions {
   // Algorithm for collectives that ask for Algorithm::automatic. Default: automatic, i.e.
   // choose_algorithm() by size, group size and node layout.
   Algorithm algorithm = Algorithm::automatic;
+  // Called about once a second of wall time during long runs (see sim::Engine::set_progress).
+  std::function<void(const sim::Engine::Progress&)> progress;
 };
 
 // One completed collective, as nccl-tests would time it.

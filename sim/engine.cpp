@@ -1,6 +1,7 @@
 #include "sim/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <utility>
 
@@ -66,7 +67,15 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
   }
 
   Time fail_time;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point next_report = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                      std::chrono::duration<double>(progress_every_));
   while (!queue_.empty()) {
+    if (progress_ && (stats_.events & 0xFFFF) == 0 && Clock::now() >= next_report) {
+      progress_(Progress{stats_.events, num_ranks() - unfinished_, num_ranks(), queue_.now()});
+      next_report = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(progress_every_));
+    }
     if (!failures_.empty() && queue_.top().time > fail_time) break;
     const Event e = queue_.pop();
     ++stats_.events;

@@ -136,6 +136,20 @@ class Engine {
   // Latest rank clock once the run has finished.
   Time makespan() const;
   const EngineStats& stats() const { return stats_; }
+
+  // Progress reports for long runs: fn is called on the driver about every `every` of wall time
+  // (checked every 64 Ki events) with the events so far, finished ranks and the current event
+  // time. Display only: it cannot change what the run does. Default: none.
+  struct Progress {
+    uint64_t events;
+    int finished;
+    int ranks;
+    Time now;
+  };
+  void set_progress(std::function<void(const Progress&)> fn, double every_seconds = 1.0) {
+    progress_ = std::move(fn);
+    progress_every_ = every_seconds;
+  }
   const EngineOptions& options() const { return options_; }
   Trace& trace() { return trace_; }
   const Trace& trace() const { return trace_; }
@@ -174,6 +188,8 @@ class Engine {
   bool ran_ = false;
   bool aborting_ = false;
   void* context_ = nullptr;
+  std::function<void(const Progress&)> progress_;
+  double progress_every_ = 1.0;
 };
 
 // The current rank's view of its engine, in the spirit of SimGrid's this_actor::.

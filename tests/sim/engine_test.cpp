@@ -314,3 +314,21 @@ TEST(EngineDeathTest, GuardPageStopsAStackOverflow) {
 
 }  // namespace
 }  // namespace ranksim::sim
+
+namespace ranksim::sim {
+namespace {
+
+TEST(Engine, ProgressIsReportedForLongRunsWithoutChangingThem) {
+  std::vector<uint64_t> seen;
+  Engine engine;
+  engine.set_progress([&](const Engine::Progress& p) { seen.push_back(p.events); }, 0.0);
+  engine.run(4, [](int) {
+    for (int i = 0; i < 100000; ++i) this_rank::sleep_for(Time::ns(1));
+  });
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front() % 65536, 0u);
+  EXPECT_EQ(engine.makespan(), Time::us(100));
+}
+
+}  // namespace
+}  // namespace ranksim::sim
