@@ -122,30 +122,42 @@ Steps ring_all_gather(const Members& m, Split sp, int shift) {
   return out;
 }
 
+using Pieces = std::vector<std::pair<int64_t, int64_t>>;
+
+// Rabenseifner's folding for k members that are not a power of two: p = the largest power of two
+// <= k, r = k - p. Virtual rank v < r stands for members 2v and 2v+1 (the even one acts), the
+// others for member v + r alone. Byte ranges of a virtual rank span its members' pieces.
+struct Folding {
+  int p = 1, r = 0;
+  std::vector<int> first, last;  // members represented by each virtual rank
+  const Pieces* pieces;
+  Folding(int k, const Pieces& pc) : pieces(&pc) {
+    while (p * 2 <= k) p *= 2;
+    r = k - p;
+    for (int v = 0; v < p; ++v) {
+      first.push_back(v < r ? 2 * v : v + r);
+      last.push_back(v < r ? 2 * v + 1 : v + r);
+    }
+  }
+  int64_t begin(int v) const { return (*pieces)[static_cast<size_t>(first[static_cast<size_t>(v)])].first; }
+  int64_t end(int v) const {
+    const auto& pc = (*pieces)[static_cast<size_t>(last[static_cast<size_t>(v)])];
+    return pc.first + pc.second;
+  }
+};
+
 // Recursive halving reduce-scatter (Rabenseifner) over m with `pieces` (pieces[j] = the buffer
 // range that member j must own at the end, contiguous and in member order). Non-powers of two
 // fold the first 2r members pairwise first (odd into even); the even member then owns both
 // pieces, and hands the odd member its piece at the end.
 // unfold = false leaves the odd members' pieces on their even partners (all-reduce continues
 // with doubling_all_gather(fold = false), which starts from exactly that state).
-Steps halving_reduce_scatter(const Members& m, const std::vector<std::pair<int64_t, int64_t>>& pieces,
-                             bool unfold = true) {
+Steps halving_reduce_scatter(const Members& m, const Pieces& pieces, bool unfold = true) {
   const int k = static_cast<int>(m.size());
   Steps out;
   if (k == 1) return out;
-  int p = 1;
-  while (p * 2 <= k) p *= 2;
-  const int r = k - p;
-  // Virtual rank v -> first member and member range it represents.
-  std::vector<int> vfirst(static_cast<size_t>(p)), vlast(static_cast<size_t>(p));
-  for (int v = 0; v < p; ++v) {
-    if (v < r) {
-      vfirst[v] = 2 * v;
-      vlast[v] = 2 * v + 1;
-    } else {
-      vfirst[v] = vlast[v] = v + r;
-    }
-  }
+  const Folding f(k, pieces);
+  const int p = f.p, r = f.r;
   const int64_t total_begin = pieces.front().first;
   const int64_t total_end = pieces.back().first + pieces.back().second;
   if (r > 0) {
@@ -154,11 +166,6 @@ Steps halving_reduce_scatter(const Members& m, const std::vector<std::pair<int64
       add(st, m[2 * v + 1], m[2 * v], total_begin, total_end - total_begin, true);
     out.push_back(std::move(st));
   }
-  auto vbegin = [&](int v) { return pieces[static_cast<size_t>(vfirst[v])].first; };
-  auto vend = [&](int v) {
-    const auto& pc = pieces[static_cast<size_t>(vlast[v])];
-    return pc.first + pc.second;
-  };
   // Each virtual rank's current segment of virtual pieces [lo, hi).
   std::vector<int> lo(static_cast<size_t>(p), 0), hi(static_cast<size_t>(p), p);
   for (int mask = p / 2; mask >= 1; mask /= 2) {
@@ -171,8 +178,8 @@ Steps halving_reduce_scatter(const Members& m, const std::vector<std::pair<int64
       const bool keep_low = (v & mask) == 0;
       const int send_lo = keep_low ? mid : lo[v];
       const int send_hi = keep_low ? hi[v] : mid;
-      const int64_t b = vbegin(send_lo), e = vend(send_hi - 1);
-      add(st, m[vfirst[v]], m[vfirst[partner]], b, e - b, true);
+      const int64_t b = f.begin(send_lo), e = f.end(send_hi - 1);
+      add(st, m[f.first[v]], m[f.first[partner]], b, e - b, true);
       nlo[v] = keep_low ? lo[v] : mid;
       nhi[v] = keep_low ? mid : hi[v];
     }
@@ -194,19 +201,12 @@ Steps halving_reduce_scatter(const Members& m, const std::vector<std::pair<int64
 // Recursive doubling all-gather over m, where member j starts with pieces[j]; the mirror image
 // of halving_reduce_scatter (folded odd members hand their piece to the even one first and
 // receive everything at the end).
-Steps doubling_all_gather(const Members& m, const std::vector<std::pair<int64_t, int64_t>>& pieces,
-                          bool fold = true) {
+Steps doubling_all_gather(const Members& m, const Pieces& pieces, bool fold = true) {
   const int k = static_cast<int>(m.size());
   Steps out;
   if (k == 1) return out;
-  int p = 1;
-  while (p * 2 <= k) p *= 2;
-  const int r = k - p;
-  std::vector<int> vfirst(static_cast<size_t>(p)), vlast(static_cast<size_t>(p));
-  for (int v = 0; v < p; ++v) {
-    vfirst[v] = v < r ? 2 * v : v + r;
-    vlast[v] = v < r ? 2 * v + 1 : v + r;
-  }
+  const Folding f(k, pieces);
+  const int p = f.p, r = f.r;
   if (r > 0 && fold) {
     Step st;
     for (int v = 0; v < r; ++v) {
@@ -215,11 +215,6 @@ Steps doubling_all_gather(const Members& m, const std::vector<std::pair<int64_t,
     }
     out.push_back(std::move(st));
   }
-  auto vbegin = [&](int v) { return pieces[static_cast<size_t>(vfirst[v])].first; };
-  auto vend = [&](int v) {
-    const auto& pc = pieces[static_cast<size_t>(vlast[v])];
-    return pc.first + pc.second;
-  };
   std::vector<int> lo(static_cast<size_t>(p)), hi(static_cast<size_t>(p));
   for (int v = 0; v < p; ++v) {
     lo[v] = v;
@@ -230,8 +225,8 @@ Steps doubling_all_gather(const Members& m, const std::vector<std::pair<int64_t,
     std::vector<int> nlo = lo, nhi = hi;
     for (int v = 0; v < p; ++v) {
       const int partner = v ^ mask;
-      const int64_t b = vbegin(lo[v]), e = vend(hi[v] - 1);
-      add(st, m[vfirst[v]], m[vfirst[partner]], b, e - b, false);
+      const int64_t b = f.begin(lo[v]), e = f.end(hi[v] - 1);
+      add(st, m[f.first[v]], m[f.first[partner]], b, e - b, false);
       nlo[v] = std::min(lo[v], lo[partner]);
       nhi[v] = std::max(hi[v], hi[partner]);
     }
@@ -249,7 +244,7 @@ Steps doubling_all_gather(const Members& m, const std::vector<std::pair<int64_t,
   return out;
 }
 
-std::vector<std::pair<int64_t, int64_t>> pieces_of(Split sp) {
+Pieces pieces_of(Split sp) {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int j = 0; j < sp.k; ++j) out.emplace_back(sp.begin(j), sp.size(j));
   return out;
