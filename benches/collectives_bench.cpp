@@ -5,6 +5,8 @@
 // - reduction arithmetic at >= half of memcpy bandwidth.
 #include <benchmark/benchmark.h>
 
+#include "peak_rss.h"
+
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -19,18 +21,8 @@ namespace {
 
 using namespace ranksim;
 
-void reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-}
-
-double peak_rss_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
-}
+using ranksim::bench::peak_rss_mib;
+using ranksim::bench::reset_peak_rss;
 
 sim::Topology cluster(int nodes) {
   return sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml",

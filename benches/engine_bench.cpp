@@ -7,6 +7,8 @@
 // /proc/self/clear_refs, and reported as the counter peak_rss_MiB.
 #include <benchmark/benchmark.h>
 
+#include "peak_rss.h"
+
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -25,19 +27,8 @@ using ranksim::sim::StackOptions;
 using ranksim::sim::StackPool;
 using ranksim::sim::Time;
 
-void reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-}
-
-double peak_rss_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return -1;
-}
+using ranksim::bench::peak_rss_mib;
+using ranksim::bench::reset_peak_rss;
 
 // One resume() plus one suspend() per iteration: two stack switches.
 void BM_FiberSwitch(benchmark::State& state) {
