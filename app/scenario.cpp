@@ -24,6 +24,7 @@
 #include "sim/suggest.h"
 #include "sim/topology.h"
 #include "sim/units.h"
+#include "tp/mlp.h"
 #include "tp/rank_grid.h"
 
 namespace ranksim::app {
@@ -233,6 +234,26 @@ ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
     st.name = "wait";
     return st;
   }
+  if (kind == "tp_mlp") {
+    r.known_keys(body, {"hidden", "ffn", "tokens", "dtype", "sequence_parallel", "backward"}, "a tp_mlp step");
+    st.kind = ScenarioStep::Kind::tp_mlp;
+    st.name = "tp_mlp";
+    st.group = "tp";
+    auto need_int = [&](const char* k) {
+      const YAML::Node v = entry(body, k);
+      if (!v.IsDefined()) r.fail(body, std::string("a tp_mlp step needs ") + k);
+      return static_cast<int64_t>(r.positive_int(v, std::string("tp_mlp.") + k));
+    };
+    st.hidden = need_int("hidden");
+    st.ffn = need_int("ffn");
+    st.tokens = need_int("tokens");
+    if (auto d = entry(body, "dtype"); d.IsDefined()) st.dtype = r.one_of(d, "tp_mlp.dtype", {"f32", "bf16", "f16"});
+    if (auto v = entry(body, "sequence_parallel"); v.IsDefined())
+      st.sequence_parallel = r.one_of(v, "tp_mlp.sequence_parallel", {"true", "false"}) == "true";
+    if (auto v = entry(body, "backward"); v.IsDefined())
+      st.backward = r.one_of(v, "tp_mlp.backward", {"true", "false"}) == "true";
+    return st;
+  }
   if (kind == "compute") {
     r.known_keys(body, {"name", "flops", "bytes", "gemm", "dtype"}, "a compute step");
     st.kind = ScenarioStep::Kind::compute;
@@ -255,6 +276,7 @@ ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
   step_kinds.push_back("compute");
   step_kinds.push_back("sendrecv");
   step_kinds.push_back("wait");
+  step_kinds.push_back("tp_mlp");
   if (std::find(step_kinds.begin(), step_kinds.end(), kind) == step_kinds.end())
     r.fail(key, "unknown step '" + kind + "'" + sim::did_you_mean(kind, step_kinds) +
                     " (steps: " + join(step_kinds) + ")");
@@ -386,6 +408,13 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     for (const ScenarioStep& st : sc.steps) {
       const int axis = st.group == "tp" ? sc.tp : st.group == "cp" ? sc.cp : st.group == "pp" ? sc.pp
                        : st.group == "dp" ? sc.dp : 2;
+      if (st.kind == ScenarioStep::Kind::tp_mlp) {
+        if (st.ffn % sc.tp != 0)
+          r.fail(list, "tp_mlp: ffn " + std::to_string(st.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));
+        if (st.sequence_parallel && st.tokens % sc.tp != 0)
+          r.fail(list, "tp_mlp: with sequence_parallel, tokens " + std::to_string(st.tokens) +
+                           " must be divisible by tp=" + std::to_string(sc.tp));
+      }
       if (st.kind == ScenarioStep::Kind::sendrecv && axis < 2 && st.group != "world")
         r.fail(list, "a sendrecv step on group '" + st.group + "' needs that axis to have at least 2 ranks");
     }
@@ -503,9 +532,38 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
           groups["dp_cp"] = grid.create_group({"cp", "dp"});
           groups["tp_cp"] = grid.create_group({"tp", "cp"});
           std::vector<runtime::Work> pending;
+          // Layers are built once per rank (weights from full masters, split by TP rank).
+          std::map<const ScenarioStep*, tp::ParallelMLP> mlps;
+          for (const ScenarioStep& st : sc.steps) {
+            if (st.kind != ScenarioStep::Kind::tp_mlp) continue;
+            const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
+            auto master = [&](int64_t rows, int64_t cols, uint64_t seed) {
+              return sc.real_data ? runtime::Tensor::randn({rows, cols}, seed, 0.0, 0.02)
+                                  : runtime::Tensor::shape_only({rows, cols});
+            };
+            tp::ParallelMLPOptions mo;
+            mo.sequence_parallel = st.sequence_parallel;
+            mo.dtype = dt;
+            mlps.emplace(&st, tp::ParallelMLP(master(st.ffn, st.hidden, 1234), master(st.hidden, st.ffn, 1235),
+                                              groups.at("tp"), mo));
+          }
           for (int it = 0; it < sc.repeat; ++it) {
             for (const ScenarioStep& st : sc.steps) {
               const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
+              if (st.kind == ScenarioStep::Kind::tp_mlp) {
+                tp::ParallelMLP& mlp = mlps.at(&st);
+                const int64_t rows = st.sequence_parallel ? st.tokens / sc.tp : st.tokens;
+                runtime::Tensor x = sc.real_data ? runtime::Tensor::randn({rows, st.hidden}, 77 + static_cast<uint64_t>(rank), 0.0, 1.0, dt)
+                                                 : runtime::Tensor::shape_only({rows, st.hidden}, dt);
+                tp::MLPContext ctx;
+                runtime::Tensor y = mlp.forward(x, ctx);
+                if (st.backward) {
+                  runtime::Tensor dy = sc.real_data ? runtime::Tensor::ones(y.shape(), dt)
+                                                    : runtime::Tensor::shape_only(y.shape(), dt);
+                  mlp.backward(dy, ctx);
+                }
+                continue;
+              }
               if (st.kind == ScenarioStep::Kind::compute) {
                 runtime::charge({st.name.c_str(), st.flops, st.bytes, dt});
                 continue;

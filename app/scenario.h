@@ -24,7 +24,7 @@
 namespace ranksim::app {
 
 struct ScenarioStep {
-  enum class Kind { compute, collective, sendrecv };
+  enum class Kind { compute, collective, sendrecv, tp_mlp };
   Kind kind = Kind::compute;
   std::string name;        // compute: kernel name; collective: op name
   double flops = 0;        // compute
@@ -34,6 +34,10 @@ struct ScenarioStep {
   std::string algorithm = "auto";
   bool async = false;      // collective: overlap with the following steps until `wait`
   bool wait = false;       // a `wait` step: waits for every outstanding async collective
+  // tp_mlp: Megatron's ParallelMLP over the tp group (tp/mlp.h), forward (+ backward).
+  int64_t hidden = 0, ffn = 0, tokens = 0;
+  bool sequence_parallel = false;
+  bool backward = true;
 };
 
 struct ScenarioCheck {
