@@ -77,7 +77,10 @@ struct Spec {
   i64 cp = 2;
   DType dtype = DType::f32;
   bool gqa = false;
+  i64 dv = 8;  // 8 = d; other values: MLA
 };
+
+constexpr i64 kDv = 8;
 
 std::string name_of(const Spec& s) {
   std::string n = s.format == Format::bshd ? "bshd" : "thd";
@@ -91,6 +94,7 @@ std::string name_of(const Spec& s) {
   n += "_cp" + std::to_string(s.cp);
   n += s.dtype == DType::bf16 ? "_bf16" : "_fp32";
   if (s.gqa) n += "_gqa";
+  if (s.dv != kDv) n += "_mla_dv" + std::to_string(s.dv);
   return n;
 }
 
@@ -126,8 +130,8 @@ Problem make_problem(const Spec& s) {
     }
     p.q = rnd({p.rows, p.hq, kD}, 1, t);
     p.k = rnd({p.rows, p.hkv, kD}, 2, t);
-    p.v = rnd({p.rows, p.hkv, kD}, 3, t);
-    p.dout = rnd({p.rows, p.hq, kD}, 4, t);
+    p.v = rnd({p.rows, p.hkv, s.dv}, 3, t);
+    p.dout = rnd({p.rows, p.hq, s.dv}, 4, t);
   } else {
     const std::vector<i64> pad = thd_padded_cu_seqlens(kCu, s.cp);
     p.layout = SequenceLayout::thd(kCu, pad);
@@ -137,8 +141,8 @@ Problem make_problem(const Spec& s) {
     const i64 real = kCu.back();
     p.q = thd_pad(rnd({real, p.hq, kD}, 1, t), kCu, pad, 0.7);
     p.k = thd_pad(rnd({real, p.hkv, kD}, 2, t), kCu, pad, -0.6);
-    p.v = thd_pad(rnd({real, p.hkv, kD}, 3, t), kCu, pad, 0.9);
-    p.dout = thd_pad(rnd({real, p.hq, kD}, 4, t), kCu, pad, 0.5);
+    p.v = thd_pad(rnd({real, p.hkv, s.dv}, 3, t), kCu, pad, 0.9);
+    p.dout = thd_pad(rnd({real, p.hq, s.dv}, 4, t), kCu, pad, 0.5);
   }
   p.ref = attention_forward(p.q, p.k, p.v, p.tokens, p.tokens, p.opts);
   p.gref = attention_backward(p.dout, p.q, p.k, p.v, p.ref.out, p.ref.lse, p.tokens, p.tokens,
@@ -248,6 +252,29 @@ std::vector<Spec> matrix() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CpMatrix, ::testing::ValuesIn(matrix()),
+                         [](const ::testing::TestParamInfo<Spec>& param_info) {
+                           return name_of(param_info.param);
+                         });
+
+// MLA (value head dim 12 != key head dim 8): every buffer and exchange sizes K and V apart.
+std::vector<Spec> mla() {
+  std::vector<Spec> specs;
+  for (Format f : {Format::bshd, Format::thd})
+    for (CommType c : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p})
+      for (DType t : {DType::f32, DType::bf16}) {
+        Spec s;
+        s.format = f;
+        s.comm = c;
+        s.causal = true;
+        s.cp = 4;
+        s.dtype = t;
+        s.dv = 12;
+        specs.push_back(s);
+      }
+  return specs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Mla, CpMatrix, ::testing::ValuesIn(mla()),
                          [](const ::testing::TestParamInfo<Spec>& param_info) {
                            return name_of(param_info.param);
                          });
