@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,6 +99,8 @@ std::string name_of(const Spec& s) {
   if (s.dv != kDv) n += "_mla_dv" + std::to_string(s.dv);
   return n;
 }
+
+void PrintTo(const Spec& s, std::ostream* os) { *os << name_of(s); }
 
 constexpr i64 kBatch = 2, kSeq = 64, kD = 8;
 const std::vector<i64> kCu = {0, 7, 7, 30, 43, 48};  // lengths 7, 0, 23, 13, 5
