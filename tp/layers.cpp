@@ -31,10 +31,13 @@ void require_divisible(const char* who, const char* what, std::int64_t n, int p)
   }
 }
 
+// A column-parallel bias is split like the weight's rows, with the same partition stride (a fused
+// QKV master of stride 3 gives each rank the biases of its own q, k and v rows).
 Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out, int dim, int p,
-                    int r, runtime::DType dtype) {
+                    int r, runtime::DType dtype, int stride = 1) {
   Parameter b;
   b.partition_dim = dim;
+  b.partition_stride = dim < 0 ? 1 : stride;
   if (!master_bias.defined()) {
     b.value = Tensor::zeros({dim < 0 ? out : out / p}, dtype);
     return b;
@@ -43,7 +46,7 @@ Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out
     throw Error(std::string(who) + ": the master bias " + master_bias.str() + " must have shape [" +
                 std::to_string(out) + "]");
   }
-  b.value = dim < 0 ? shard_of(master_bias, 0, 1, 0, 1, dtype) : shard_of(master_bias, 0, p, r, 1, dtype);
+  b.value = dim < 0 ? shard_of(master_bias, 0, 1, 0, 1, dtype) : shard_of(master_bias, 0, p, r, stride, dtype);
   return b;
 }
 
@@ -86,7 +89,7 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& master_weight, runtime:
   weight_.value = shard_of(master_weight, 0, p_, r, opts_.stride, opts_.dtype);
   weight_.partition_dim = 0;
   weight_.partition_stride = opts_.stride;
-  if (opts_.bias) bias_ = make_bias(who, master_bias, out_, 0, p_, r, opts_.dtype);
+  if (opts_.bias) bias_ = make_bias(who, master_bias, out_, 0, p_, r, opts_.dtype, opts_.stride);
 }
 
 LinearOutput ColumnParallelLinear::forward(const Tensor& x, LinearContext& ctx) const {

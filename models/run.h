@@ -1,0 +1,50 @@
+// Running the reference transformer under a tp x cp layout: one training step's forward and
+// backward, and what the CP validation framework compares -- the logits of the real tokens in
+// global order, the loss, and the full gradient of every parameter.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/transformer.h"
+#include "runtime/spawn.h"
+#include "runtime/tensor.h"
+
+namespace ranksim::models {
+
+struct TransformerRunSpec {
+  TransformerConfig config;
+  AttentionSetup attention;
+  int tp = 1, cp = 1;  // the world is tp * cp ranks, Megatron's order tp-cp (tp fastest)
+  Weights weights;     // full fp32 weights (seeded_weights, or a checkpoint)
+  Batch batch;         // the global batch (checked with check_batch before the run)
+};
+
+// What a step produced, gathered to full shape. Every tensor is f32.
+struct TransformerDump {
+  runtime::Tensor logits;  // real tokens, global order: [T, vocab] (THD) or [B, S, vocab] (BSHD)
+  double loss = 0;         // mean cross-entropy over the labelled tokens
+  std::int64_t tokens = 0; // labelled tokens
+  std::vector<std::pair<std::string, runtime::Tensor>> grads;  // contract order, full shapes
+};
+
+// Inside a rank of a run of spec.tp * spec.cp ranks (every rank calls it): builds the groups
+// (tp::initialize_model_parallel(tp, 1, cp); a2a+p2p subgroups of [a2a, p2p] or the default
+// [2, cp/2]), the model, runs forward and backward on this rank's share of the batch, sums the
+// gradients over CP and gathers logits (over CP) and gradients (over TP). Every rank returns the
+// whole dump. Errors: the world size is not tp * cp; as Transformer and check_batch.
+TransformerDump transformer_step(const TransformerRunSpec& spec);
+
+// Runs transformer_step on spec.tp * spec.cp fibers and returns rank 0's dump. report, when
+// given, receives the run's timing report.
+TransformerDump run_transformer(const TransformerRunSpec& spec,
+                                const runtime::SpawnOptions& options = {},
+                                runtime::RunReport* report = nullptr);
+
+// The dump as safetensors: "logits", "loss" (a 0-d f32), "grad/<name>" for every parameter;
+// written atomically (complete or absent).
+void write_dump(const std::string& path, const TransformerDump& dump);
+
+}  // namespace ranksim::models

@@ -1,0 +1,657 @@
+#include "models/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "cp/attention.h"
+#include "cp/partition.h"
+#include "models/rope.h"
+#include "runtime/cost.h"
+#include "runtime/ops.h"
+#include "sim/error.h"
+#include "sim/suggest.h"
+
+namespace ranksim::models {
+
+using runtime::DType;
+using runtime::Shape;
+using runtime::Tensor;
+using i64 = std::int64_t;
+
+namespace {
+
+std::string str(i64 v) { return std::to_string(v); }
+
+std::string join(const std::vector<i64>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
+  return s + "]";
+}
+
+// The contract order: (name, shape, fan_in for the uniform init; 0 = LayerNorm, -1 = embedding).
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  i64 fan_in;
+};
+
+std::vector<ParamSpec> param_specs(const TransformerConfig& c) {
+  const i64 h = c.hidden, f = c.ffn, v = c.vocab;
+  return {
+      {"embedding.weight", {v, h}, -1},
+      {"layer.ln1.weight", {h}, 0},       {"layer.ln1.bias", {h}, 0},
+      {"layer.qkv.weight", {3 * h, h}, h}, {"layer.qkv.bias", {3 * h}, h},
+      {"layer.proj.weight", {h, h}, h},    {"layer.proj.bias", {h}, h},
+      {"layer.ln2.weight", {h}, 0},       {"layer.ln2.bias", {h}, 0},
+      {"layer.fc1.weight", {f, h}, h},     {"layer.fc1.bias", {f}, h},
+      {"layer.fc2.weight", {h, f}, f},     {"layer.fc2.bias", {h}, f},
+      {"final_ln.weight", {h}, 0},        {"final_ln.bias", {h}, 0},
+      {"output.weight", {v, h}, h},        {"output.bias", {v}, h},
+  };
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const Tensor& weight(const Weights& w, const std::string& name) {
+  const auto it = w.find(name);
+  if (it == w.end() || !it->second.defined()) {
+    throw Error("Transformer: the weights have no '" + name + "'");
+  }
+  return it->second;
+}
+
+tp::Parameter replicated(const Weights& w, const std::string& name, DType dtype) {
+  tp::Parameter p;
+  p.value = weight(w, name).to(dtype);
+  return p;
+}
+
+// Validated before any member is built, so errors name the model's own sizes.
+const TransformerConfig& checked(const TransformerConfig& c, const Weights& w,
+                                 const TransformerGroups& g, const AttentionSetup& a) {
+  check_config(c);
+  check_attention(a);
+  const int tp = g.tp.size();
+  if (c.heads % tp != 0) {
+    throw Error("Transformer: " + str(c.heads) + " attention heads are not divisible by tp=" +
+                str(tp) + " (each TP rank holds whole heads)");
+  }
+  if (c.ffn % tp != 0) {
+    throw Error("Transformer: ffn " + str(c.ffn) + " is not divisible by tp=" + str(tp));
+  }
+  for (const ParamSpec& s : param_specs(c)) {
+    const Tensor& t = weight(w, s.name);
+    if (t.shape() != s.shape) {
+      throw Error("Transformer: weight '" + s.name + "' is " + t.str() + ", expected shape " +
+                  runtime::shape_str(s.shape));
+    }
+  }
+  return c;
+}
+
+tp::ColumnParallelLinearOptions qkv_options(DType dtype) {
+  tp::ColumnParallelLinearOptions o;
+  o.stride = 3;  // q, k and v blocks: rank r takes the same heads of each
+  o.dtype = dtype;
+  return o;
+}
+
+tp::RowParallelLinearOptions proj_options(DType dtype) {
+  tp::RowParallelLinearOptions o;
+  o.input_is_parallel = true;
+  o.dtype = dtype;
+  return o;
+}
+
+tp::ParallelMLPOptions mlp_options(DType dtype) {
+  tp::ParallelMLPOptions o;
+  o.dtype = dtype;
+  return o;
+}
+
+cp::AttentionOptions attention_options(const AttentionSetup& a) {
+  cp::AttentionOptions o;
+  o.causal = a.mask == Mask::causal;
+  o.window_left = a.window_left;
+  o.window_right = a.window_right;
+  return o;
+}
+
+i64 label_count(const Tensor& labels) {
+  i64 n = 0;
+  for (i64 v : labels.to_vector<i64>()) n += v != kIgnoreIndex ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+void check_config(const TransformerConfig& c) {
+  auto positive = [](const char* what, i64 v) {
+    if (v < 1) throw Error(std::string("Transformer: ") + what + " must be >= 1, got " + str(v));
+  };
+  positive("vocab", c.vocab);
+  positive("hidden", c.hidden);
+  positive("heads", c.heads);
+  positive("head_dim", c.head_dim);
+  positive("ffn", c.ffn);
+  if (c.heads * c.head_dim != c.hidden) {
+    throw Error("Transformer: hidden " + str(c.hidden) + " must equal heads * head_dim = " +
+                str(c.heads) + " * " + str(c.head_dim) + " = " + str(c.heads * c.head_dim));
+  }
+  if (c.head_dim % 2 != 0) {
+    throw Error("Transformer: head_dim " + str(c.head_dim) + " must be even (rotate-half RoPE)");
+  }
+  if (!runtime::is_floating(c.dtype) || c.dtype == DType::f64) {
+    throw Error(std::string("Transformer: dtype must be f32, bf16 or f16, got ") +
+                runtime::dtype_name(c.dtype));
+  }
+  if (!(c.layer_norm_eps > 0)) throw Error("Transformer: layer_norm_eps must be > 0");
+  if (!(c.rope_base > 1)) throw Error("Transformer: rope_base must be > 1");
+}
+
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const TransformerConfig& c) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const ParamSpec& s : param_specs(c)) out.emplace_back(s.name, s.shape);
+  return out;
+}
+
+Weights seeded_weights(const TransformerConfig& c, std::uint64_t seed) {
+  check_config(c);
+  Weights w;
+  std::uint64_t index = 0;
+  for (const ParamSpec& s : param_specs(c)) {
+    // One stream per parameter, from its place in the contract order.
+    const std::uint64_t pseed = runtime::random_bits(seed, ++index);
+    if (s.fan_in < 0) {
+      w[s.name] = Tensor::randn(s.shape, pseed, 0.0, 1.0);
+    } else if (s.fan_in == 0) {
+      const bool is_weight = ends_with(s.name, ".weight");
+      w[s.name] = Tensor::uniform(s.shape, pseed, is_weight ? 0.9 : -0.1, is_weight ? 1.1 : 0.1);
+    } else {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(s.fan_in));
+      w[s.name] = Tensor::uniform(s.shape, pseed, -bound, bound);
+    }
+  }
+  return w;
+}
+
+Weights shape_only_weights(const TransformerConfig& c) {
+  check_config(c);
+  Weights w;
+  for (const ParamSpec& s : param_specs(c)) w[s.name] = Tensor::shape_only(s.shape, DType::f32);
+  return w;
+}
+
+Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerConfig& c) {
+  check_config(c);
+  const std::vector<ParamSpec> specs = param_specs(c);
+  std::vector<std::string> names;
+  for (const ParamSpec& s : specs) names.push_back(s.name);
+  for (const auto& [name, t] : file.tensors) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw Error(file.path + ": tensor '" + name + "' is not a parameter of the reference transformer" +
+                  sim::did_you_mean(name, names) + " (docs/models.md lists the names)");
+    }
+  }
+  Weights w;
+  for (const ParamSpec& s : specs) {
+    if (!file.contains(s.name)) {
+      throw Error(file.path + ": missing tensor '" + s.name + "' (expected shape " +
+                  runtime::shape_str(s.shape) + ")");
+    }
+    const Tensor& t = file.at(s.name);
+    if (!runtime::is_floating(t.dtype())) {
+      throw Error(file.path + ": tensor '" + s.name + "' is " + t.str() + "; weights must be floating");
+    }
+    if (t.shape() != s.shape) {
+      throw Error(file.path + ": tensor '" + s.name + "' is " + t.str() + ", expected shape " +
+                  runtime::shape_str(s.shape) + " for vocab " + str(c.vocab) + ", hidden " +
+                  str(c.hidden) + ", ffn " + str(c.ffn));
+    }
+    w[s.name] = t.to(DType::f32);
+  }
+  return w;
+}
+
+const char* mask_name(Mask m) {
+  switch (m) {
+    case Mask::causal: return "causal";
+    case Mask::padding: return "padding";
+    case Mask::no_mask: return "no_mask";
+  }
+  return "?";
+}
+
+Mask parse_mask(const std::string& name) {
+  if (name == "causal") return Mask::causal;
+  if (name == "padding") return Mask::padding;
+  if (name == "no_mask") return Mask::no_mask;
+  throw Error("unknown mask '" + name + "' (masks: causal, padding, no_mask)");
+}
+
+void check_attention(const AttentionSetup& a) {
+  if (a.format == cp::Format::bshd && a.mask == Mask::padding) {
+    throw Error("mask 'padding' needs format thd: BSHD rows carry no padding here (use causal or "
+                "no_mask; TransformerEngine does not support BSHD + padding with CP either)");
+  }
+  if (a.format == cp::Format::thd && a.mask == Mask::no_mask) {
+    throw Error("format thd takes mask 'padding' (attention inside each sequence) or 'causal', "
+                "not 'no_mask', which would let packed sequences see each other");
+  }
+  if (a.window_left < -1 || a.window_right < -1) {
+    throw Error("window [" + str(a.window_left) + ", " + str(a.window_right) +
+                "]: each side must be >= 0, or -1 for unbounded");
+  }
+  if (a.mask == Mask::causal && a.window_right > 0) {
+    throw Error("window [" + str(a.window_left) + ", " + str(a.window_right) +
+                "]: a causal mask takes a right window of 0 (or -1)");
+  }
+  if (a.a2a_size < 0 || a.p2p_size < 0) throw Error("hierarchical CP sizes must be >= 1");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
+  if (vocab < 3) throw Error("dummy_batch: vocab must be >= 3 (ids 0 and 1 are reserved), got " + str(vocab));
+  Batch b;
+  b.format = format;
+  std::vector<i64> lengths;
+  if (format == cp::Format::thd) {
+    lengths = {7, 11, 5};
+  } else {
+    lengths = {32, 32};
+  }
+  std::vector<i64> ids, labels;
+  std::uint64_t counter = 0;
+  b.cu_seqlens = {0};
+  for (i64 len : lengths) {
+    const std::size_t first = ids.size();
+    for (i64 t = 0; t < len; ++t) {
+      ids.push_back(2 + static_cast<i64>(runtime::random_bits(seed, counter++) %
+                                         static_cast<std::uint64_t>(vocab - 2)));
+    }
+    for (i64 t = 0; t < len; ++t) {
+      labels.push_back(t + 1 < len ? ids[first + static_cast<std::size_t>(t) + 1] : kIgnoreIndex);
+    }
+    b.cu_seqlens.push_back(b.cu_seqlens.back() + len);
+  }
+  const Shape shape = format == cp::Format::thd ? Shape{static_cast<i64>(ids.size())}
+                                                : Shape{static_cast<i64>(lengths.size()), lengths[0]};
+  b.input_ids = Tensor::from_vector(ids, shape);
+  b.labels = Tensor::from_vector(labels, shape);
+  if (format == cp::Format::bshd) b.cu_seqlens.clear();
+  return b;
+}
+
+void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::string& source) {
+  const std::string who = source + ": ";
+  const bool thd = b.format == cp::Format::thd;
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"input_ids", &b.input_ids},
+                                {"labels", &b.labels}}) {
+    if (!t->defined()) throw Error(who + "no '" + name + "' tensor");
+    if (t->dtype() != DType::i64 && t->dtype() != DType::i32) {
+      throw Error(who + "'" + name + "' is " + t->str() + "; it must be int64 (or int32)");
+    }
+    if (t->dim() != (thd ? 1 : 2)) {
+      throw Error(who + "'" + name + "' is " + t->str() + "; format " + (thd ? "thd" : "bshd") +
+                  " needs " + (thd ? "[T]" : "[B, S]"));
+    }
+    if (!t->has_data()) throw Error(who + "'" + name + "' has no data");
+  }
+  if (b.input_ids.shape() != b.labels.shape()) {
+    throw Error(who + "input_ids " + b.input_ids.str() + " and labels " + b.labels.str() +
+                " must have the same shape");
+  }
+  if (b.input_ids.numel() == 0) throw Error(who + "the batch has no tokens");
+  for (i64 id : b.input_ids.to(DType::i64).to_vector<i64>()) {
+    if (id < 0 || id >= c.vocab) {
+      throw Error(who + "input id " + str(id) + " is outside the vocabulary [0, " + str(c.vocab) + ")");
+    }
+  }
+  for (i64 l : b.labels.to(DType::i64).to_vector<i64>()) {
+    if (l != kIgnoreIndex && (l < 0 || l >= c.vocab)) {
+      throw Error(who + "label " + str(l) + " is outside [0, " + str(c.vocab) + ") and is not -100");
+    }
+  }
+  if (thd) {
+    const auto& cu = b.cu_seqlens;
+    if (cu.size() < 2) throw Error(who + "format thd needs cu_seqlens (at least [0, T])");
+    if (cu.front() != 0) throw Error(who + "cu_seqlens " + join(cu) + " must start at 0");
+    for (std::size_t i = 1; i < cu.size(); ++i) {
+      if (cu[i] < cu[i - 1]) {
+        throw Error(who + "cu_seqlens " + join(cu) + " decreases at index " + str(static_cast<i64>(i)) +
+                    " (cumulative lengths never decrease)");
+      }
+    }
+    if (cu.back() != b.input_ids.size(0)) {
+      throw Error(who + "cu_seqlens " + join(cu) + " ends at " + str(cu.back()) + " but input_ids has " +
+                  str(b.input_ids.size(0)) + " tokens");
+    }
+  } else {
+    if (!b.cu_seqlens.empty()) throw Error(who + "cu_seqlens is for format thd; a bshd batch has none");
+    if (cp > 1 && b.input_ids.size(1) % (2 * cp) != 0) {
+      throw Error(who + "sequence length " + str(b.input_ids.size(1)) + " is not a multiple of 2*cp = " +
+                  str(2 * cp) + " (DualChunkSwap splits each row into 2*cp chunks)");
+    }
+  }
+}
+
+LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
+  if (cp < 1 || rank < 0 || rank >= cp) {
+    throw Error("shard_batch: rank " + str(rank) + " outside a CP group of " + str(cp));
+  }
+  LocalBatch lb;
+  lb.cp = cp;
+  lb.rank = rank;
+  const Tensor ids = b.input_ids.to(DType::i64);
+  const Tensor labels = b.labels.to(DType::i64);
+  if (b.format == cp::Format::bshd) {
+    const i64 B = ids.size(0), S = ids.size(1);
+    lb.layout = cp::SequenceLayout::bshd(B, S);
+    lb.padded_rows = B * S;
+    for (i64 r = 0; r < B * S; ++r) lb.real_rows.push_back(r);
+    const Tensor flat_ids = ids.reshape({B * S}), flat_labels = labels.reshape({B * S});
+    if (cp == 1) {
+      lb.global_rows = lb.real_rows;
+      for (i64 r = 0; r < B * S; ++r) {
+        lb.tokens.position.push_back(r % S);
+        lb.tokens.segment.push_back(r / S);
+      }
+      lb.ids = flat_ids.clone();
+      lb.labels = flat_labels.clone();
+      return lb;
+    }
+    const cp::CpLayout layout(lb.layout, cp);
+    lb.global_rows = layout.rows_of(rank);
+    lb.tokens = layout.tokens_of(rank);
+    lb.ids = cp::index_select(flat_ids, 0, lb.global_rows);
+    lb.labels = cp::index_select(flat_labels, 0, lb.global_rows);
+    return lb;
+  }
+  const std::vector<i64>& cu = b.cu_seqlens;
+  if (cp == 1) {
+    lb.layout = cp::SequenceLayout::thd(cu, cu);
+    lb.padded_rows = cu.back();
+    for (i64 r = 0; r < cu.back(); ++r) lb.real_rows.push_back(r);
+    lb.global_rows = lb.real_rows;
+    lb.tokens.position = cp::thd_position_ids(cu);
+    lb.tokens.segment = cp::thd_segment_ids(cu, cu);
+    lb.ids = ids.clone();
+    lb.labels = labels.clone();
+    return lb;
+  }
+  const cp::ThdPadded padded = cp::pad_thd_for_cp(ids, labels, cu, cp, kPadId, kIgnoreIndex);
+  lb.layout = cp::SequenceLayout::thd(cu, padded.cu_seqlens_padded);
+  lb.padded_rows = padded.cu_seqlens_padded.back();
+  for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+    for (i64 t = 0; t < cu[s + 1] - cu[s]; ++t) lb.real_rows.push_back(padded.cu_seqlens_padded[s] + t);
+  }
+  const cp::CpLayout layout(lb.layout, cp);
+  lb.global_rows = layout.rows_of(rank);
+  lb.tokens = layout.tokens_of(rank);
+  lb.ids = cp::index_select(padded.input_ids.to(DType::i64), 0, lb.global_rows);
+  lb.labels = cp::index_select(padded.labels.to(DType::i64), 0, lb.global_rows);
+  return lb;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct TransformerContext {
+  Tensor x0, x1, x2;                       // residual stream: after embedding, attention, MLP
+  runtime::LayerNormResult ln1, ln2, lnf;
+  tp::LinearContext qkv, proj;
+  tp::MLPContext mlp;
+  Tensor q, k, v;                          // cp = 1: rotated q, k and v, [N, heads/tp, d]
+  cp::AttentionResult attention;           // cp = 1
+  cp::CpContext cp_ctx;                    // cp > 1
+};
+
+Transformer::Transformer(const TransformerConfig& config, const Weights& w, TransformerGroups groups,
+                         const AttentionSetup& attention)
+    : config_(checked(config, w, groups, attention)),
+      groups_(std::move(groups)),
+      attention_(attention),
+      embedding_(replicated(w, "embedding.weight", config.dtype)),
+      ln1_w_(replicated(w, "layer.ln1.weight", config.dtype)),
+      ln1_b_(replicated(w, "layer.ln1.bias", config.dtype)),
+      ln2_w_(replicated(w, "layer.ln2.weight", config.dtype)),
+      ln2_b_(replicated(w, "layer.ln2.bias", config.dtype)),
+      lnf_w_(replicated(w, "final_ln.weight", config.dtype)),
+      lnf_b_(replicated(w, "final_ln.bias", config.dtype)),
+      out_w_(replicated(w, "output.weight", config.dtype)),
+      out_b_(replicated(w, "output.bias", config.dtype)),
+      qkv_(weight(w, "layer.qkv.weight"), groups_.tp, qkv_options(config.dtype),
+           weight(w, "layer.qkv.bias")),
+      proj_(weight(w, "layer.proj.weight"), groups_.tp, proj_options(config.dtype),
+            weight(w, "layer.proj.bias")),
+      mlp_(weight(w, "layer.fc1.weight"), weight(w, "layer.fc2.weight"), groups_.tp,
+           mlp_options(config.dtype), weight(w, "layer.fc1.bias"), weight(w, "layer.fc2.bias")) {}
+
+Transformer::~Transformer() = default;
+Transformer::Transformer(Transformer&&) noexcept = default;
+Transformer& Transformer::operator=(Transformer&&) noexcept = default;
+
+std::vector<std::pair<std::string, tp::Parameter*>> Transformer::named_parameters() {
+  return {
+      {"embedding.weight", &embedding_},
+      {"layer.ln1.weight", &ln1_w_},        {"layer.ln1.bias", &ln1_b_},
+      {"layer.qkv.weight", &qkv_.weight()},  {"layer.qkv.bias", &qkv_.bias()},
+      {"layer.proj.weight", &proj_.weight()}, {"layer.proj.bias", &proj_.bias()},
+      {"layer.ln2.weight", &ln2_w_},        {"layer.ln2.bias", &ln2_b_},
+      {"layer.fc1.weight", &mlp_.fc1().weight()}, {"layer.fc1.bias", &mlp_.fc1().bias()},
+      {"layer.fc2.weight", &mlp_.fc2().weight()}, {"layer.fc2.bias", &mlp_.fc2().bias()},
+      {"final_ln.weight", &lnf_w_},         {"final_ln.bias", &lnf_b_},
+      {"output.weight", &out_w_},           {"output.bias", &out_b_},
+  };
+}
+
+void Transformer::zero_grad() {
+  for (auto& [name, p] : named_parameters()) p->zero_grad();
+}
+
+void Transformer::reduce_gradients(const runtime::ProcessGroup& g) {
+  if (g.size() <= 1) return;
+  runtime::AllreduceOptions o;
+  o.group = g;
+  for (auto& [name, p] : named_parameters()) {
+    if (p->grad.defined()) runtime::all_reduce(p->grad, o).wait();
+  }
+}
+
+Tensor Transformer::forward(const LocalBatch& b, TransformerContext& ctx) const {
+  const TransformerConfig& c = config_;
+  const i64 n = b.ids.size(0);
+  const i64 heads = c.heads / groups_.tp.size(), hl = heads * c.head_dim;
+  const i64 cp = groups_.cp.cp.size();
+  if (cp != b.cp) {
+    throw Error("Transformer: the batch was sharded for cp=" + str(b.cp) + " but the CP group has " +
+                str(cp) + " ranks");
+  }
+  ctx.x0 = runtime::embedding(b.ids, embedding_.value);
+  ctx.ln1 = runtime::layer_norm(ctx.x0, ln1_w_.value, ln1_b_.value, c.layer_norm_eps);
+  const Tensor qkv = qkv_.forward(ctx.ln1.y, ctx.qkv).output;  // [n, 3 hl]: q | k | v of local heads
+  const std::vector<Tensor> parts = runtime::split(qkv, {hl, hl, hl}, 1);
+  const Shape head_shape{n, heads, c.head_dim};
+  const Tensor q = rope(parts[0].reshape(head_shape), b.tokens.position, c.rope_base);
+  const Tensor k = rope(parts[1].reshape(head_shape), b.tokens.position, c.rope_base);
+  const Tensor v = parts[2].reshape(head_shape);
+  const cp::AttentionOptions opts = attention_options(attention_);
+  Tensor attn;
+  if (cp == 1) {
+    ctx.q = q;
+    ctx.k = k;
+    ctx.v = v;
+    ctx.attention = cp::attention_forward(q, k, v, b.tokens, b.tokens, opts);
+    attn = ctx.attention.out;
+  } else {
+    Shape local = head_shape;
+    if (b.layout.format == cp::Format::bshd) {
+      local = {b.layout.batch, b.layout.seq_len / cp, heads, c.head_dim};
+    }
+    cp::CpOptions co;
+    co.comm_type = attention_.comm;
+    co.attention = opts;
+    cp::CpForwardResult r = cp::attention_with_cp_forward(q.reshape(local), k.reshape(local),
+                                                          v.reshape(local), b.layout, groups_.cp, co);
+    ctx.cp_ctx = std::move(r.ctx);
+    attn = r.out;
+  }
+  const Tensor proj = proj_.forward(attn.reshape({n, hl}), ctx.proj).output;
+  ctx.x1 = runtime::add(ctx.x0, proj);
+  ctx.ln2 = runtime::layer_norm(ctx.x1, ln2_w_.value, ln2_b_.value, c.layer_norm_eps);
+  const Tensor mlp = mlp_.forward(ctx.ln2.y, ctx.mlp);
+  ctx.x2 = runtime::add(ctx.x1, mlp);
+  ctx.lnf = runtime::layer_norm(ctx.x2, lnf_w_.value, lnf_b_.value, c.layer_norm_eps);
+  return runtime::add(runtime::matmul(ctx.lnf.y, out_w_.value, false, true), out_b_.value);
+}
+
+void Transformer::backward(const Tensor& dlogits, const LocalBatch& b, TransformerContext& ctx) {
+  const TransformerConfig& c = config_;
+  const i64 n = b.ids.size(0);
+  const i64 heads = c.heads / groups_.tp.size(), hl = heads * c.head_dim;
+  const i64 cp = groups_.cp.cp.size();
+  // logits = lnf.y W^T + b
+  out_b_.accumulate(runtime::add_backward(dlogits, out_b_.value.shape()).db);
+  const runtime::MatmulGrads og = runtime::matmul_backward(dlogits, ctx.lnf.y, out_w_.value, false, true);
+  out_w_.accumulate(og.db);
+  const runtime::LayerNormGrads fg =
+      runtime::layer_norm_backward(og.da, ctx.x2, lnf_w_.value, ctx.lnf.mean, ctx.lnf.rstd);
+  lnf_w_.accumulate(fg.dweight);
+  lnf_b_.accumulate(fg.dbias);
+  // x2 = x1 + mlp(ln2(x1))
+  const Tensor dln2 = mlp_.backward(fg.dx, ctx.mlp);
+  const runtime::LayerNormGrads g2 =
+      runtime::layer_norm_backward(dln2, ctx.x1, ln2_w_.value, ctx.ln2.mean, ctx.ln2.rstd);
+  ln2_w_.accumulate(g2.dweight);
+  ln2_b_.accumulate(g2.dbias);
+  const Tensor dx1 = runtime::add(fg.dx, g2.dx);
+  // x1 = x0 + proj(attention(...))
+  const Tensor dattn = proj_.backward(dx1, ctx.proj);  // [n, hl]
+  const Shape head_shape{n, heads, c.head_dim};
+  Tensor dq, dk, dv;
+  if (cp == 1) {
+    const cp::AttentionGrads g =
+        cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out,
+                               ctx.attention.lse, b.tokens, b.tokens, attention_options(attention_));
+    dq = g.dq;
+    dk = g.dk;
+    dv = g.dv;
+  } else {
+    const cp::CpGrads g =
+        cp::attention_with_cp_backward(dattn.reshape(ctx.cp_ctx.q_shape), ctx.cp_ctx);
+    dq = g.dq.reshape(head_shape);
+    dk = g.dk.reshape(head_shape);
+    dv = g.dv.reshape(head_shape);
+  }
+  dq = rope_backward(dq, b.tokens.position, c.rope_base);
+  dk = rope_backward(dk, b.tokens.position, c.rope_base);
+  const Tensor dqkv = runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1);
+  const Tensor dln1 = qkv_.backward(dqkv, ctx.qkv);
+  const runtime::LayerNormGrads g1 =
+      runtime::layer_norm_backward(dln1, ctx.x0, ln1_w_.value, ctx.ln1.mean, ctx.ln1.rstd);
+  ln1_w_.accumulate(g1.dweight);
+  ln1_b_.accumulate(g1.dbias);
+  const Tensor dx0 = runtime::add(dx1, g1.dx);
+  embedding_.accumulate(runtime::embedding_backward(dx0, b.ids, c.vocab));
+}
+
+StepResult Transformer::forward_backward(const LocalBatch& b) {
+  TransformerContext ctx;
+  const Tensor logits = forward(b, ctx);
+  const i64 n = logits.size(0), vocab = config_.vocab;
+  const std::vector<i64> labels = b.labels.to_vector<i64>();
+  // Cross-entropy in f32 (as under autocast), summed in double. The local sum and token count
+  // are summed over the CP group first: the loss is the mean over every labelled token, and each
+  // row's gradient is divided by that global count.
+  const Tensor lf = logits.to(DType::f32);
+  const bool data = lf.has_data();
+  runtime::charge({"cross_entropy", 4.0 * static_cast<double>(lf.numel()),
+                   static_cast<double>(lf.nbytes()), DType::f32});
+  std::vector<double> lse(static_cast<std::size_t>(n), 0.0);
+  double local_sum = 0;
+  if (data) {
+    const float* x = lf.data<float>();
+    for (i64 r = 0; r < n; ++r) {
+      if (labels[static_cast<std::size_t>(r)] == kIgnoreIndex) continue;
+      const float* row = x + r * vocab;
+      double m = -std::numeric_limits<double>::infinity();
+      for (i64 j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(row[j]));
+      double s = 0;
+      for (i64 j = 0; j < vocab; ++j) s += std::exp(static_cast<double>(row[j]) - m);
+      lse[static_cast<std::size_t>(r)] = m + std::log(s);
+      local_sum += lse[static_cast<std::size_t>(r)] -
+                   static_cast<double>(row[labels[static_cast<std::size_t>(r)]]);
+    }
+  }
+  Tensor totals = Tensor::from_vector(std::vector<double>{local_sum, static_cast<double>(label_count(b.labels))},
+                                      {2}, DType::f64);
+  if (groups_.cp.cp.size() > 1) {
+    runtime::AllreduceOptions o;
+    o.group = groups_.cp.cp;
+    runtime::all_reduce(totals, o).wait();
+  }
+  const std::vector<double> t = totals.to_vector<double>();
+  StepResult result;
+  result.tokens = static_cast<i64>(t[1]);
+  result.loss = data && t[1] > 0 ? t[0] / t[1] : std::numeric_limits<double>::quiet_NaN();
+  result.logits = lf;
+  runtime::charge({"cross_entropy_backward", 3.0 * static_cast<double>(lf.numel()),
+                   2.0 * static_cast<double>(lf.nbytes()), DType::f32});
+  Tensor dlogits;
+  if (data) {
+    dlogits = Tensor::zeros(lf.shape(), DType::f32);
+    float* d = dlogits.data<float>();
+    const float* x = lf.data<float>();
+    const double inv = t[1] > 0 ? 1.0 / t[1] : 0.0;
+    for (i64 r = 0; r < n; ++r) {
+      const i64 label = labels[static_cast<std::size_t>(r)];
+      if (label == kIgnoreIndex) continue;
+      for (i64 j = 0; j < vocab; ++j) {
+        const double p = std::exp(static_cast<double>(x[r * vocab + j]) - lse[static_cast<std::size_t>(r)]);
+        d[r * vocab + j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * inv);
+      }
+    }
+    dlogits = dlogits.to(config_.dtype);
+  } else {
+    dlogits = Tensor::shape_only(logits.shape(), config_.dtype);
+  }
+  backward(dlogits, b, ctx);
+  return result;
+}
+
+Tensor gather_logits(const Tensor& local, const LocalBatch& b, const runtime::ProcessGroup& cp) {
+  const i64 n = local.size(0), vocab = local.size(1);
+  Tensor all = local.to(DType::f32).contiguous();
+  std::vector<i64> rows = b.global_rows;
+  if (b.cp > 1) {
+    Tensor out = Tensor::zeros({b.cp * n, vocab}, DType::f32);
+    runtime::AllgatherOptions o;
+    o.group = cp;
+    runtime::all_gather_into_tensor(out, all, o).wait();
+    all = out;
+    const cp::CpLayout layout(b.layout, b.cp);
+    rows.clear();
+    for (i64 r = 0; r < b.cp; ++r) {
+      const std::vector<i64>& rr = layout.rows_of(r);
+      rows.insert(rows.end(), rr.begin(), rr.end());
+    }
+  }
+  // position in `all` of each padded global row
+  std::vector<i64> where(static_cast<std::size_t>(b.padded_rows), -1);
+  for (std::size_t i = 0; i < rows.size(); ++i) where[static_cast<std::size_t>(rows[i])] = static_cast<i64>(i);
+  std::vector<i64> pick;
+  pick.reserve(b.real_rows.size());
+  for (i64 r : b.real_rows) pick.push_back(where[static_cast<std::size_t>(r)]);
+  Tensor real = cp::index_select(all, 0, pick);
+  if (b.layout.format == cp::Format::bshd) real = real.reshape({b.layout.batch, b.layout.seq_len, vocab});
+  return real;
+}
+
+}  // namespace ranksim::models

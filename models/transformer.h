@@ -1,0 +1,192 @@
+// The reference transformer: the model of ranksim's CP=1 vs CP=N validation framework (spec
+// section D, bionemo's SimpleThDModel / SimpleBSHDModel), with tensor and context parallelism
+// combinable on a tp x cp grid, and an explicit backward.
+//
+// Contract (outside tools rely on it; docs/models.md):
+//   x = embedding(ids)
+//   x += proj(attention(rope(q), rope(k), v))      q, k, v = qkv(LayerNorm(x; ln1))
+//   x += fc2(gelu_tanh(fc1(LayerNorm(x; ln2))))
+//   logits = output(LayerNorm(x; final_ln))
+//   loss = mean cross-entropy over the labels != -100 of the whole batch (every CP rank's tokens)
+// LayerNorm eps 1e-5; softmax scale 1/sqrt(head_dim); RoPE rotate-half, base 10000, positions
+// from 0 within each sequence (models/rope.h). Parameters, PyTorch Linear layout [out, in]:
+//   embedding.weight [vocab, hidden]; layer.ln1.{weight,bias} [hidden];
+//   layer.qkv.weight [3*hidden, hidden], layer.qkv.bias [3*hidden] -- output rows q, then k, then
+//     v, each viewed as [heads, head_dim] with heads contiguous;
+//   layer.proj.{weight [hidden, hidden], bias}; layer.ln2.{weight,bias};
+//   layer.fc1.{weight [ffn, hidden], bias [ffn]}; layer.fc2.{weight [hidden, ffn], bias [hidden]};
+//   final_ln.{weight,bias}; output.{weight [vocab, hidden], bias [vocab]}.
+//
+// Parallelism. The transformer layer is tensor-parallel as Megatron's: qkv is column-parallel with
+// partition stride 3 (rank r holds the q, k and v rows of heads [r*heads/tp, (r+1)*heads/tp)), proj
+// row-parallel, fc1 column-, fc2 row-parallel; embedding, LayerNorms and the output layer are
+// replicated on every TP rank (as the bionemo model's plain torch modules are), which keeps any
+// vocabulary size legal. The sequence is split over CP in the DualChunkSwap layout
+// (cp/partition.h); attention runs through cp/context_parallel.h with the chosen comm type (at
+// cp = 1 the block kernel of cp/attention.h runs on the whole sequence). Every parameter is
+// replicated across CP, so its gradient is summed over the CP group (Megatron's DP x CP rule;
+// reduce_gradients). The loss and its gradient are token-weighted over the whole CP group: any
+// layout gives the gradient of the same batch.
+//
+// Batches. BSHD: input_ids and labels i64 [B, S], every row one sequence; S % (2 cp) == 0 for
+// cp > 1. THD: input_ids and labels i64 [T] (packed real tokens), cu_seqlens the cumulative real
+// lengths; for cp > 1 each sequence is padded to a multiple of 2 cp with id kPadId and label -100
+// (cp/partition.h pad_thd_for_cp). Labels are already shifted (spec E6). Masks: BSHD causal or
+// no_mask; THD padding (attention inside each sequence) or causal (causal inside each sequence);
+// optional sliding window [left, right] (-1 unbounded; a causal mask takes right = 0 or -1).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cp/context_parallel.h"
+#include "runtime/distributed.h"
+#include "runtime/dtype.h"
+#include "runtime/safetensors.h"
+#include "runtime/tensor.h"
+#include "tp/layers.h"
+#include "tp/mlp.h"
+
+namespace ranksim::models {
+
+struct TransformerConfig {
+  std::int64_t vocab = 33;      // Default: 33 (the bionemo model's)
+  std::int64_t hidden = 320;    // Default: 320. REQUIRES: heads * head_dim
+  std::int64_t heads = 20;      // Default: 20
+  std::int64_t head_dim = 16;   // Default: 16. REQUIRES: even (RoPE)
+  std::int64_t ffn = 1280;      // Default: 1280
+  runtime::DType dtype = runtime::DType::f32;  // parameters and activations. Default: f32
+  double layer_norm_eps = 1e-5;
+  double rope_base = 10000.0;
+};
+
+// Errors (ranksim::Error) for sizes that cannot work, naming them.
+void check_config(const TransformerConfig& config);
+
+// The parameter names and full shapes, in the contract's order.
+std::vector<std::pair<std::string, runtime::Shape>> parameter_shapes(const TransformerConfig& config);
+
+// Full (unsharded) fp32 weights by parameter name.
+using Weights = std::map<std::string, runtime::Tensor>;
+
+// The seeded initialisation: embedding normal(0, 1); Linear weights and biases uniform(-1/sqrt(in),
+// 1/sqrt(in)) (torch's default); LayerNorm weights 1 + uniform(-0.1, 0.1), biases uniform(-0.1,
+// 0.1) (perturbed from torch's ones/zeros so the tests see them). Depends only on (config, seed).
+Weights seeded_weights(const TransformerConfig& config, std::uint64_t seed);
+// The same shapes, shape-only (timing runs at sizes too large for real data).
+Weights shape_only_weights(const TransformerConfig& config);
+// The contract's parameters from a safetensors file, converted to f32. Errors naming the file
+// for a missing tensor, a wrong shape, a non-floating dtype, or a name the model does not have
+// (with the closest name suggested).
+Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerConfig& config);
+
+enum class Mask { causal, padding, no_mask };
+const char* mask_name(Mask mask);
+Mask parse_mask(const std::string& name);  // Error listing the names otherwise
+
+struct AttentionSetup {
+  cp::Format format = cp::Format::bshd;  // Default: bshd
+  Mask mask = Mask::causal;              // Default: causal
+  std::int64_t window_left = -1;         // Default: -1 (unbounded)
+  std::int64_t window_right = -1;        // Default: -1
+  cp::CommType comm = cp::CommType::p2p; // Default: p2p
+  int a2a_size = 0, p2p_size = 0;        // a2a+p2p: [a2a, p2p]; 0 = the default [2, cp/2]
+};
+// Errors for a mask or window the format cannot take (BSHD padding, THD no_mask, causal with a
+// right window > 0, windows below -1).
+void check_attention(const AttentionSetup& setup);
+
+constexpr std::int64_t kPadId = 1;  // THD padding id (the bionemo framework's)
+constexpr std::int64_t kIgnoreIndex = -100;
+
+// A global batch, the same on every rank.
+struct Batch {
+  cp::Format format = cp::Format::bshd;
+  runtime::Tensor input_ids;  // i64: [B, S] (BSHD) or [T] (THD)
+  runtime::Tensor labels;     // i64, input_ids' shape; -100 = ignored
+  std::vector<std::int64_t> cu_seqlens;  // THD: cumulative real lengths from 0, ending at T
+};
+
+// The framework's built-in batches: THD three sequences of lengths 7, 11 and 5 (the bionemo
+// example); BSHD 2 rows of 32 tokens. Ids uniform in [2, vocab) from seed; labels the next id of
+// the same sequence, -100 for each sequence's last token.
+Batch dummy_batch(cp::Format format, std::int64_t vocab, std::uint64_t seed);
+
+// Errors naming `source` (a file) for: ids/labels not integers of the right rank, shapes that
+// differ, ids outside [0, vocab), labels outside [0, vocab) other than -100, cu_seqlens missing
+// (THD) or not starting at 0, decreasing, or not ending at T; a BSHD S not a multiple of 2 cp
+// (cp > 1).
+void check_batch(const Batch& batch, const TransformerConfig& config, std::int64_t cp,
+                 const std::string& source);
+
+// One CP rank's share of a batch.
+struct LocalBatch {
+  runtime::Tensor ids, labels;       // i64 [N]: the local tokens, N = padded rows / cp
+  cp::TokenInfo tokens;              // global position and segment of each local token
+  std::vector<std::int64_t> global_rows;  // the padded global row of each local token
+  cp::SequenceLayout layout;         // for cp/context_parallel.h
+  std::int64_t padded_rows = 0;      // global rows including THD padding
+  std::vector<std::int64_t> real_rows;  // padded global rows of the real tokens, in global order
+  std::int64_t cp = 1, rank = 0;
+};
+// REQUIRES: check_batch passed; 0 <= rank < cp.
+LocalBatch shard_batch(const Batch& batch, std::int64_t cp, std::int64_t rank);
+
+struct TransformerGroups {
+  runtime::ProcessGroup tp;  // tensor-parallel group (size divides heads and ffn)
+  cp::CpGroups cp;           // context-parallel group (+ a2a / p2p subgroups for a2a+p2p)
+};
+
+struct TransformerContext;  // what backward needs (defined in transformer.cpp)
+
+struct StepResult {
+  double loss = 0;          // the global mean cross-entropy (NaN in shape-only runs)
+  std::int64_t tokens = 0;  // labelled tokens over the CP group
+  runtime::Tensor logits;   // this rank's logits, f32 [N, vocab] (local rows)
+};
+
+class Transformer {
+ public:
+  // Every member of groups.tp and groups.cp constructs it with the same config and weights.
+  // Errors: heads or ffn not divisible by tp; weights of the wrong shapes.
+  Transformer(const TransformerConfig& config, const Weights& weights, TransformerGroups groups,
+              const AttentionSetup& attention);
+  ~Transformer();
+  Transformer(Transformer&&) noexcept;
+  Transformer& operator=(Transformer&&) noexcept;
+
+  // Forward, loss and backward of one (local share of a) batch: returns the loss and the local
+  // logits, and accumulates every parameter's gradient (not yet summed over CP). Collective over
+  // tp and cp.
+  StepResult forward_backward(const LocalBatch& batch);
+  // Sums every gradient over g (the CP group, or DP x CP), in parameter order. Collective.
+  void reduce_gradients(const runtime::ProcessGroup& g);
+  void zero_grad();
+
+  // The contract's names, in its order, with this rank's Parameter (shard, gradient, partition).
+  std::vector<std::pair<std::string, tp::Parameter*>> named_parameters();
+  const TransformerConfig& config() const { return config_; }
+  const TransformerGroups& groups() const { return groups_; }
+
+ private:
+  runtime::Tensor forward(const LocalBatch& batch, TransformerContext& ctx) const;
+  void backward(const runtime::Tensor& dlogits, const LocalBatch& batch, TransformerContext& ctx);
+
+  TransformerConfig config_;
+  TransformerGroups groups_;
+  AttentionSetup attention_;
+  tp::Parameter embedding_, ln1_w_, ln1_b_, ln2_w_, ln2_b_, lnf_w_, lnf_b_, out_w_, out_b_;
+  tp::ColumnParallelLinear qkv_;
+  tp::RowParallelLinear proj_;
+  tp::ParallelMLP mlp_;
+};
+
+// The local logits of every CP rank put back in global order, real tokens only: [T, vocab] (THD)
+// or [B, S, vocab] (BSHD), f32. Collective over cp (an all-gather).
+runtime::Tensor gather_logits(const runtime::Tensor& local_logits, const LocalBatch& batch,
+                              const runtime::ProcessGroup& cp);
+
+}  // namespace ranksim::models
