@@ -17,7 +17,9 @@ namespace ranksim::models {
 struct TransformerRunSpec {
   TransformerConfig config;
   AttentionSetup attention;
-  int tp = 1, cp = 1;  // the world is tp * cp ranks, Megatron's order tp-cp (tp fastest)
+  // The world is tp * cp * dp ranks in Megatron's order tp-cp-dp (tp fastest). DP ranks take
+  // equal shares of the batch (dp_slice); the loss and gradients are over DP x CP.
+  int tp = 1, cp = 1, dp = 1;
   Weights weights;     // full fp32 weights (seeded_weights, or a checkpoint)
   Batch batch;         // the global batch (checked with check_batch before the run)
 };
@@ -30,14 +32,15 @@ struct TransformerDump {
   std::vector<std::pair<std::string, runtime::Tensor>> grads;  // contract order, full shapes
 };
 
-// Inside a rank of a run of spec.tp * spec.cp ranks (every rank calls it): builds the groups
+// Inside a rank of a run of tp * cp * dp ranks (every rank calls it): builds the groups
 // (tp::initialize_model_parallel(tp, 1, cp); a2a+p2p subgroups of [a2a, p2p] or the default
 // [2, cp/2]), the model, runs forward and backward on this rank's share of the batch, sums the
-// gradients over CP and gathers logits (over CP) and gradients (over TP). Every rank returns the
-// whole dump. Errors: the world size is not tp * cp; as Transformer and check_batch.
+// gradients over DP x CP and gathers logits (over CP, then DP) and gradients (over TP). Every rank
+// returns the whole dump. Shape-only weights give a timing run (the dump's numbers are NaN or
+// shape-only). Errors: the world size is not tp * cp * dp; as Transformer, check_batch, dp_slice.
 TransformerDump transformer_step(const TransformerRunSpec& spec);
 
-// Runs transformer_step on spec.tp * spec.cp fibers and returns rank 0's dump. report, when
+// Runs transformer_step on tp * cp * dp fibers and returns rank 0's dump. report, when
 // given, receives the run's timing report.
 TransformerDump run_transformer(const TransformerRunSpec& spec,
                                 const runtime::SpawnOptions& options = {},

@@ -258,16 +258,18 @@ void check_attention(const AttentionSetup& a) {
 
 // ---------------------------------------------------------------------------------------------
 
-Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
-  if (vocab < 3) throw Error("dummy_batch: vocab must be >= 3 (ids 0 and 1 are reserved), got " + str(vocab));
+Batch synthetic_batch(cp::Format format, i64 vocab, const std::vector<i64>& lengths,
+                      std::uint64_t seed) {
+  if (vocab < 3) throw Error("synthetic batch: vocab must be >= 3 (ids 0 and 1 are reserved), got " + str(vocab));
+  if (lengths.empty()) throw Error("synthetic batch: no sequence lengths");
+  for (i64 len : lengths) {
+    if (len < 1) throw Error("synthetic batch: sequence length " + str(len) + " must be >= 1");
+    if (format == cp::Format::bshd && len != lengths[0]) {
+      throw Error("synthetic batch: bshd rows have one length, got " + join(lengths));
+    }
+  }
   Batch b;
   b.format = format;
-  std::vector<i64> lengths;
-  if (format == cp::Format::thd) {
-    lengths = {7, 11, 5};
-  } else {
-    lengths = {32, 32};
-  }
   std::vector<i64> ids, labels;
   std::uint64_t counter = 0;
   b.cu_seqlens = {0};
@@ -288,6 +290,42 @@ Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
   b.labels = Tensor::from_vector(labels, shape);
   if (format == cp::Format::bshd) b.cu_seqlens.clear();
   return b;
+}
+
+Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
+  return synthetic_batch(format, vocab,
+                         format == cp::Format::thd ? std::vector<i64>{7, 11, 5} : std::vector<i64>{32, 32},
+                         seed);
+}
+
+Batch dp_slice(const Batch& b, i64 dp, i64 d) {
+  if (dp < 1 || d < 0 || d >= dp) throw Error("dp_slice: rank " + str(d) + " outside dp=" + str(dp));
+  if (dp == 1) return b;
+  Batch out;
+  out.format = b.format;
+  if (b.format == cp::Format::bshd) {
+    const i64 rows = b.input_ids.size(0);
+    if (rows % dp != 0) {
+      throw Error("the batch has " + str(rows) + " rows, which dp=" + str(dp) +
+                  " does not divide (each DP rank takes an equal share of rows)");
+    }
+    const i64 per = rows / dp;
+    out.input_ids = b.input_ids.narrow(0, d * per, per).contiguous();
+    out.labels = b.labels.narrow(0, d * per, per).contiguous();
+    return out;
+  }
+  const i64 n = static_cast<i64>(b.cu_seqlens.size()) - 1;
+  if (n % dp != 0) {
+    throw Error("the batch has " + str(n) + " sequences, which dp=" + str(dp) +
+                " does not divide (each DP rank takes an equal share of whole sequences)");
+  }
+  const i64 per = n / dp;
+  const i64 start = b.cu_seqlens[static_cast<std::size_t>(d * per)];
+  const i64 end = b.cu_seqlens[static_cast<std::size_t>((d + 1) * per)];
+  out.input_ids = b.input_ids.narrow(0, start, end - start).contiguous();
+  out.labels = b.labels.narrow(0, start, end - start).contiguous();
+  for (i64 s = d * per; s <= (d + 1) * per; ++s) out.cu_seqlens.push_back(b.cu_seqlens[static_cast<std::size_t>(s)] - start);
+  return out;
 }
 
 void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::string& source) {
@@ -568,7 +606,7 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   const i64 n = logits.size(0), vocab = config_.vocab;
   const std::vector<i64> labels = b.labels.to_vector<i64>();
   // Cross-entropy in f32 (as under autocast), summed in double. The local sum and token count
-  // are summed over the CP group first: the loss is the mean over every labelled token, and each
+  // are summed over the loss group (CP, or DP x CP) first: the loss is the mean over every labelled token, and each
   // row's gradient is divided by that global count.
   const Tensor lf = logits.to(DType::f32);
   const bool data = lf.has_data();
@@ -592,9 +630,10 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   }
   Tensor totals = Tensor::from_vector(std::vector<double>{local_sum, static_cast<double>(label_count(b.labels))},
                                       {2}, DType::f64);
-  if (groups_.cp.cp.size() > 1) {
+  const runtime::ProcessGroup& loss_group = groups_.loss ? *groups_.loss : groups_.cp.cp;
+  if (loss_group.size() > 1) {
     runtime::AllreduceOptions o;
-    o.group = groups_.cp.cp;
+    o.group = loss_group;
     runtime::all_reduce(totals, o).wait();
   }
   const std::vector<double> t = totals.to_vector<double>();

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -110,10 +111,20 @@ struct Batch {
   std::vector<std::int64_t> cu_seqlens;  // THD: cumulative real lengths from 0, ending at T
 };
 
+// A batch of the given sequence lengths (THD: packed, any lengths; BSHD: one row per length, all
+// equal), ids uniform in [2, vocab) from seed (0 and 1 are kept for special tokens; 1 pads),
+// labels the next id of the same sequence and -100 for each sequence's last token.
+// Errors: no lengths, a length < 1, BSHD lengths that differ, vocab < 3.
+Batch synthetic_batch(cp::Format format, std::int64_t vocab,
+                      const std::vector<std::int64_t>& lengths, std::uint64_t seed);
 // The framework's built-in batches: THD three sequences of lengths 7, 11 and 5 (the bionemo
-// example); BSHD 2 rows of 32 tokens. Ids uniform in [2, vocab) from seed; labels the next id of
-// the same sequence, -100 for each sequence's last token.
+// example); BSHD 2 rows of 32 tokens.
 Batch dummy_batch(cp::Format format, std::int64_t vocab, std::uint64_t seed);
+
+// Data parallelism: DP rank d's part of a global batch -- BSHD rows [d B/dp, (d+1) B/dp), THD
+// whole sequences [d n/dp, (d+1) n/dp) of the n sequences. Errors when dp does not divide B
+// (or n), naming both.
+Batch dp_slice(const Batch& batch, std::int64_t dp, std::int64_t d);
 
 // Errors naming `source` (a file) for: ids/labels not integers of the right rank, shapes that
 // differ, ids outside [0, vocab), labels outside [0, vocab) other than -100, cu_seqlens missing
@@ -138,13 +149,16 @@ LocalBatch shard_batch(const Batch& batch, std::int64_t cp, std::int64_t rank);
 struct TransformerGroups {
   runtime::ProcessGroup tp;  // tensor-parallel group (size divides heads and ffn)
   cp::CpGroups cp;           // context-parallel group (+ a2a / p2p subgroups for a2a+p2p)
+  // The ranks that share one loss: the token count and loss sum are added over it (CP, or DP x CP
+  // with data parallelism -- Megatron's rule). Default (unset): the CP group.
+  std::optional<runtime::ProcessGroup> loss;
 };
 
 struct TransformerContext;  // what backward needs (defined in transformer.cpp)
 
 struct StepResult {
   double loss = 0;          // the global mean cross-entropy (NaN in shape-only runs)
-  std::int64_t tokens = 0;  // labelled tokens over the CP group
+  std::int64_t tokens = 0;  // labelled tokens over the loss group
   runtime::Tensor logits;   // this rank's logits, f32 [N, vocab] (local rows)
 };
 
@@ -159,8 +173,8 @@ class Transformer {
   Transformer& operator=(Transformer&&) noexcept;
 
   // Forward, loss and backward of one (local share of a) batch: returns the loss and the local
-  // logits, and accumulates every parameter's gradient (not yet summed over CP). Collective over
-  // tp and cp.
+  // logits, and accumulates every parameter's gradient (not yet summed over CP or DP). Collective
+  // over tp, cp and the loss group.
   StepResult forward_backward(const LocalBatch& batch);
   // Sums every gradient over g (the CP group, or DP x CP), in parameter order. Collective.
   void reduce_gradients(const runtime::ProcessGroup& g);

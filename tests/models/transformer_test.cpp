@@ -444,6 +444,35 @@ std::vector<Layout> layouts() {
 INSTANTIATE_TEST_SUITE_P(Layouts, ParallelTest, ::testing::ValuesIn(layouts()),
                          [](const ::testing::TestParamInfo<Layout>& p) { return layout_name(p.param); });
 
+// Data parallelism: DP ranks take whole rows / sequences; loss and gradients over DP x CP give the
+// gradient of the whole batch.
+TEST(Transformer, DataParallelLayoutsEqualTheSingleRankRun) {
+  for (const Layout l : {Layout{cp::Format::thd, Mask::causal, cp::CommType::p2p, 1, 2},
+                         Layout{cp::Format::bshd, Mask::causal, cp::CommType::all_gather, 2, 2}}) {
+    TransformerRunSpec one;
+    one.weights = seeded_weights(one.config, 11);
+    one.batch = synthetic_batch(l.format, one.config.vocab,
+                                l.format == cp::Format::thd ? std::vector<i64>{7, 11, 5, 9} : std::vector<i64>{16, 16},
+                                21);
+    one.attention = setup(l.format, l.mask, l.comm);
+    const TransformerDump want = run_transformer(one);
+    TransformerRunSpec s = one;
+    s.tp = l.tp;
+    s.cp = l.cp;
+    s.dp = 2;
+    const TransformerDump got = run_transformer(s);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss);
+    expect_close(got.logits, want.logits, "logits");
+    for (std::size_t i = 0; i < got.grads.size(); ++i) expect_close(got.grads[i].second, want.grads[i].second, "grad " + got.grads[i].first);
+  }
+  TransformerRunSpec s;
+  s.dp = 2;
+  s.weights = seeded_weights(s.config, 1);
+  s.batch = dummy_batch(cp::Format::thd, 33, 1);  // 3 sequences
+  EXPECT_THAT(error_of([&] { run_transformer(s); }), HasSubstr("3 sequences, which dp=2 does not divide"));
+}
+
 // --- bf16: the framework's thresholds -------------------------------------------------------------
 
 TEST(Transformer, Bf16ContextParallelPassesTheFrameworkThresholds) {
