@@ -1,0 +1,91 @@
+#include "app/model_workload.h"
+
+#include <string>
+#include <utility>
+
+#include "runtime/safetensors.h"
+#include "sim/error.h"
+
+namespace ranksim::app {
+
+using runtime::DType;
+using runtime::Tensor;
+
+namespace {
+
+std::vector<std::int64_t> int_list(const runtime::SafetensorsFile& f, const std::string& name) {
+  const Tensor& t = f.at(name);
+  if (t.dtype() != DType::i32 && t.dtype() != DType::i64) {
+    throw Error(f.path + ": '" + name + "' is " + t.str() + "; it must be int32 or int64");
+  }
+  if (t.dim() != 1) throw Error(f.path + ": '" + name + "' is " + t.str() + "; it must be 1-d");
+  return t.to(DType::i64).to_vector<std::int64_t>();
+}
+
+}  // namespace
+
+ModelInputs load_model_inputs(const ModelWorkload& m) {
+  ModelInputs in;
+  if (m.shape_only) {
+    in.weights = models::shape_only_weights(m.config);
+  } else if (!m.weights.empty()) {
+    in.weights = models::checked_weights(runtime::load_safetensors(m.weights), m.config);
+  } else {
+    in.weights = models::seeded_weights(m.config, m.seed);
+  }
+  const cp::Format format = m.attention.format;
+  if (!m.batch.empty()) {
+    const runtime::SafetensorsFile f = runtime::load_safetensors(m.batch);
+    for (const char* name : {"input_ids", "labels"}) {
+      if (!f.contains(name)) {
+        throw Error(f.path + ": no '" + name + "' tensor (a batch holds input_ids and labels" +
+                    (format == cp::Format::thd ? ", and cu_seqlens for format thd)" : ")"));
+      }
+    }
+    in.batch.format = format;
+    in.batch.input_ids = f.at("input_ids");
+    in.batch.labels = f.at("labels");
+    if (format == cp::Format::thd) {
+      if (!f.contains("cu_seqlens")) {
+        throw Error(f.path + ": format thd needs a 'cu_seqlens' tensor (int32, cumulative real lengths from 0)");
+      }
+      in.batch.cu_seqlens = int_list(f, "cu_seqlens");
+    } else if (f.contains("cu_seqlens")) {
+      throw Error(f.path + ": 'cu_seqlens' is for format thd, but the model's format is bshd");
+    }
+  } else if (!m.lengths.empty()) {
+    in.batch = models::synthetic_batch(format, m.config.vocab, m.lengths, m.seed + 1);
+  } else {
+    in.batch = models::dummy_batch(format, m.config.vocab, m.seed + 1);
+  }
+  return in;
+}
+
+models::TransformerRunSpec model_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp) {
+  models::TransformerRunSpec s;
+  s.config = m.config;
+  s.attention = m.attention;
+  s.tp = tp;
+  s.cp = cp;
+  s.dp = dp;
+  s.weights = in.weights;
+  s.batch = in.batch;
+  return s;
+}
+
+std::string baseline_name(const ModelWorkload& m) {
+  return "tp=" + std::to_string(m.baseline_tp) + " cp=" + std::to_string(m.baseline_cp);
+}
+
+models::ValidationReport validate_against_baseline(const ModelWorkload& m, const ModelInputs& in,
+                                                   const models::TransformerDump& run, int dp) {
+  models::TransformerRunSpec spec = model_spec(m, in, m.baseline_tp, m.baseline_cp, dp);
+  if (spec.attention.comm == cp::CommType::a2a_p2p && m.baseline_cp != spec.attention.a2a_size * spec.attention.p2p_size) {
+    spec.attention.a2a_size = spec.attention.p2p_size = 0;  // the default split of the baseline's cp
+  }
+  if (m.baseline_cp == 1) spec.attention.comm = cp::CommType::p2p;  // unused at cp = 1
+  const models::TransformerDump base = models::run_transformer(spec);
+  return models::compare_dumps(base, run, m.thresholds);
+}
+
+}  // namespace ranksim::app

@@ -1,0 +1,50 @@
+// The `model:` workload of a scenario: the reference transformer (models/transformer.h) run for
+// one forward and backward step under the scenario's tp x cp x dp layout, with its dump and the
+// CP=1 vs CP=N validation framework (models/validation.h). Keys: docs/scenarios.md.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/run.h"
+#include "models/transformer.h"
+#include "models/validation.h"
+
+namespace ranksim::app {
+
+struct ModelWorkload {
+  models::TransformerConfig config;    // model.{vocab, hidden, heads, head_dim, ffn, dtype}
+  models::AttentionSetup attention;    // model.{format, mask, window}; parallel.{cp_comm, hierarchical_cp}
+  std::string weights;                 // model.weights: a safetensors file; empty = seeded init
+  std::uint64_t seed = 42;             // model.seed: the seeded init's seed
+  std::string batch;                   // batch: a safetensors file; empty = synthetic
+  std::vector<std::int64_t> lengths;   // batch: {lengths: [...]} / {rows, seq_len}; empty = built-in
+  std::string dump;                    // dump: output safetensors; empty = none
+  bool shape_only = false;             // data: shape_only (timing only: no dump, no validation)
+  // validate: a baseline run of the same model and batch, compared with the framework's metrics.
+  bool validate = false;
+  int baseline_tp = 1, baseline_cp = 1;
+  models::ValidationThresholds thresholds;  // for_dtype(dtype), then any keys given
+};
+
+// The weights and the global batch, loaded or generated. Errors name the files.
+struct ModelInputs {
+  models::Weights weights;
+  models::Batch batch;
+};
+ModelInputs load_model_inputs(const ModelWorkload& m);
+
+// The run spec for a layout.
+models::TransformerRunSpec model_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp);
+
+// The baseline run (on an ideal topology) and its comparison with the scenario's own dump.
+models::ValidationReport validate_against_baseline(const ModelWorkload& m, const ModelInputs& in,
+                                                   const models::TransformerDump& run, int dp);
+
+// "tp=1 cp=1" style names of the two layouts, for the printed table.
+std::string baseline_name(const ModelWorkload& m);
+
+}  // namespace ranksim::app
