@@ -14,7 +14,11 @@
 // (a GEMM output element is sum over k = 0, 1, ..., K-1 of a[i,k]*b[k,j], accumulated left to
 // right). So results depend only on the input values -- not on shapes, batch splits, blocking or
 // the machine -- and a column shard of a matmul has the same bits as the same columns of the full
-// product. No threads are used. Transcendentals (exp, log, tanh) come from the C library.
+// product. The GEMM kernel computes many output columns at once at the build's vector width
+// (RANKSIM_NATIVE: the host's) but each element's sum is still that scalar loop, with the multiply
+// and the add rounded separately (-ffp-contract=off), so the bits do not depend on the build's
+// instruction set either. No threads are used. Transcendentals (exp, log, tanh) come from the C
+// library.
 //
 // Shape-only. If any input is shape-only, the outputs are shape-only tensors of the right shapes
 // and dtypes, no data moves, and the op is still charged. Shape and dtype errors are raised in

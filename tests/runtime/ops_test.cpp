@@ -260,6 +260,66 @@ TEST(Matmul, SumsInFixedOrderSoShardsMatchBitwise) {
   EXPECT_TRUE(bitwise_equal(matmul(a, b), c));  // run to run
 }
 
+// out(r, c) = sum over t = 0 .. n-1, in that order, of x(r, t) * y(t, c), in T from +0: the
+// scalar definition the kernel must reproduce bit for bit.
+template <class T, class X, class Y>
+std::vector<T> loop_product(std::int64_t rows, std::int64_t cols, std::int64_t n, X x, Y y) {
+  std::vector<T> out(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      T s = 0;
+      for (std::int64_t t = 0; t < n; ++t) s += x(r, t) * y(t, c);
+      out[static_cast<std::size_t>(r * cols + c)] = s;
+    }
+  return out;
+}
+
+// The blocked, vectorised kernel against the scalar loops, forward and backward, in every
+// storage layout, with sizes past every block of the kernel (101 rows: 16 tiles of 6 plus a
+// tail; 1030 columns: more than one 1024-column block, plus a partial vector; 263 deep: two
+// depth blocks) so that each partial sum crosses registers, c and the blocks' edges.
+template <class T>
+void expect_kernel_equals_loops(bool ta, bool tb) {
+  const std::int64_t M = 101, N = 1030, K = 263;
+  const DType dt = dtype_of<T>;
+  const Tensor a = Tensor::randn(ta ? Shape{K, M} : Shape{M, K}, 41, 0, 1, dt);
+  const Tensor b = Tensor::randn(tb ? Shape{N, K} : Shape{K, N}, 42, 0, 1, dt);
+  const Tensor dc = Tensor::randn({M, N}, 43, 0, 1, dt);
+  const std::vector<T> av = a.to_vector<T>(), bv = b.to_vector<T>(), dcv = dc.to_vector<T>();
+  auto A = [&](std::int64_t i, std::int64_t k) {
+    return av[static_cast<std::size_t>(ta ? k * M + i : i * K + k)];
+  };
+  auto B = [&](std::int64_t k, std::int64_t j) {
+    return bv[static_cast<std::size_t>(tb ? j * K + k : k * N + j)];
+  };
+  auto DC = [&](std::int64_t i, std::int64_t j) {
+    return dcv[static_cast<std::size_t>(i * N + j)];
+  };
+  const std::string layout =
+      std::string(ta ? "a^T " : "a ") + (tb ? "b^T " : "b ") + dtype_name(dt);
+  EXPECT_EQ(matmul(a, b, ta, tb).to_vector<T>(), loop_product<T>(M, N, K, A, B)) << layout;
+  const MatmulGrads g = matmul_backward(dc, a, b, ta, tb);
+  // dA(i, k) = sum_j dC(i, j) B(k, j); dB(k, j) = sum_i A(i, k) dC(i, j); stored like a and b.
+  const std::vector<T> da =
+      ta ? loop_product<T>(
+               K, M, N, [&](auto k, auto j) { return B(k, j); },
+               [&](auto j, auto i) { return DC(i, j); })
+         : loop_product<T>(M, K, N, DC, [&](auto j, auto k) { return B(k, j); });
+  const std::vector<T> db = tb ? loop_product<T>(
+                                     N, K, M, [&](auto j, auto i) { return DC(i, j); }, A)
+                               : loop_product<T>(
+                                     K, N, M, [&](auto k, auto i) { return A(i, k); }, DC);
+  EXPECT_EQ(g.da.to_vector<T>(), da) << "da, " << layout;
+  EXPECT_EQ(g.db.to_vector<T>(), db) << "db, " << layout;
+}
+
+TEST(Matmul, KernelEqualsTheScalarLoopsBitwiseInEveryLayout) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) expect_kernel_equals_loops<float>(ta, tb);
+  expect_kernel_equals_loops<double>(false, true);
+  expect_kernel_equals_loops<double>(true, false);
+}
+
 TEST(Matmul, Bf16IsF32AccumulationRoundedOnce) {
   const Tensor a = Tensor::randn({6, 200}, 21, 0, 1, DType::bf16);
   const Tensor b = Tensor::randn({200, 10}, 22, 0, 1, DType::bf16);
