@@ -59,7 +59,8 @@ std::vector<std::string> names_of(const runtime::SafetensorsFile& f) {
   return names;
 }
 
-void expect_bitwise(const runtime::SafetensorsFile& f, const std::string& name, const Tensor& want) {
+void expect_bitwise(const runtime::SafetensorsFile& f, const std::string& name,
+                    const Tensor& want) {
   ASSERT_TRUE(f.contains(name)) << name;
   const Tensor& got = f.at(name);
   EXPECT_EQ(got.dtype(), want.dtype()) << name;
@@ -231,7 +232,9 @@ TEST_F(CheckpointErrors, AFailedWriteThrowsOnEveryRankAndKeepsThePreviousFile) {
   });
   EXPECT_EQ(failures.load(), 4);
   EXPECT_THAT(messages[2], HasSubstr("safetensors file '" + bad + "'"));
-  EXPECT_THAT(messages[0], HasSubstr("save_consolidated: the writer (group rank 2) could not write '" + bad + "'"));
+  EXPECT_THAT(
+      messages[0],
+      HasSubstr("save_consolidated: the writer (group rank 2) could not write '" + bad + "'"));
   EXPECT_FALSE(fs::exists(bad));
   const std::string before = read_bytes(good);
   // Invalid requests fail on every rank before anything is gathered or written.
@@ -255,7 +258,8 @@ TEST_F(CheckpointErrors, AFailedWriteThrowsOnEveryRankAndKeepsThePreviousFile) {
     fails({{"w", nullptr}}, {}, "parameter 'w' is null");
     ConsolidateOptions grads;
     grads.gradients = true;
-    fails(mlp.named_parameters(), grads, "parameter 'fc1.weight' has no gradient (run a backward first)");
+    fails(mlp.named_parameters(), grads,
+          "parameter 'fc1.weight' has no gradient (run a backward first)");
     ConsolidateOptions writer;
     writer.writer = 2;
     fails(mlp.named_parameters(), writer, "writer 2 is not a rank of the group of 2");
