@@ -10,6 +10,20 @@ target_compile_options(ranksim_flags INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
   -Woverloaded-virtual -Wimplicit-fallthrough -Wno-restrict
   -ffp-contract=off)
+# RANKSIM_NATIVE adds -march=native. The vector width and instruction choice change, the values
+# do not: contraction stays off, so no multiply-add is fused (FMA instructions appear only where
+# code asks for them explicitly, as Eigen's own GEMM does), and runtime::matmul keeps its fixed
+# per-element order (runtime/ops.h). `benches/tp_bench --digest` compares two builds' bits.
+if(RANKSIM_NATIVE)
+  include(CheckCXXCompilerFlag)
+  check_cxx_compiler_flag(-march=native RANKSIM_COMPILER_HAS_MARCH_NATIVE)
+  if(RANKSIM_COMPILER_HAS_MARCH_NATIVE)
+    target_compile_options(ranksim_flags INTERFACE -march=native)
+  else()
+    message(WARNING "RANKSIM_NATIVE: ${CMAKE_CXX_COMPILER_ID} does not accept -march=native; "
+                    "building for the default instruction set")
+  endif()
+endif()
 if(RANKSIM_WERROR)
   target_compile_options(ranksim_flags INTERFACE -Werror)
 endif()
