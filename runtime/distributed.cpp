@@ -62,10 +62,27 @@ int ProcessGroup::global_rank(int group_rank) const {
 
 namespace {
 
+// The pending write of an async collective or irecv on its outputs. Once the owner has observed
+// the completion, waiting is a no-op (bar rethrowing the error), with or without a World: the
+// data landed when the operation matched. Outside any run (after spawn() returned) a matched
+// operation's data is final too; only one that never matched cannot be read.
 class WorkPendingWrite : public PendingWrite {
  public:
   explicit WorkPendingWrite(std::shared_ptr<WorkState> w) : w_(std::move(w)) {}
-  void wait() override { World::current().wait(*w_); }
+  void wait() override {
+    if (!w_->observed) {
+      const sim::Engine* e = sim::Engine::current();
+      if (e != nullptr && e->in_rank() && e->context() != nullptr) {
+        World::current().wait(*w_);  // rethrows the error
+        return;
+      }
+      if (!w_->matched)
+        throw Error("a tensor is read outside spawn() while the asynchronous " +
+                    (w_->describe ? w_->describe() : std::string("operation")) +
+                    " that writes it never completed");
+    }
+    if (w_->error) std::rethrow_exception(w_->error);
+  }
 
  private:
   std::shared_ptr<WorkState> w_;

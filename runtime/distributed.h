@@ -5,7 +5,11 @@
 // (the default) the call returns when this rank's part is complete (its virtual clock has moved
 // to the completion time) and the returned Work is already completed; with async_op = true it
 // returns at once, and the output tensors carry a pending write, so reading them (or passing
-// them to an op) first waits for the collective, as CUDA stream semantics would make it.
+// them to an op) first waits for the collective, as CUDA stream semantics would make it. Once
+// the Work has been waited (or is_completed() has answered true) that pending write is satisfied:
+// the outputs are plain tensors, readable on any rank and after spawn() returns. Read after
+// spawn() returns, the output of a collective that matched but was never waited holds its
+// result too; that of one that never matched is an Error.
 //
 // Ranks and groups: ranks are numbered 0..world_size-1 in the run started by spawn()
 // (runtime/spawn.h). `ProcessGroup{}` is the default group (torch's group.WORLD). Arguments that

@@ -205,6 +205,62 @@ TEST(Distributed, AsyncWorkCompletesLaterAndReadingTheOutputWaits) {
       2);
 }
 
+TEST(Distributed, AWaitedAsyncOutputIsAPlainTensorAfterSpawn) {
+  // The pending write an async collective leaves on its output must not outlive the wait: read
+  // outside the run (no rank, no World), the tensor is plain data.
+  std::vector<Tensor> results(3), untouched(3);
+  spawn(
+      [&](int rank) {
+        Tensor t = Tensor::full({8}, rank + 1);
+        AllreduceOptions o;
+        o.async_op = true;
+        Work w = all_reduce(t, o);
+        w.wait();
+        results[static_cast<size_t>(rank)] = t;
+        // Completed through is_completed() alone, never read inside the rank.
+        Tensor u = Tensor::full({4}, 10 * (rank + 1));
+        Work v = all_reduce(u, o);
+        while (!v.is_completed()) {
+        }
+        untouched[static_cast<size_t>(rank)] = u;
+      },
+      3);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[static_cast<size_t>(r)].to_vector<double>(), std::vector<double>(8, 6.0));
+    EXPECT_EQ(untouched[static_cast<size_t>(r)].at({3}), 60.0);
+  }
+  // A view made outside the run, of a storage whose write was waited, reads without waiting too.
+  EXPECT_EQ(results[0].narrow(0, 2, 3).clone().to_vector<double>(), std::vector<double>(3, 6.0));
+}
+
+TEST(Distributed, AnUnwaitedAsyncOutputReadsAfterSpawnOnlyWhenItsCollectiveMatched) {
+  Tensor matched, lonely;
+  spawn(
+      [&](int rank) {
+        AllreduceOptions o;
+        o.async_op = true;
+        Tensor t = Tensor::full({2}, rank + 1);
+        all_reduce(t, o);  // never waited
+        if (rank == 0) matched = t;
+        // Only rank 1 posts on the pair group: its call never matches.
+        const ProcessGroup pair = new_group({0, 1});
+        if (rank == 1) {
+          lonely = Tensor::zeros({2});
+          o.group = pair;
+          all_reduce(lonely, o);
+        }
+      },
+      2);
+  EXPECT_EQ(matched.at({1}), 3.0);
+  try {
+    (void)lonely.at({0});
+    FAIL() << "read a tensor whose collective never completed";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("read outside spawn()"));
+    EXPECT_THAT(e.what(), HasSubstr("asynchronous all_reduce(f32[2], op=SUM) that writes it never completed"));
+  }
+}
+
 TEST(Distributed, SpawnReportsEveryFailingRank) {
   try {
     spawn(

@@ -495,14 +495,19 @@ void World::wait(WorkState& w) {
     engine_.sleep_until(w.done);
   }
   comm_time_[static_cast<size_t>(me)] += engine_.now() - before;
+  w.observed = true;
   if (w.error) std::rethrow_exception(w.error);
 }
 
 bool World::poll(WorkState& w) {
-  if (w.matched && w.done <= engine_.now()) return true;
+  if (w.matched && w.done <= engine_.now()) {
+    w.observed = true;
+    return true;
+  }
   const sim::Time step = sim::Time::us(1);
   engine_.sleep_until(w.matched ? std::min(w.done, engine_.now() + step) : engine_.now() + step);
-  return w.matched && w.done <= engine_.now();
+  w.observed = w.matched && w.done <= engine_.now();
+  return w.observed;
 }
 
 std::shared_ptr<WorkState> World::post_p2p(bool is_send, const Tensor& tensor, int peer,

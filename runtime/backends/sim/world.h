@@ -48,6 +48,10 @@ struct WorkState {
   sim::Time done;
   std::exception_ptr error;
   bool owner_waiting = false;
+  // Set once the owner has seen the completion (wait() returned or threw the error,
+  // is_completed() answered true): from then on the pending writes of this Work on its outputs
+  // are satisfied without a World, so the outputs read as plain tensors anywhere.
+  bool observed = false;
   std::function<std::string()> describe;  // for deadlock reports
 };
 
