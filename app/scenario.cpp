@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 
 #include "app/bench.h"
 #include "app/nccl_table.h"
+#include "app/model_workload.h"
 #include "app/report_html.h"
 #include "runtime/cost.h"
 #include "runtime/distributed.h"
@@ -24,6 +26,8 @@
 #include "sim/suggest.h"
 #include "sim/topology.h"
 #include "sim/units.h"
+#include "models/run.h"
+#include "models/validation.h"
 #include "tp/mlp.h"
 #include "tp/rank_grid.h"
 
@@ -40,7 +44,14 @@ struct KeySchema {
 };
 
 const KeySchema& root_schema() {
-  static const KeySchema parallel{{{"tp", nullptr}, {"cp", nullptr}, {"pp", nullptr}, {"dp", nullptr}}};
+  static const KeySchema parallel{{{"tp", nullptr}, {"cp", nullptr}, {"pp", nullptr}, {"dp", nullptr},
+                                    {"cp_comm", nullptr}, {"hierarchical_cp", nullptr}}};
+  static const KeySchema model{{{"kind", nullptr}, {"dtype", nullptr}, {"format", nullptr}, {"mask", nullptr},
+                                 {"window", nullptr}, {"weights", nullptr}, {"seed", nullptr}, {"vocab", nullptr},
+                                 {"hidden", nullptr}, {"heads", nullptr}, {"head_dim", nullptr}, {"ffn", nullptr}}};
+  static const KeySchema baseline{{{"tp", nullptr}, {"cp", nullptr}}};
+  static const KeySchema validate{{{"baseline", &baseline}, {"logits_atol", nullptr}, {"logits_share", nullptr},
+                                    {"loss_rel", nullptr}, {"grad_norm_diff", nullptr}, {"acceptable_share", nullptr}}};
   static const KeySchema collectives{{{"op", nullptr}, {"sizes", nullptr}, {"dtype", nullptr}}};
   static const KeySchema steps{{{"repeat", nullptr}, {"do", nullptr}}};
   static const KeySchema workload{{{"collectives", &collectives}, {"steps", &steps}}};
@@ -54,6 +65,10 @@ const KeySchema& root_schema() {
                                {"algorithm", nullptr},
                                {"data", nullptr},
                                {"workload", &workload},
+                               {"model", &model},
+                               {"batch", nullptr},
+                               {"dump", nullptr},
+                               {"validate", &validate},
                                {"checks", nullptr},
                                {"outputs", &outputs}}};
   return root;
@@ -297,6 +312,162 @@ ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
   return st;
 }
 
+
+double fraction(const Reader& r, const YAML::Node& n, const std::string& what) {
+  const double v = r.number(n, what);
+  if (v > 1) r.fail(n, what + " is a share between 0 and 1, got " + n.Scalar());
+  return v;
+}
+
+std::int64_t non_negative_int(const Reader& r, const YAML::Node& n, const std::string& what) {
+  const std::string v = r.str(n, what);
+  try {
+    size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size() && x >= 0) return x;
+  } catch (const std::exception&) {
+  }
+  r.fail(n, what + " must be a non-negative integer, got '" + v + "'");
+}
+
+// The `model:` workload and its companions `batch`, `dump` and `validate`, checked against the
+// layout: everything that can be known before running is an error here, at the key it concerns.
+ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Reader& r, const Scenario& sc,
+                         bool data_given, const fs::path& folder) {
+  ModelWorkload m;
+  r.known_keys(n, names_of(*root_schema().keys.at("model")), "model");
+  if (auto v = entry(n, "kind"); v.IsDefined()) r.one_of(v, "model.kind", {"transformer"});
+  if (auto v = entry(n, "dtype"); v.IsDefined()) {
+    const std::string d = r.one_of(v, "model.dtype", {"fp32", "bf16", "fp16", "f32", "f16"});
+    m.config.dtype = d == "bf16" ? runtime::DType::bf16 : (d == "fp16" || d == "f16") ? runtime::DType::f16
+                                                                                        : runtime::DType::f32;
+  }
+  if (auto v = entry(n, "format"); v.IsDefined())
+    m.attention.format = r.one_of(v, "model.format", {"bshd", "thd"}) == "thd" ? cp::Format::thd : cp::Format::bshd;
+  if (auto v = entry(n, "mask"); v.IsDefined())
+    m.attention.mask = models::parse_mask(r.one_of(v, "model.mask", {"causal", "padding", "no_mask"}));
+  if (auto v = entry(n, "window"); v.IsDefined()) {
+    if (!v.IsSequence() || v.size() != 2) r.fail(v, "model.window must be [left, right] (-1 = unbounded), e.g. [128, 0]");
+    std::int64_t w[2];
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::string t = r.str(v[i], "model.window");
+      try {
+        size_t used = 0;
+        w[i] = std::stoll(t, &used);
+        if (used != t.size() || w[i] < -1) throw std::invalid_argument(t);
+      } catch (const std::exception&) {
+        r.fail(v[i], "model.window: each side is an integer >= 0, or -1 for unbounded; got '" + t + "'");
+      }
+    }
+    m.attention.window_left = w[0];
+    m.attention.window_right = w[1];
+  }
+  if (auto v = entry(n, "weights"); v.IsDefined() && !v.IsNull() && !r.str(v, "model.weights").empty()) {
+    const fs::path w = r.str(v, "model.weights");
+    m.weights = w.is_absolute() ? w.string() : (folder / w).lexically_normal().string();
+  }
+  if (auto v = entry(n, "seed"); v.IsDefined()) m.seed = static_cast<std::uint64_t>(non_negative_int(r, v, "model.seed"));
+  for (auto [key, field] : {std::pair<const char*, std::int64_t*>{"vocab", &m.config.vocab}, {"hidden", &m.config.hidden},
+                            {"heads", &m.config.heads}, {"head_dim", &m.config.head_dim}, {"ffn", &m.config.ffn}})
+    if (auto v = entry(n, key); v.IsDefined()) *field = r.positive_int(v, std::string("model.") + key);
+  m.attention.comm = cp::parse_comm_type(sc.cp_comm);
+  if (sc.hierarchical_cp.size() == 2) {
+    m.attention.a2a_size = sc.hierarchical_cp[0];
+    m.attention.p2p_size = sc.hierarchical_cp[1];
+  }
+  try {
+    models::check_config(m.config);
+    models::check_attention(m.attention);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    r.fail(n, std::string("model: ") + e.what());
+  }
+  const YAML::Node par = entry(root, "parallel");
+  const YAML::Node at = par.IsDefined() ? par : n;
+  auto layout_error = [&](const std::string& what) { r.fail(at, what); };
+  const std::int64_t heads = m.config.heads;
+  if (heads % sc.tp != 0)
+    layout_error(std::to_string(heads) + " attention heads are not divisible by tp=" + std::to_string(sc.tp) +
+                 " (each TP rank holds whole heads)");
+  if (m.config.ffn % sc.tp != 0)
+    layout_error("model.ffn " + std::to_string(m.config.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));
+  if (sc.pp != 1) layout_error("the reference transformer runs with pp=1 (pipeline stages come with training)");
+  const std::int64_t local_heads = heads / sc.tp;
+  if (m.attention.comm == cp::CommType::a2a && local_heads % sc.cp != 0)
+    layout_error("cp_comm a2a: " + std::to_string(heads) + " heads / tp=" + std::to_string(sc.tp) + " = " +
+                 std::to_string(local_heads) + " heads per rank, not divisible by cp=" + std::to_string(sc.cp) +
+                 " (Ulysses splits the heads over CP); use p2p or all_gather, or another cp");
+  if (m.attention.comm == cp::CommType::a2a_p2p) {
+    const int a = m.attention.a2a_size ? m.attention.a2a_size : 2;
+    if (!m.attention.a2a_size && sc.cp % 2 != 0)
+      layout_error("cp_comm a2a+p2p: the default hierarchical_cp [2, cp/2] needs an even cp, got cp=" +
+                   std::to_string(sc.cp) + "; set parallel.hierarchical_cp");
+    if (local_heads % a != 0)
+      layout_error("cp_comm a2a+p2p: " + std::to_string(local_heads) + " heads per TP rank are not divisible by the a2a size " +
+                   std::to_string(a));
+  }
+  // batch: a safetensors file, or the shape of a synthetic batch
+  const YAML::Node b = entry(root, "batch");
+  if (b.IsDefined() && !b.IsNull()) {
+    if (b.IsScalar()) {
+      const fs::path f = b.Scalar();
+      m.batch = f.is_absolute() ? f.string() : (folder / f).lexically_normal().string();
+    } else {
+      r.known_keys(b, {"lengths", "rows", "seq_len"}, "batch");
+      if (auto l = entry(b, "lengths"); l.IsDefined()) {
+        if (!l.IsSequence() || l.size() == 0) r.fail(l, "batch.lengths must be a non-empty list of sequence lengths");
+        for (const YAML::Node& x : l) m.lengths.push_back(r.positive_int(x, "batch.lengths"));
+        if (m.attention.format == cp::Format::bshd) r.fail(l, "batch.lengths is for format thd; a bshd batch has rows and seq_len");
+      } else {
+        const YAML::Node rows = entry(b, "rows"), len = entry(b, "seq_len");
+        if (!rows.IsDefined() || !len.IsDefined()) r.fail(b, "batch needs lengths: [...] (thd) or rows and seq_len (bshd)");
+        if (m.attention.format == cp::Format::thd) r.fail(b, "batch rows/seq_len are for format bshd; a thd batch has lengths: [...]");
+        m.lengths.assign(static_cast<std::size_t>(r.positive_int(rows, "batch.rows")), r.positive_int(len, "batch.seq_len"));
+      }
+    }
+  }
+  m.shape_only = data_given && !sc.real_data;
+  if (auto d = entry(root, "dump"); d.IsDefined() && !d.IsNull()) {
+    m.dump = r.str(d, "dump");
+    if (m.shape_only) r.fail(d, "dump needs real data: remove data: shape_only (or the dump)");
+  }
+  if (auto v = entry(root, "validate"); v.IsDefined()) {
+    r.known_keys(v, names_of(*root_schema().keys.at("validate")), "validate");
+    if (m.shape_only) r.fail(v, "validate needs real data: remove data: shape_only (or validate)");
+    m.validate = true;
+    m.thresholds = models::ValidationThresholds::for_dtype(m.config.dtype);
+    if (auto bl = entry(v, "baseline"); bl.IsDefined()) {
+      r.known_keys(bl, {"tp", "cp"}, "validate.baseline");
+      if (auto t = entry(bl, "tp"); t.IsDefined()) m.baseline_tp = r.positive_int(t, "validate.baseline.tp");
+      if (auto c = entry(bl, "cp"); c.IsDefined()) m.baseline_cp = r.positive_int(c, "validate.baseline.cp");
+      if (heads % m.baseline_tp != 0 || m.config.ffn % m.baseline_tp != 0)
+        r.fail(bl, "validate.baseline.tp=" + std::to_string(m.baseline_tp) + " does not divide heads " +
+                       std::to_string(heads) + " and ffn " + std::to_string(m.config.ffn));
+    }
+    if (auto x = entry(v, "logits_atol"); x.IsDefined()) m.thresholds.logits_atol = r.number(x, "validate.logits_atol");
+    if (auto x = entry(v, "logits_share"); x.IsDefined()) m.thresholds.logits_share = fraction(r, x, "validate.logits_share");
+    if (auto x = entry(v, "loss_rel"); x.IsDefined()) m.thresholds.loss_rel = r.number(x, "validate.loss_rel");
+    if (auto x = entry(v, "grad_norm_diff"); x.IsDefined()) m.thresholds.grad_norm_diff = r.number(x, "validate.grad_norm_diff");
+    if (auto x = entry(v, "acceptable_share"); x.IsDefined())
+      m.thresholds.acceptable_share = fraction(r, x, "validate.acceptable_share");
+  }
+  // The inputs themselves: files readable and well formed, the batch fitting the layout.
+  try {
+    const ModelInputs in = load_model_inputs(m);
+    models::check_batch(in.batch, m.config, sc.cp, m.batch.empty() ? "batch" : m.batch);
+    models::dp_slice(in.batch, sc.dp, 0);
+    if (m.validate) models::check_batch(in.batch, m.config, m.baseline_cp, m.batch.empty() ? "batch" : m.batch);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    const YAML::Node w = entry(n, "weights");
+    const bool weights_error = !m.weights.empty() && std::string(e.what()).find(m.weights) != std::string::npos;
+    r.fail(weights_error ? w : (b.IsDefined() ? b : n), e.what());
+  }
+  return m;
+}
+
 }  // namespace
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
@@ -356,15 +527,29 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       sc.dp = r.positive_int(v, "parallel.dp");
       dp_given = true;
     }
+    if (auto v = entry(par, "cp_comm"); v.IsDefined())
+      sc.cp_comm = r.one_of(v, "parallel.cp_comm", {"p2p", "all_gather", "a2a", "a2a+p2p"});
+    if (auto v = entry(par, "hierarchical_cp"); v.IsDefined()) {
+      if (!v.IsSequence() || v.size() != 2)
+        r.fail(v, "parallel.hierarchical_cp must be [a2a size, p2p size], e.g. [2, 4] for cp=8");
+      sc.hierarchical_cp = {r.positive_int(v[0], "parallel.hierarchical_cp"), r.positive_int(v[1], "parallel.hierarchical_cp")};
+    }
   }
   const YAML::Node layout_at = par.IsDefined() ? par : root;
   const int model = sc.tp * sc.cp * sc.pp;
-  if (sc.ranks == 0) sc.ranks = dp_given ? model * sc.dp : topo.num_devices();
+  const bool has_model = entry(root, "model").IsDefined();
+  // The reference transformer's world is its layout; a workload fills the topology by default.
+  if (sc.ranks == 0) sc.ranks = dp_given ? model * sc.dp : has_model ? model : topo.num_devices();
   if (dp_given && model * sc.dp != sc.ranks)
     r.fail(layout_at, "parallel layout tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) +
                           " x pp=" + std::to_string(sc.pp) + " x dp=" + std::to_string(sc.dp) + " = " +
                           std::to_string(model * sc.dp) + " ranks, but the run has " +
                           std::to_string(sc.ranks) + "; make the product equal ranks");
+  if (!sc.hierarchical_cp.empty() && sc.hierarchical_cp[0] * sc.hierarchical_cp[1] != sc.cp)
+    r.fail(entry(par, "hierarchical_cp"), "parallel.hierarchical_cp [" + std::to_string(sc.hierarchical_cp[0]) + ", " +
+                                              std::to_string(sc.hierarchical_cp[1]) + "] multiplies to " +
+                                              std::to_string(sc.hierarchical_cp[0] * sc.hierarchical_cp[1]) +
+                                              ", not cp=" + std::to_string(sc.cp));
   if (sc.ranks % model != 0)
     r.fail(layout_at, "tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) + " x pp=" +
                           std::to_string(sc.pp) + " = " + std::to_string(model) +
@@ -377,10 +562,22 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                           "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
   if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
-  if (auto d = entry(root, "data"); d.IsDefined())
-    sc.real_data = r.one_of(d, "data", {"shape_only", "real"}) == "real";
+  const YAML::Node data_node = entry(root, "data");
+  if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
-  const YAML::Node wl = need("workload");
+  for (const char* k : {"batch", "dump", "validate"})
+    if (!has_model && entry(root, k).IsDefined())
+      r.fail(entry(root, k), std::string(k) + " belongs to the model workload; add model: {kind: transformer, ...}");
+  if (has_model) {
+    if (auto w = entry(root, "workload"); w.IsDefined())
+      r.fail(w, "model and workload are alternatives: a scenario runs the reference transformer (model:) or a "
+                "workload (collectives, steps), not both");
+    if (!data_node.IsDefined()) sc.real_data = true;  // the model computes real numbers unless told not to
+    sc.model = read_model(root, entry(root, "model"), r, sc, data_node.IsDefined(),
+                          fs::path(path).parent_path());
+  }
+  const YAML::Node wl = has_model ? YAML::Node(YAML::NodeType::Undefined) : need("workload");
+  if (!has_model) {
   r.known_keys(wl, names_of(*root_schema().keys.at("workload")), "workload");
   if (wl.size() != 1) r.fail(wl, "workload must have exactly one of: collectives, steps");
   if (auto c = entry(wl, "collectives"); c.IsDefined()) {
@@ -419,6 +616,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         r.fail(list, "a sendrecv step on group '" + st.group + "' needs that axis to have at least 2 ranks");
     }
   }
+  }  // a workload
 
   if (auto cs = entry(root, "checks"); cs.IsDefined()) {
     if (!cs.IsSequence()) r.fail(cs, "checks must be a list, e.g. [{max_time: 5 ms}]");
@@ -480,6 +678,9 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   out << "\n";
 
   sim::Time makespan;
+  std::optional<ModelInputs> model_in;
+  models::TransformerDump model_dump;
+  std::optional<models::ValidationReport> validation;
   std::vector<SweepRow> sweep;
   std::vector<CollectiveLine> lines;
   runtime::RunReport rep;
@@ -520,8 +721,18 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
         printed = true;
       };
     }
+    std::optional<models::TransformerRunSpec> model_run;
+    if (sc.model) {
+      model_in = load_model_inputs(*sc.model);
+      model_run = model_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp);
+    }
     rep = runtime::spawn(
         [&](int rank) {
+          if (model_run) {
+            models::TransformerDump d = models::transformer_step(*model_run);
+            if (rank == 0) model_dump = std::move(d);
+            return;
+          }
           tp::RankGrid grid({{"tp", sc.tp}, {"cp", sc.cp}, {"dp", sc.dp}, {"pp", sc.pp}}, sc.ranks);
           std::map<std::string, runtime::ProcessGroup> groups;
           groups["world"] = runtime::ProcessGroup{};
@@ -687,6 +898,28 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     }
   }
 
+  if (sc.model) {
+    const ModelWorkload& m = *sc.model;
+    const models::TransformerConfig& c = m.config;
+    out << "\nmodel: reference transformer, vocab " << c.vocab << ", hidden " << c.hidden << ", " << c.heads
+        << " heads of " << c.head_dim << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype) << ", "
+        << (m.attention.format == cp::Format::thd ? "thd" : "bshd") << " " << models::mask_name(m.attention.mask);
+    if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
+      out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";
+    out << ", cp_comm " << sc.cp_comm << "\n";
+    if (m.shape_only) {
+      out << "  shape-only: timing only, no numbers\n";
+    } else {
+      out << "  loss " << fmt("%.6f", model_dump.loss) << " over " << model_dump.tokens << " labelled tokens\n";
+    }
+    if (m.validate) {
+      validation = validate_against_baseline(m, *model_in, model_dump, sc.dp);
+      out << "\n";
+      models::print_validation(*validation, baseline_name(m),
+                               "tp=" + std::to_string(sc.tp) + " cp=" + std::to_string(sc.cp) + " " + sc.cp_comm, out);
+    }
+  }
+
   // Checks.
   struct CheckResult {
     std::string text;
@@ -694,6 +927,16 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     std::string measured;
   };
   std::vector<CheckResult> results;
+  if (validation) {
+    const models::ValidationReport& v = *validation;
+    const models::ValidationThresholds& t = v.thresholds;
+    results.push_back({"validation logits: >= " + fmt("%g", 100 * t.logits_share) + "% within " + fmt("%g", t.logits_atol),
+                       v.logits_ok, fmt("%.2f%%", 100 * v.logits_share)});
+    results.push_back({"validation loss: relative difference <= " + fmt("%g", t.loss_rel), v.loss_ok, fmt("%.3g", v.loss_rel)});
+    results.push_back({"validation gradients: norm difference <= " + fmt("%g", t.grad_norm_diff) + ", >= " +
+                           fmt("%g", 100 * t.acceptable_share) + "% acceptable",
+                       v.grads_ok, fmt("%.3g", v.grad_max_norm_diff) + ", " + fmt("%.0f%%", 100 * v.acceptable_share)});
+  }
   for (const ScenarioCheck& ck : sc.checks) {
     if (ck.kind == ScenarioCheck::Kind::max_time) {
       results.push_back({ck.text, makespan <= ck.time, makespan.str()});
@@ -724,6 +967,10 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     all_passed = all_passed && c.passed;
   }
 
+  if (sc.model && !sc.model->dump.empty()) {
+    models::write_dump(sc.model->dump, model_dump);
+    out << "dump: " << sc.model->dump << "\n";
+  }
   if (!json_path.empty()) {
     sim::write_file_atomically(json_path, [&](std::ostream& j) {
       j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"topology\": \"" << topo.name()
@@ -751,7 +998,28 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
           << ", \"algbw_GBps\": " << fmt("%.6f", r.algbw / 1e9) << ", \"busbw_GBps\": "
           << fmt("%.6f", r.busbw / 1e9) << ", \"wrong\": " << r.wrong << "}";
       }
-      j << "\n  ],\n  \"checks\": [";
+      j << "\n  ],";
+      if (sc.model) {
+        const bool numbers = !sc.model->shape_only && std::isfinite(model_dump.loss);
+        j << "\n  \"model\": {\"loss\": " << (numbers ? fmt("%.9g", model_dump.loss) : std::string("null"))
+          << ", \"tokens\": " << model_dump.tokens;
+        if (validation) {
+          const models::ValidationReport& v = *validation;
+          j << ", \"validation\": {\"baseline\": \"" << baseline_name(*sc.model) << "\", \"logits_share\": "
+            << fmt("%.6f", v.logits_share) << ", \"logits_max_diff\": " << fmt("%.6g", v.logits_max_diff)
+            << ", \"loss_rel\": " << fmt("%.6g", v.loss_rel) << ", \"grad_max_norm_diff\": "
+            << fmt("%.6g", v.grad_max_norm_diff) << ", \"acceptable_share\": " << fmt("%.6f", v.acceptable_share)
+            << ", \"passed\": " << (v.ok() ? "true" : "false") << ", \"grads\": [";
+          for (size_t i = 0; i < v.grads.size(); ++i) {
+            const auto& g = v.grads[i];
+            j << (i ? ", " : "") << "{\"name\": \"" << g.name << "\", \"norm_diff\": " << fmt("%.6g", g.norm_diff)
+              << ", \"category\": \"" << models::category_name(g.category) << "\"}";
+          }
+          j << "]}";
+        }
+        j << "},";
+      }
+      j << "\n  \"checks\": [";
       for (size_t i = 0; i < results.size(); ++i)
         j << (i ? "," : "") << "\n    {\"check\": \"" << results[i].text << "\", \"passed\": "
           << (results[i].passed ? "true" : "false") << ", \"measured\": \"" << results[i].measured << "\"}";

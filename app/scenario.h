@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "app/model_workload.h"
 #include "sim/time.h"
 
 namespace ranksim::app {
@@ -57,9 +58,12 @@ struct Scenario {
   std::vector<std::string> topology_sets;  // overrides of the topology file
   int ranks = 0;                           // resolved: world size
   int tp = 1, cp = 1, pp = 1, dp = 1;
+  std::string cp_comm = "p2p";              // parallel.cp_comm: p2p, all_gather, a2a, a2a+p2p
+  std::vector<int> hierarchical_cp;         // parallel.hierarchical_cp: [a2a, p2p]; empty = [2, cp/2]
   std::string algorithm = "auto";
   bool real_data = false;
-  // Workload: exactly one of these.
+  // Workload: exactly one of these (model: the reference transformer, one forward + backward).
+  std::optional<ModelWorkload> model;
   std::optional<std::string> sweep_op;
   std::vector<int64_t> sweep_sizes;
   std::string sweep_dtype = "f32";

@@ -1,0 +1,200 @@
+// Scenarios with the `model:` workload: the reference transformer under a tp x cp x dp layout, its
+// dump, the CP=1 vs CP=N validation framework and the errors of its keys.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "app/scenario.h"
+#include "models/transformer.h"
+#include "runtime/safetensors.h"
+#include "runtime/tensor.h"
+#include "sim/error.h"
+
+namespace ranksim::app {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::DType;
+using runtime::Tensor;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kRoot = RANKSIM_SOURCE_DIR;
+
+fs::path scratch() {
+  const fs::path d = fs::temp_directory_path() / ("ranksim_model_scenario_" + std::to_string(::getpid()));
+  fs::create_directories(d / "scenarios");
+  fs::create_directories(d / "topologies");
+  for (const char* t : {"dgx-h100.yaml", "h100-cluster.yaml", "ring4.yaml"})
+    fs::copy_file(kRoot + "/topologies/" + t, d / "topologies" / t, fs::copy_options::overwrite_existing);
+  return d;
+}
+
+std::string write_scenario(const std::string& text, const std::string& name = "m.yaml") {
+  const fs::path p = scratch() / "scenarios" / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::string load_error(const std::string& text, const std::vector<std::string>& sets = {}) {
+  const std::string path = write_scenario(text);
+  try {
+    load_scenario(path, sets);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+struct RunResult {
+  int code = -1;
+  std::string out, error;
+};
+
+RunResult run(const std::string& path, const std::vector<std::string>& sets = {}) {
+  RunResult r;
+  std::ostringstream out;
+  try {
+    RunFlags f;
+    f.quiet = true;
+    r.code = run_scenario(load_scenario(path, sets), f, out);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  r.out = out.str();
+  return r;
+}
+
+const std::string kHead =
+    "name: m\n"
+    "topology: ../topologies/dgx-h100.yaml\n";
+
+TEST(ModelScenario, ShippedValidationScenariosPassAndWriteTheirDump) {
+  for (const char* name : {"cp-validation-thd.yaml", "cp-validation-bshd.yaml"}) {
+    const fs::path dump = scratch() / (std::string(name) + ".safetensors");
+    const RunResult r = run(kRoot + "/scenarios/" + name, {"dump=" + dump.string()});
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.error;
+    EXPECT_THAT(r.out, HasSubstr("validation: tp="));
+    EXPECT_THAT(r.out, HasSubstr("PASS  logits"));
+    EXPECT_THAT(r.out, HasSubstr("PASS  loss"));
+    EXPECT_THAT(r.out, HasSubstr("PASS  gradients"));
+    EXPECT_THAT(r.out, HasSubstr("layer.qkv.weight"));
+    const runtime::SafetensorsFile f = runtime::load_safetensors(dump.string());
+    const bool thd = std::string(name).find("thd") != std::string::npos;
+    EXPECT_EQ(f.at("logits").shape(), thd ? (runtime::Shape{23, 33}) : (runtime::Shape{2, 32, 33}));
+    EXPECT_EQ(f.at("logits").dtype(), DType::f32);
+    EXPECT_EQ(f.at("loss").dim(), 0);
+    EXPECT_GT(f.at("loss").item(), 0.5);
+    for (const auto& [pname, shape] : models::parameter_shapes(models::TransformerConfig{})) {
+      ASSERT_TRUE(f.contains("grad/" + pname)) << pname;
+      EXPECT_EQ(f.at("grad/" + pname).shape(), shape) << pname;
+      EXPECT_EQ(f.at("grad/" + pname).dtype(), DType::f32) << pname;
+    }
+    fs::remove(dump);
+  }
+}
+
+TEST(ModelScenario, Fp32ValidationUsesTightDefaultsAndAFailedCheckExitsWithOne) {
+  const std::string text = kHead +
+                           "parallel: {tp: 2, cp: 2, cp_comm: a2a+p2p}\n"
+                           "model: {kind: transformer, dtype: fp32, format: thd, mask: causal, window: [4, 0]}\n"
+                           "validate: {baseline: {tp: 1, cp: 1}}\n";
+  const RunResult ok = run(write_scenario(text));
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.error;
+  EXPECT_THAT(ok.out, HasSubstr("within 0.0001"));
+  EXPECT_THAT(ok.out, HasSubstr("100.00% of 759"));
+  // bf16 against an fp32 threshold fails, with exit code 1 and the numbers shown.
+  const RunResult bad = run(write_scenario(text), {"model.dtype=bf16", "validate.loss_rel=1e-9"});
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.error;
+  EXPECT_THAT(bad.out, HasSubstr("FAIL  loss"));
+}
+
+TEST(ModelScenario, BatchAndWeightsFilesAreUsed) {
+  const fs::path dir = scratch();
+  // A THD batch of two sequences (lengths 5 and 9), labels shifted, as a user writes it.
+  std::vector<std::int64_t> ids, labels;
+  for (int i = 0; i < 14; ++i) ids.push_back(2 + (i * 7) % 30);
+  for (int i = 0; i < 14; ++i) labels.push_back((i == 4 || i == 13) ? -100 : ids[static_cast<size_t>(i) + 1]);
+  runtime::save_safetensors((dir / "batch.safetensors").string(),
+                            {{"input_ids", Tensor::from_vector(ids, {14})},
+                             {"labels", Tensor::from_vector(labels, {14})},
+                             {"cu_seqlens", Tensor::from_vector(std::vector<std::int32_t>{0, 5, 14}, {3})}});
+  models::Weights w = models::seeded_weights(models::TransformerConfig{}, 5);
+  std::vector<std::pair<std::string, Tensor>> wt(w.begin(), w.end());
+  runtime::save_safetensors((dir / "weights.safetensors").string(), wt);
+  const std::string body = kHead +
+                           "parallel: {tp: 1, cp: 2}\n"
+                           "model: {kind: transformer, format: thd, mask: padding, weights: ../weights.safetensors}\n"
+                           "batch: ../batch.safetensors\n"
+                           "dump: " + (dir / "a.safetensors").string() + "\n";
+  const RunResult a = run(write_scenario(body));
+  ASSERT_EQ(a.code, 0) << a.out << a.error;
+  // the same weights from the seed
+  const RunResult b = run(write_scenario(body), {"model.weights=", "model.seed=5", "dump=" + (dir / "b.safetensors").string()});
+  ASSERT_EQ(b.code, 0) << b.out << b.error;
+  const runtime::SafetensorsFile fa = runtime::load_safetensors((dir / "a.safetensors").string());
+  const runtime::SafetensorsFile fb = runtime::load_safetensors((dir / "b.safetensors").string());
+  EXPECT_EQ(fa.at("logits").shape(), (runtime::Shape{14, 33}));
+  for (const auto& [name, t] : fa.tensors) EXPECT_TRUE(runtime::bitwise_equal(t, fb.at(name))) << name;
+  // A different seed gives different numbers: the file was really used.
+  const RunResult c = run(write_scenario(body), {"model.weights=", "model.seed=6", "dump=" + (dir / "c.safetensors").string()});
+  ASSERT_EQ(c.code, 0);
+  EXPECT_FALSE(runtime::bitwise_equal(fa.at("logits"), runtime::load_safetensors((dir / "c.safetensors").string()).at("logits")));
+}
+
+TEST(ModelScenario, BadInputNamesTheFileAndWhatToDo) {
+  const std::string model = "model: {kind: transformer, format: thd, mask: padding}\n";
+  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, fromat: thd}\n"),
+              HasSubstr("m.yaml:3:28: unknown key 'fromat' in model; did you mean 'format'?"));
+  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, format: bshd, mask: padding}\n"),
+              HasSubstr("mask 'padding' needs format thd"));
+  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, format: thd, mask: no_mask}\n"),
+              HasSubstr("format thd takes mask 'padding'"));
+  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, mask: causal, window: [3, 2]}\n"),
+              HasSubstr("a causal mask takes a right window of 0"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 3}\n" + model),
+              HasSubstr("20 attention heads are not divisible by tp=3"));
+  EXPECT_THAT(load_error(kHead + "parallel: {cp: 8, cp_comm: a2a}\n" + model),
+              HasSubstr("20"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 4, cp: 4}\n" + model),
+              HasSubstr("16 ranks need 16 devices but topology 'dgx-h100' has 8"));
+  EXPECT_THAT(load_error(kHead + "data: shape_only\ndump: x.safetensors\n" + model),
+              HasSubstr("dump needs real data"));
+  EXPECT_THAT(load_error(kHead + model + "workload: {steps: {do: [wait: {}]}}\n"),
+              HasSubstr("model and workload"));
+  EXPECT_THAT(load_error(kHead + model + "batch: ../nope.safetensors\n"), HasSubstr("nope.safetensors"));
+  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, format: bshd}\nbatch: {rows: 2, seq_len: 30}\nparallel: {cp: 4}\n"),
+              HasSubstr("not a multiple of 2*cp = 8"));
+  EXPECT_THAT(load_error(kHead + "model: {kind: gpt}\n"), HasSubstr("model.kind is 'gpt'; expected one of transformer"));
+  // A batch file whose cu_seqlens decrease.
+  const fs::path dir = scratch();
+  runtime::save_safetensors((dir / "bad.safetensors").string(),
+                            {{"input_ids", Tensor::from_vector(std::vector<std::int64_t>{2, 3, 4, 5}, {4})},
+                             {"labels", Tensor::from_vector(std::vector<std::int64_t>{3, 4, 5, -100}, {4})},
+                             {"cu_seqlens", Tensor::from_vector(std::vector<std::int32_t>{0, 3, 2, 4}, {4})}});
+  EXPECT_THAT(load_error(kHead + model + "batch: ../bad.safetensors\n"),
+              HasSubstr("cu_seqlens [0, 3, 2, 4] decreases at index 2"));
+  // A weights file with a wrong shape.
+  runtime::save_safetensors((dir / "w.safetensors").string(), {{"embedding.weight", Tensor::zeros({33, 16})}});
+  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, weights: ../w.safetensors}\n"),
+              HasSubstr("'embedding.weight' is f32[33, 16], expected shape [33, 320]"));
+}
+
+TEST(ModelScenario, TwoNodeTpCpDpTimingRun) {
+  const RunResult r = run(kRoot + "/scenarios/tp-cp-dp-2node.yaml");
+  ASSERT_EQ(r.code, 0) << r.out << r.error;
+  EXPECT_THAT(r.out, HasSubstr("layout tp=4 cp=2 dp=2"));
+  EXPECT_THAT(r.out, HasSubstr("all_reduce"));
+  EXPECT_THAT(r.out, HasSubstr("hierarchical"));  // the DP x CP gradient all-reduce crosses the nodes
+  EXPECT_THAT(r.out, HasSubstr("shape-only: timing only"));
+}
+
+}  // namespace
+}  // namespace ranksim::app
