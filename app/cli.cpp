@@ -81,7 +81,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       const Scenario sc = load_scenario(scenario_file, scenario_sets);
       out << scenario_file << ": valid — " << sc.name << ", " << sc.ranks << " ranks (tp=" << sc.tp
           << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << "), "
-          << (sc.sweep_op ? *sc.sweep_op + " sweep" : std::to_string(sc.steps.size()) + " steps x " + std::to_string(sc.repeat))
+          << (sc.model      ? std::string("reference transformer") + (sc.model->validate ? " with a validation baseline" : "")
+              : sc.sweep_op ? *sc.sweep_op + " sweep"
+                            : std::to_string(sc.steps.size()) + " steps x " + std::to_string(sc.repeat))
           << "\n";
       return 0;
     }
