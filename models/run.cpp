@@ -19,7 +19,8 @@ using runtime::Tensor;
 namespace {
 
 cp::CpGroups cp_groups(const runtime::ProcessGroup& cp, const AttentionSetup& a) {
-  if (a.comm != cp::CommType::a2a_p2p) return cp::CpGroups(cp);
+  // at cp = 1 attention runs the block kernel on the whole sequence: no subgroups
+  if (a.comm != cp::CommType::a2a_p2p || cp.size() == 1) return cp::CpGroups(cp);
   if (a.a2a_size == 0 && a.p2p_size == 0) {
     if (cp.size() % 2 != 0) {
       throw Error("a2a+p2p: the default hierarchical sizes [2, cp/2] need an even cp, got cp=" +

@@ -38,19 +38,33 @@ struct ParamSpec {
   i64 fan_in;
 };
 
-std::vector<ParamSpec> param_specs(const TransformerConfig& c) {
-  const i64 h = c.hidden, f = c.ffn, v = c.vocab;
+// The block parameters' short names, shapes and fan-ins, in the contract's order.
+std::vector<ParamSpec> block_specs(const TransformerConfig& c) {
+  const i64 h = c.hidden, f = c.ffn;
   return {
-      {"embedding.weight", {v, h}, -1},
-      {"layer.ln1.weight", {h}, 0},       {"layer.ln1.bias", {h}, 0},
-      {"layer.qkv.weight", {3 * h, h}, h}, {"layer.qkv.bias", {3 * h}, h},
-      {"layer.proj.weight", {h, h}, h},    {"layer.proj.bias", {h}, h},
-      {"layer.ln2.weight", {h}, 0},       {"layer.ln2.bias", {h}, 0},
-      {"layer.fc1.weight", {f, h}, h},     {"layer.fc1.bias", {f}, h},
-      {"layer.fc2.weight", {h, f}, f},     {"layer.fc2.bias", {h}, f},
-      {"final_ln.weight", {h}, 0},        {"final_ln.bias", {h}, 0},
-      {"output.weight", {v, h}, h},        {"output.bias", {v}, h},
+      {"ln1.weight", {h}, 0},       {"ln1.bias", {h}, 0},
+      {"qkv.weight", {3 * h, h}, h}, {"qkv.bias", {3 * h}, h},
+      {"proj.weight", {h, h}, h},    {"proj.bias", {h}, h},
+      {"ln2.weight", {h}, 0},       {"ln2.bias", {h}, 0},
+      {"fc1.weight", {f, h}, h},     {"fc1.bias", {f}, h},
+      {"fc2.weight", {h, f}, f},     {"fc2.bias", {h}, f},
   };
+}
+
+std::vector<ParamSpec> param_specs(const TransformerConfig& c) {
+  const i64 h = c.hidden, v = c.vocab;
+  std::vector<ParamSpec> out = {{"embedding.weight", {v, h}, -1}};
+  for (i64 l = 0; l < c.layers; ++l) {
+    for (ParamSpec s : block_specs(c)) {
+      s.name = block_parameter_name(c, l, s.name);
+      out.push_back(std::move(s));
+    }
+  }
+  out.push_back({"final_ln.weight", {h}, 0});
+  out.push_back({"final_ln.bias", {h}, 0});
+  out.push_back({"output.weight", {v, h}, h});
+  out.push_back({"output.bias", {v}, h});
+  return out;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -72,8 +86,8 @@ tp::Parameter replicated(const Weights& w, const std::string& name, DType dtype)
 }
 
 // Validated before any member is built, so errors name the model's own sizes.
-const TransformerConfig& checked(const TransformerConfig& c, const Weights& w,
-                                 const TransformerGroups& g, const AttentionSetup& a) {
+const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, const TransformerGroups& g,
+                                 const AttentionSetup& a, const Stage& st) {
   check_config(c);
   check_attention(a);
   const int tp = g.tp.size();
@@ -84,7 +98,25 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w,
   if (c.ffn % tp != 0) {
     throw Error("Transformer: ffn " + str(c.ffn) + " is not divisible by tp=" + str(tp));
   }
+  if (st.size < 1 || st.rank < 0 || st.rank >= st.size) {
+    throw Error("Transformer: stage " + str(st.rank) + " of " + str(st.size));
+  }
+  if (c.layers % st.size != 0) {
+    throw Error("Transformer: " + str(c.layers) + " layers cannot be split evenly over pp=" + str(st.size) +
+                " stages; use a pp that divides the layer count");
+  }
+  const i64 per = c.layers / st.size, first = st.rank * per;
   for (const ParamSpec& s : param_specs(c)) {
+    // only this stage's parameters are read (a stage loads nothing else)
+    const bool embedding = s.name == "embedding.weight";
+    const bool head = s.name.rfind("final_ln.", 0) == 0 || s.name.rfind("output.", 0) == 0;
+    if (embedding && !st.first()) continue;
+    if (head && !st.last()) continue;
+    if (!embedding && !head) {
+      bool mine = false;
+      for (i64 l = first; l < first + per; ++l) mine = mine || s.name.rfind(block_parameter_name(c, l, ""), 0) == 0;
+      if (!mine) continue;
+    }
     const Tensor& t = weight(w, s.name);
     if (t.shape() != s.shape) {
       throw Error("Transformer: weight '" + s.name + "' is " + t.str() + ", expected shape " +
@@ -122,15 +154,14 @@ cp::AttentionOptions attention_options(const AttentionSetup& a) {
   return o;
 }
 
-i64 label_count(const Tensor& labels) {
-  i64 n = 0;
-  for (i64 v : labels.to_vector<i64>()) n += v != kIgnoreIndex ? 1 : 0;
-  return n;
-}
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+
+std::string block_parameter_name(const TransformerConfig& c, i64 layer, const std::string& name) {
+  return c.layers == 1 ? "layer." + name : "layers." + str(layer) + "." + name;
+}
 
 void check_config(const TransformerConfig& c) {
   auto positive = [](const char* what, i64 v) {
@@ -141,6 +172,7 @@ void check_config(const TransformerConfig& c) {
   positive("heads", c.heads);
   positive("head_dim", c.head_dim);
   positive("ffn", c.ffn);
+  positive("layers", c.layers);
   if (c.heads * c.head_dim != c.hidden) {
     throw Error("Transformer: hidden " + str(c.hidden) + " must equal heads * head_dim = " +
                 str(c.heads) + " * " + str(c.head_dim) + " = " + str(c.heads * c.head_dim));
@@ -441,53 +473,158 @@ LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
 
 // ---------------------------------------------------------------------------------------------
 
-struct TransformerContext {
-  Tensor x0, x1, x2;                       // residual stream: after embedding, attention, MLP
-  runtime::LayerNormResult ln1, ln2, lnf;
-  tp::LinearContext qkv, proj;
-  tp::MLPContext mlp;
-  Tensor q, k, v;                          // cp = 1: rotated q, k and v, [N, heads/tp, d]
-  cp::AttentionResult attention;           // cp = 1
-  cp::CpContext cp_ctx;                    // cp > 1
+struct Transformer::Block {
+  i64 index = 0;
+  tp::Parameter ln1_w, ln1_b, ln2_w, ln2_b;
+  tp::ColumnParallelLinear qkv;
+  tp::RowParallelLinear proj;
+  tp::ParallelMLP mlp;
+
+  Block(const TransformerConfig& c, const Weights& w, const runtime::ProcessGroup& tp, i64 i)
+      : index(i),
+        ln1_w(replicated(w, block_parameter_name(c, i, "ln1.weight"), c.dtype)),
+        ln1_b(replicated(w, block_parameter_name(c, i, "ln1.bias"), c.dtype)),
+        ln2_w(replicated(w, block_parameter_name(c, i, "ln2.weight"), c.dtype)),
+        ln2_b(replicated(w, block_parameter_name(c, i, "ln2.bias"), c.dtype)),
+        qkv(weight(w, block_parameter_name(c, i, "qkv.weight")), tp, qkv_options(c.dtype),
+            weight(w, block_parameter_name(c, i, "qkv.bias"))),
+        proj(weight(w, block_parameter_name(c, i, "proj.weight")), tp, proj_options(c.dtype),
+             weight(w, block_parameter_name(c, i, "proj.bias"))),
+        mlp(weight(w, block_parameter_name(c, i, "fc1.weight")), weight(w, block_parameter_name(c, i, "fc2.weight")), tp,
+            mlp_options(c.dtype), weight(w, block_parameter_name(c, i, "fc1.bias")),
+            weight(w, block_parameter_name(c, i, "fc2.bias"))) {}
+
+  std::vector<std::pair<std::string, tp::Parameter*>> params(const TransformerConfig& c) {
+    auto n = [&](const char* s) { return block_parameter_name(c, index, s); };
+    return {{n("ln1.weight"), &ln1_w},          {n("ln1.bias"), &ln1_b},
+            {n("qkv.weight"), &qkv.weight()},   {n("qkv.bias"), &qkv.bias()},
+            {n("proj.weight"), &proj.weight()}, {n("proj.bias"), &proj.bias()},
+            {n("ln2.weight"), &ln2_w},          {n("ln2.bias"), &ln2_b},
+            {n("fc1.weight"), &mlp.fc1().weight()}, {n("fc1.bias"), &mlp.fc1().bias()},
+            {n("fc2.weight"), &mlp.fc2().weight()}, {n("fc2.bias"), &mlp.fc2().bias()}};
+  }
+
+  Tensor forward(const Tensor& x, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
+                 const AttentionSetup& a, BlockContext& ctx) const {
+    const i64 n = b.ids.size(0);
+    const i64 heads = c.heads / g.tp.size(), hl = heads * c.head_dim;
+    const i64 cp = g.cp.cp.size();
+    ctx.x_in = x;
+    ctx.ln1 = runtime::layer_norm(x, ln1_w.value, ln1_b.value, c.layer_norm_eps);
+    const Tensor qkv_out = qkv.forward(ctx.ln1.y, ctx.qkv).output;  // [n, 3 hl]: q | k | v of local heads
+    const std::vector<Tensor> parts = runtime::split(qkv_out, {hl, hl, hl}, 1);
+    const Shape head_shape{n, heads, c.head_dim};
+    const Tensor q = rope(parts[0].reshape(head_shape), b.tokens.position, c.rope_base);
+    const Tensor k = rope(parts[1].reshape(head_shape), b.tokens.position, c.rope_base);
+    const Tensor v = parts[2].reshape(head_shape);
+    const cp::AttentionOptions opts = attention_options(a);
+    Tensor attn;
+    if (cp == 1) {
+      ctx.q = q;
+      ctx.k = k;
+      ctx.v = v;
+      ctx.attention = cp::attention_forward(q, k, v, b.tokens, b.tokens, opts);
+      attn = ctx.attention.out;
+    } else {
+      Shape local = head_shape;
+      if (b.layout.format == cp::Format::bshd) local = {b.layout.batch, b.layout.seq_len / cp, heads, c.head_dim};
+      cp::CpOptions co;
+      co.comm_type = a.comm;
+      co.attention = opts;
+      cp::CpForwardResult r =
+          cp::attention_with_cp_forward(q.reshape(local), k.reshape(local), v.reshape(local), b.layout, g.cp, co);
+      ctx.cp_ctx = std::move(r.ctx);
+      attn = r.out;
+    }
+    const Tensor p = proj.forward(attn.reshape({n, hl}), ctx.proj).output;
+    ctx.x_mid = runtime::add(x, p);
+    ctx.ln2 = runtime::layer_norm(ctx.x_mid, ln2_w.value, ln2_b.value, c.layer_norm_eps);
+    return runtime::add(ctx.x_mid, mlp.forward(ctx.ln2.y, ctx.mlp));
+  }
+
+  Tensor backward(const Tensor& dy, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
+                  const AttentionSetup& a, const BlockContext& ctx) {
+    const i64 n = b.ids.size(0);
+    const i64 heads = c.heads / g.tp.size(), hl = heads * c.head_dim;
+    const i64 cp = g.cp.cp.size();
+    // y = x_mid + mlp(ln2(x_mid))
+    const Tensor dln2 = mlp.backward(dy, ctx.mlp);
+    const runtime::LayerNormGrads g2 =
+        runtime::layer_norm_backward(dln2, ctx.x_mid, ln2_w.value, ctx.ln2.mean, ctx.ln2.rstd);
+    ln2_w.accumulate(g2.dweight);
+    ln2_b.accumulate(g2.dbias);
+    const Tensor dmid = runtime::add(dy, g2.dx);
+    // x_mid = x + proj(attention(...))
+    const Tensor dattn = proj.backward(dmid, ctx.proj);  // [n, hl]
+    const Shape head_shape{n, heads, c.head_dim};
+    Tensor dq, dk, dv;
+    if (cp == 1) {
+      const cp::AttentionGrads gr = cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v,
+                                                           ctx.attention.out, ctx.attention.lse, b.tokens, b.tokens,
+                                                           attention_options(a));
+      dq = gr.dq;
+      dk = gr.dk;
+      dv = gr.dv;
+    } else {
+      const cp::CpGrads gr = cp::attention_with_cp_backward(dattn.reshape(ctx.cp_ctx.q_shape), ctx.cp_ctx);
+      dq = gr.dq.reshape(head_shape);
+      dk = gr.dk.reshape(head_shape);
+      dv = gr.dv.reshape(head_shape);
+    }
+    dq = rope_backward(dq, b.tokens.position, c.rope_base);
+    dk = rope_backward(dk, b.tokens.position, c.rope_base);
+    const Tensor dqkv = runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1);
+    const Tensor dln1 = qkv.backward(dqkv, ctx.qkv);
+    const runtime::LayerNormGrads g1 =
+        runtime::layer_norm_backward(dln1, ctx.x_in, ln1_w.value, ctx.ln1.mean, ctx.ln1.rstd);
+    ln1_w.accumulate(g1.dweight);
+    ln1_b.accumulate(g1.dbias);
+    return runtime::add(dmid, g1.dx);
+  }
 };
 
 Transformer::Transformer(const TransformerConfig& config, const Weights& w, TransformerGroups groups,
-                         const AttentionSetup& attention)
-    : config_(checked(config, w, groups, attention)),
+                         const AttentionSetup& attention, Stage stage)
+    : config_(checked(config, w, groups, attention, stage)),
       groups_(std::move(groups)),
       attention_(attention),
-      embedding_(replicated(w, "embedding.weight", config.dtype)),
-      ln1_w_(replicated(w, "layer.ln1.weight", config.dtype)),
-      ln1_b_(replicated(w, "layer.ln1.bias", config.dtype)),
-      ln2_w_(replicated(w, "layer.ln2.weight", config.dtype)),
-      ln2_b_(replicated(w, "layer.ln2.bias", config.dtype)),
-      lnf_w_(replicated(w, "final_ln.weight", config.dtype)),
-      lnf_b_(replicated(w, "final_ln.bias", config.dtype)),
-      out_w_(replicated(w, "output.weight", config.dtype)),
-      out_b_(replicated(w, "output.bias", config.dtype)),
-      qkv_(weight(w, "layer.qkv.weight"), groups_.tp, qkv_options(config.dtype),
-           weight(w, "layer.qkv.bias")),
-      proj_(weight(w, "layer.proj.weight"), groups_.tp, proj_options(config.dtype),
-            weight(w, "layer.proj.bias")),
-      mlp_(weight(w, "layer.fc1.weight"), weight(w, "layer.fc2.weight"), groups_.tp,
-           mlp_options(config.dtype), weight(w, "layer.fc1.bias"), weight(w, "layer.fc2.bias")) {}
+      stage_(stage) {
+  const i64 per = config_.layers / stage_.size;
+  first_layer_ = stage_.rank * per;
+  if (stage_.first()) embedding_ = replicated(w, "embedding.weight", config_.dtype);
+  for (i64 l = first_layer_; l < first_layer_ + per; ++l) blocks_.push_back(std::make_unique<Block>(config_, w, groups_.tp, l));
+  if (stage_.last()) {
+    lnf_w_ = replicated(w, "final_ln.weight", config_.dtype);
+    lnf_b_ = replicated(w, "final_ln.bias", config_.dtype);
+    out_w_ = replicated(w, "output.weight", config_.dtype);
+    out_b_ = replicated(w, "output.bias", config_.dtype);
+  }
+}
 
 Transformer::~Transformer() = default;
 Transformer::Transformer(Transformer&&) noexcept = default;
 Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
 std::vector<std::pair<std::string, tp::Parameter*>> Transformer::named_parameters() {
-  return {
-      {"embedding.weight", &embedding_},
-      {"layer.ln1.weight", &ln1_w_},        {"layer.ln1.bias", &ln1_b_},
-      {"layer.qkv.weight", &qkv_.weight()},  {"layer.qkv.bias", &qkv_.bias()},
-      {"layer.proj.weight", &proj_.weight()}, {"layer.proj.bias", &proj_.bias()},
-      {"layer.ln2.weight", &ln2_w_},        {"layer.ln2.bias", &ln2_b_},
-      {"layer.fc1.weight", &mlp_.fc1().weight()}, {"layer.fc1.bias", &mlp_.fc1().bias()},
-      {"layer.fc2.weight", &mlp_.fc2().weight()}, {"layer.fc2.bias", &mlp_.fc2().bias()},
-      {"final_ln.weight", &lnf_w_},         {"final_ln.bias", &lnf_b_},
-      {"output.weight", &out_w_},           {"output.bias", &out_b_},
-  };
+  std::vector<std::pair<std::string, tp::Parameter*>> out;
+  if (stage_.first()) out.emplace_back("embedding.weight", &embedding_);
+  for (auto& b : blocks_) {
+    for (auto& p : b->params(config_)) out.push_back(p);
+  }
+  if (stage_.last()) {
+    out.emplace_back("final_ln.weight", &lnf_w_);
+    out.emplace_back("final_ln.bias", &lnf_b_);
+    out.emplace_back("output.weight", &out_w_);
+    out.emplace_back("output.bias", &out_b_);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, tp::Parameter*>> Transformer::block_parameters(i64 i) {
+  if (i < first_layer_ || i >= first_layer_ + num_layers()) {
+    throw Error("Transformer: layer " + str(i) + " is not on pipeline stage " + str(stage_.rank));
+  }
+  return blocks_[static_cast<std::size_t>(i - first_layer_)]->params(config_);
 }
 
 void Transformer::zero_grad() {
@@ -503,165 +640,108 @@ void Transformer::reduce_gradients(const runtime::ProcessGroup& g) {
   }
 }
 
-Tensor Transformer::forward(const LocalBatch& b, TransformerContext& ctx) const {
-  const TransformerConfig& c = config_;
-  const i64 n = b.ids.size(0);
-  const i64 heads = c.heads / groups_.tp.size(), hl = heads * c.head_dim;
+Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, TransformerContext& ctx) const {
   const i64 cp = groups_.cp.cp.size();
   if (cp != b.cp) {
-    throw Error("Transformer: the batch was sharded for cp=" + str(b.cp) + " but the CP group has " +
-                str(cp) + " ranks");
+    throw Error("Transformer: the batch was sharded for cp=" + str(b.cp) + " but the CP group has " + str(cp) +
+                " ranks");
   }
-  ctx.x0 = runtime::embedding(b.ids, embedding_.value);
-  ctx.ln1 = runtime::layer_norm(ctx.x0, ln1_w_.value, ln1_b_.value, c.layer_norm_eps);
-  const Tensor qkv = qkv_.forward(ctx.ln1.y, ctx.qkv).output;  // [n, 3 hl]: q | k | v of local heads
-  const std::vector<Tensor> parts = runtime::split(qkv, {hl, hl, hl}, 1);
-  const Shape head_shape{n, heads, c.head_dim};
-  const Tensor q = rope(parts[0].reshape(head_shape), b.tokens.position, c.rope_base);
-  const Tensor k = rope(parts[1].reshape(head_shape), b.tokens.position, c.rope_base);
-  const Tensor v = parts[2].reshape(head_shape);
-  const cp::AttentionOptions opts = attention_options(attention_);
-  Tensor attn;
-  if (cp == 1) {
-    ctx.q = q;
-    ctx.k = k;
-    ctx.v = v;
-    ctx.attention = cp::attention_forward(q, k, v, b.tokens, b.tokens, opts);
-    attn = ctx.attention.out;
-  } else {
-    Shape local = head_shape;
-    if (b.layout.format == cp::Format::bshd) {
-      local = {b.layout.batch, b.layout.seq_len / cp, heads, c.head_dim};
-    }
-    cp::CpOptions co;
-    co.comm_type = attention_.comm;
-    co.attention = opts;
-    cp::CpForwardResult r = cp::attention_with_cp_forward(q.reshape(local), k.reshape(local),
-                                                          v.reshape(local), b.layout, groups_.cp, co);
-    ctx.cp_ctx = std::move(r.ctx);
-    attn = r.out;
+  Tensor x = stage_.first() ? runtime::embedding(b.ids, embedding_.value) : input;
+  if (!x.defined()) throw Error("Transformer: a stage after the first needs the previous stage's output");
+  ctx.blocks.assign(blocks_.size(), BlockContext{});
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    x = blocks_[i]->forward(x, b, config_, groups_, attention_, ctx.blocks[i]);
   }
-  const Tensor proj = proj_.forward(attn.reshape({n, hl}), ctx.proj).output;
-  ctx.x1 = runtime::add(ctx.x0, proj);
-  ctx.ln2 = runtime::layer_norm(ctx.x1, ln2_w_.value, ln2_b_.value, c.layer_norm_eps);
-  const Tensor mlp = mlp_.forward(ctx.ln2.y, ctx.mlp);
-  ctx.x2 = runtime::add(ctx.x1, mlp);
-  ctx.lnf = runtime::layer_norm(ctx.x2, lnf_w_.value, lnf_b_.value, c.layer_norm_eps);
+  if (!stage_.last()) return x;
+  ctx.x_last = x;
+  ctx.lnf = runtime::layer_norm(x, lnf_w_.value, lnf_b_.value, config_.layer_norm_eps);
   return runtime::add(runtime::matmul(ctx.lnf.y, out_w_.value, false, true), out_b_.value);
 }
 
-void Transformer::backward(const Tensor& dlogits, const LocalBatch& b, TransformerContext& ctx) {
-  const TransformerConfig& c = config_;
-  const i64 n = b.ids.size(0);
-  const i64 heads = c.heads / groups_.tp.size(), hl = heads * c.head_dim;
-  const i64 cp = groups_.cp.cp.size();
-  // logits = lnf.y W^T + b
-  out_b_.accumulate(runtime::add_backward(dlogits, out_b_.value.shape()).db);
-  const runtime::MatmulGrads og = runtime::matmul_backward(dlogits, ctx.lnf.y, out_w_.value, false, true);
-  out_w_.accumulate(og.db);
-  const runtime::LayerNormGrads fg =
-      runtime::layer_norm_backward(og.da, ctx.x2, lnf_w_.value, ctx.lnf.mean, ctx.lnf.rstd);
-  lnf_w_.accumulate(fg.dweight);
-  lnf_b_.accumulate(fg.dbias);
-  // x2 = x1 + mlp(ln2(x1))
-  const Tensor dln2 = mlp_.backward(fg.dx, ctx.mlp);
-  const runtime::LayerNormGrads g2 =
-      runtime::layer_norm_backward(dln2, ctx.x1, ln2_w_.value, ctx.ln2.mean, ctx.ln2.rstd);
-  ln2_w_.accumulate(g2.dweight);
-  ln2_b_.accumulate(g2.dbias);
-  const Tensor dx1 = runtime::add(fg.dx, g2.dx);
-  // x1 = x0 + proj(attention(...))
-  const Tensor dattn = proj_.backward(dx1, ctx.proj);  // [n, hl]
-  const Shape head_shape{n, heads, c.head_dim};
-  Tensor dq, dk, dv;
-  if (cp == 1) {
-    const cp::AttentionGrads g =
-        cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out,
-                               ctx.attention.lse, b.tokens, b.tokens, attention_options(attention_));
-    dq = g.dq;
-    dk = g.dk;
-    dv = g.dv;
-  } else {
-    const cp::CpGrads g =
-        cp::attention_with_cp_backward(dattn.reshape(ctx.cp_ctx.q_shape), ctx.cp_ctx);
-    dq = g.dq.reshape(head_shape);
-    dk = g.dk.reshape(head_shape);
-    dv = g.dv.reshape(head_shape);
+Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, TransformerContext& ctx,
+                                   const std::function<void(i64)>& after_block) {
+  Tensor dx = dout;
+  if (stage_.last()) {
+    // logits = lnf.y W^T + b
+    out_b_.accumulate(runtime::add_backward(dout, out_b_.value.shape()).db);
+    const runtime::MatmulGrads og = runtime::matmul_backward(dout, ctx.lnf.y, out_w_.value, false, true);
+    out_w_.accumulate(og.db);
+    const runtime::LayerNormGrads fg =
+        runtime::layer_norm_backward(og.da, ctx.x_last, lnf_w_.value, ctx.lnf.mean, ctx.lnf.rstd);
+    lnf_w_.accumulate(fg.dweight);
+    lnf_b_.accumulate(fg.dbias);
+    dx = fg.dx;
   }
-  dq = rope_backward(dq, b.tokens.position, c.rope_base);
-  dk = rope_backward(dk, b.tokens.position, c.rope_base);
-  const Tensor dqkv = runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1);
-  const Tensor dln1 = qkv_.backward(dqkv, ctx.qkv);
-  const runtime::LayerNormGrads g1 =
-      runtime::layer_norm_backward(dln1, ctx.x0, ln1_w_.value, ctx.ln1.mean, ctx.ln1.rstd);
-  ln1_w_.accumulate(g1.dweight);
-  ln1_b_.accumulate(g1.dbias);
-  const Tensor dx0 = runtime::add(dx1, g1.dx);
-  embedding_.accumulate(runtime::embedding_backward(dx0, b.ids, c.vocab));
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    dx = blocks_[i]->backward(dx, b, config_, groups_, attention_, ctx.blocks[i]);
+    if (after_block) after_block(blocks_[i]->index);
+  }
+  if (!stage_.first()) return dx;
+  embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
+  return Tensor();
+}
+
+LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens) {
+  const i64 n = logits.size(0), vocab = logits.size(1);
+  const std::vector<i64> labels = labels_t.to(DType::i64).to_vector<i64>();
+  const Tensor lf = logits.to(DType::f32);
+  LossSum r;
+  for (i64 l : labels) r.tokens += l != kIgnoreIndex ? 1 : 0;
+  runtime::charge({"cross_entropy", 4.0 * static_cast<double>(lf.numel()), static_cast<double>(lf.nbytes()),
+                   DType::f32});
+  runtime::charge({"cross_entropy_backward", 3.0 * static_cast<double>(lf.numel()),
+                   2.0 * static_cast<double>(lf.nbytes()), DType::f32});
+  if (!lf.has_data()) {
+    r.sum = std::numeric_limits<double>::quiet_NaN();
+    r.dlogits = Tensor::shape_only(logits.shape(), logits.dtype());
+    return r;
+  }
+  Tensor d = Tensor::zeros(lf.shape(), DType::f32);
+  float* dp = d.data<float>();
+  const float* x = lf.data<float>();
+  const double inv = total_tokens > 0 ? 1.0 / total_tokens : 0.0;
+  for (i64 row = 0; row < n; ++row) {
+    const i64 label = labels[static_cast<std::size_t>(row)];
+    if (label == kIgnoreIndex) continue;
+    const float* xr = x + row * vocab;
+    double m = -std::numeric_limits<double>::infinity();
+    for (i64 j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(xr[j]));
+    double z = 0;
+    for (i64 j = 0; j < vocab; ++j) z += std::exp(static_cast<double>(xr[j]) - m);
+    const double lse = m + std::log(z);
+    r.sum += lse - static_cast<double>(xr[label]);
+    for (i64 j = 0; j < vocab; ++j) {
+      const double p = std::exp(static_cast<double>(xr[j]) - lse);
+      dp[row * vocab + j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * inv);
+    }
+  }
+  r.dlogits = d.to(logits.dtype());
+  return r;
 }
 
 StepResult Transformer::forward_backward(const LocalBatch& b) {
+  if (stage_.size != 1) throw Error("Transformer::forward_backward runs a single-stage model; use stage_forward");
   TransformerContext ctx;
-  const Tensor logits = forward(b, ctx);
-  const i64 n = logits.size(0), vocab = config_.vocab;
-  const std::vector<i64> labels = b.labels.to_vector<i64>();
-  // Cross-entropy in f32 (as under autocast), summed in double. The local sum and token count
-  // are summed over the loss group (CP, or DP x CP) first: the loss is the mean over every labelled token, and each
-  // row's gradient is divided by that global count.
-  const Tensor lf = logits.to(DType::f32);
-  const bool data = lf.has_data();
-  runtime::charge({"cross_entropy", 4.0 * static_cast<double>(lf.numel()),
-                   static_cast<double>(lf.nbytes()), DType::f32});
-  std::vector<double> lse(static_cast<std::size_t>(n), 0.0);
-  double local_sum = 0;
-  if (data) {
-    const float* x = lf.data<float>();
-    for (i64 r = 0; r < n; ++r) {
-      if (labels[static_cast<std::size_t>(r)] == kIgnoreIndex) continue;
-      const float* row = x + r * vocab;
-      double m = -std::numeric_limits<double>::infinity();
-      for (i64 j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(row[j]));
-      double s = 0;
-      for (i64 j = 0; j < vocab; ++j) s += std::exp(static_cast<double>(row[j]) - m);
-      lse[static_cast<std::size_t>(r)] = m + std::log(s);
-      local_sum += lse[static_cast<std::size_t>(r)] -
-                   static_cast<double>(row[labels[static_cast<std::size_t>(r)]]);
-    }
-  }
-  Tensor totals = Tensor::from_vector(std::vector<double>{local_sum, static_cast<double>(label_count(b.labels))},
-                                      {2}, DType::f64);
+  const Tensor logits = stage_forward(b, Tensor(), ctx);
+  // The labelled tokens of the whole loss group (CP, or DP x CP) first: each row's gradient is
+  // divided by that global count, and the loss is the mean over every labelled token.
+  i64 local_tokens = 0;
+  for (i64 l : b.labels.to_vector<i64>()) local_tokens += l != kIgnoreIndex ? 1 : 0;
   const runtime::ProcessGroup& loss_group = groups_.loss ? *groups_.loss : groups_.cp.cp;
-  if (loss_group.size() > 1) {
-    runtime::AllreduceOptions o;
-    o.group = loss_group;
-    runtime::all_reduce(totals, o).wait();
-  }
-  const std::vector<double> t = totals.to_vector<double>();
+  Tensor count = Tensor::from_vector(std::vector<double>{static_cast<double>(local_tokens)}, {1}, DType::f64);
+  runtime::AllreduceOptions o;
+  o.group = loss_group;
+  if (loss_group.size() > 1) runtime::all_reduce(count, o).wait();
+  const double total = count.to_vector<double>()[0];
+  const LossSum ls = cross_entropy_sum(logits, b.labels, total);
+  Tensor sum = Tensor::from_vector(std::vector<double>{ls.sum}, {1}, DType::f64);
+  if (loss_group.size() > 1) runtime::all_reduce(sum, o).wait();
   StepResult result;
-  result.tokens = static_cast<i64>(t[1]);
-  result.loss = data && t[1] > 0 ? t[0] / t[1] : std::numeric_limits<double>::quiet_NaN();
-  result.logits = lf;
-  runtime::charge({"cross_entropy_backward", 3.0 * static_cast<double>(lf.numel()),
-                   2.0 * static_cast<double>(lf.nbytes()), DType::f32});
-  Tensor dlogits;
-  if (data) {
-    dlogits = Tensor::zeros(lf.shape(), DType::f32);
-    float* d = dlogits.data<float>();
-    const float* x = lf.data<float>();
-    const double inv = t[1] > 0 ? 1.0 / t[1] : 0.0;
-    for (i64 r = 0; r < n; ++r) {
-      const i64 label = labels[static_cast<std::size_t>(r)];
-      if (label == kIgnoreIndex) continue;
-      for (i64 j = 0; j < vocab; ++j) {
-        const double p = std::exp(static_cast<double>(x[r * vocab + j]) - lse[static_cast<std::size_t>(r)]);
-        d[r * vocab + j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * inv);
-      }
-    }
-    dlogits = dlogits.to(config_.dtype);
-  } else {
-    dlogits = Tensor::shape_only(logits.shape(), config_.dtype);
-  }
-  backward(dlogits, b, ctx);
+  result.tokens = static_cast<i64>(total);
+  result.loss = logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total
+                                               : std::numeric_limits<double>::quiet_NaN();
+  result.logits = logits.to(DType::f32);
+  stage_backward(ls.dlogits, b, ctx);
   return result;
 }
 

@@ -37,6 +37,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +48,7 @@
 #include "cp/context_parallel.h"
 #include "runtime/distributed.h"
 #include "runtime/dtype.h"
+#include "runtime/ops.h"
 #include "runtime/safetensors.h"
 #include "runtime/tensor.h"
 #include "tp/layers.h"
@@ -59,6 +62,9 @@ struct TransformerConfig {
   std::int64_t heads = 20;      // Default: 20
   std::int64_t head_dim = 16;   // Default: 16. REQUIRES: even (RoPE)
   std::int64_t ffn = 1280;      // Default: 1280
+  // Transformer blocks. With one, block parameters are named `layer.<name>`; with more,
+  // `layers.<i>.<name>` (i from 0). Default: 1.
+  std::int64_t layers = 1;
   runtime::DType dtype = runtime::DType::f32;  // parameters and activations. Default: f32
   double layer_norm_eps = 1e-5;
   double rope_base = 10000.0;
@@ -154,7 +160,45 @@ struct TransformerGroups {
   std::optional<runtime::ProcessGroup> loss;
 };
 
-struct TransformerContext;  // what backward needs (defined in transformer.cpp)
+// What a stage's backward needs, filled by its forward.
+struct BlockContext {
+  runtime::Tensor x_in;                              // the block's input (residual stream)
+  runtime::LayerNormResult ln1, ln2;
+  runtime::Tensor x_mid;                             // after attention
+  tp::LinearContext qkv, proj;
+  tp::MLPContext mlp;
+  runtime::Tensor q, k, v;                           // cp = 1: rotated q, k and v, [N, heads/tp, d]
+  cp::AttentionResult attention;            // cp = 1
+  cp::CpContext cp_ctx;                     // cp > 1
+};
+
+struct TransformerContext {
+  std::vector<BlockContext> blocks;
+  runtime::Tensor x_last;                            // the last block's output (last stage)
+  runtime::LayerNormResult lnf;
+};
+
+
+// A pipeline stage: the blocks [first_layer, first_layer + layers) of the model, with the
+// embedding on the first stage and the final LayerNorm and output layer on the last.
+struct Stage {
+  int rank = 0;  // pipeline rank
+  int size = 1;  // pipeline stages. REQUIRES: size divides config.layers
+  bool first() const { return rank == 0; }
+  bool last() const { return rank == size - 1; }
+};
+
+// Cross-entropy of a batch's logits, summed (not averaged) over its labelled tokens, and the
+// gradient of loss = sum / total_tokens: (softmax - onehot) / total_tokens per labelled row, in
+// the logits' dtype. f32 arithmetic on the logits (autocast), sums in double. Shape-only logits
+// give a NaN sum and a shape-only gradient; both are charged.
+struct LossSum {
+  double sum = 0;           // sum over labelled tokens of lse - logit[label]
+  std::int64_t tokens = 0;  // labelled tokens in this batch
+  runtime::Tensor dlogits;
+};
+LossSum cross_entropy_sum(const runtime::Tensor& logits, const runtime::Tensor& labels,
+                          double total_tokens);
 
 struct StepResult {
   double loss = 0;          // the global mean cross-entropy (NaN in shape-only runs)
@@ -164,15 +208,30 @@ struct StepResult {
 
 class Transformer {
  public:
-  // Every member of groups.tp and groups.cp constructs it with the same config and weights.
-  // Errors: heads or ffn not divisible by tp; weights of the wrong shapes.
+  // Every member of groups.tp and groups.cp constructs it with the same config and weights; a
+  // pipeline stage reads only its own parameters from weights.
+  // Errors: heads or ffn not divisible by tp; layers not divisible by the stages; weights missing
+  // or of the wrong shapes.
   Transformer(const TransformerConfig& config, const Weights& weights, TransformerGroups groups,
-              const AttentionSetup& attention);
+              const AttentionSetup& attention, Stage stage = {});
   ~Transformer();
   Transformer(Transformer&&) noexcept;
   Transformer& operator=(Transformer&&) noexcept;
 
-  // Forward, loss and backward of one (local share of a) batch: returns the loss and the local
+  // One pipeline stage's forward: from the batch's ids on the first stage, else from `input`
+  // (the previous stage's hidden states, [N, hidden]); returns hidden states, or the logits
+  // [N, vocab] on the last stage. ctx keeps what stage_backward needs.
+  runtime::Tensor stage_forward(const LocalBatch& batch, const runtime::Tensor& input,
+                                TransformerContext& ctx) const;
+  // The stage's backward from the gradient of its output (dlogits on the last stage); returns the
+  // gradient of its input (undefined on the first stage) and accumulates its parameters'
+  // gradients. after_block, when set, is called with each block's index as soon as that block's
+  // gradients are complete (last block first): the hook for overlapping gradient reduction.
+  runtime::Tensor stage_backward(const runtime::Tensor& dout, const LocalBatch& batch,
+                                 TransformerContext& ctx,
+                                 const std::function<void(std::int64_t)>& after_block = {});
+
+  // Forward, loss and backward of one (local share of a) batch on a single-stage model: returns the loss and the local
   // logits, and accumulates every parameter's gradient (not yet summed over CP or DP). Collective
   // over tp, cp and the loss group.
   StepResult forward_backward(const LocalBatch& batch);
@@ -180,23 +239,33 @@ class Transformer {
   void reduce_gradients(const runtime::ProcessGroup& g);
   void zero_grad();
 
-  // The contract's names, in its order, with this rank's Parameter (shard, gradient, partition).
+  // The contract's names of this stage's parameters, in the contract's order, with this rank's
+  // Parameter (shard, gradient, partition).
   std::vector<std::pair<std::string, tp::Parameter*>> named_parameters();
+  // The parameters of block i (a global layer index owned by this stage).
+  std::vector<std::pair<std::string, tp::Parameter*>> block_parameters(std::int64_t i);
   const TransformerConfig& config() const { return config_; }
   const TransformerGroups& groups() const { return groups_; }
+  const Stage& stage() const { return stage_; }
+  std::int64_t first_layer() const { return first_layer_; }
+  std::int64_t num_layers() const { return static_cast<std::int64_t>(blocks_.size()); }
+
+  struct Block;  // one transformer block's layers (transformer.cpp)
 
  private:
-  runtime::Tensor forward(const LocalBatch& batch, TransformerContext& ctx) const;
-  void backward(const runtime::Tensor& dlogits, const LocalBatch& batch, TransformerContext& ctx);
-
   TransformerConfig config_;
   TransformerGroups groups_;
   AttentionSetup attention_;
-  tp::Parameter embedding_, ln1_w_, ln1_b_, ln2_w_, ln2_b_, lnf_w_, lnf_b_, out_w_, out_b_;
-  tp::ColumnParallelLinear qkv_;
-  tp::RowParallelLinear proj_;
-  tp::ParallelMLP mlp_;
+  Stage stage_;
+  std::int64_t first_layer_ = 0;
+  tp::Parameter embedding_, lnf_w_, lnf_b_, out_w_, out_b_;  // first / last stage only
+  std::vector<std::unique_ptr<Block>> blocks_;
 };
+
+// The contract's name of a block parameter: "layer.<name>" with one layer, else
+// "layers.<i>.<name>".
+std::string block_parameter_name(const TransformerConfig& config, std::int64_t layer,
+                                 const std::string& name);
 
 // The local logits of every CP rank put back in global order, real tokens only: [T, vocab] (THD)
 // or [B, S, vocab] (BSHD), f32. Collective over cp (an all-gather).

@@ -473,6 +473,34 @@ TEST(Transformer, DataParallelLayoutsEqualTheSingleRankRun) {
   EXPECT_THAT(error_of([&] { run_transformer(s); }), HasSubstr("3 sequences, which dp=2 does not divide"));
 }
 
+// Several blocks: names layers.<i>.<name>, and tp x cp equal to one rank.
+TEST(Transformer, SeveralLayersAreNamedByIndexAndSplitLikeOne) {
+  TransformerConfig c;
+  c.layers = 3;
+  const auto shapes = parameter_shapes(c);
+  EXPECT_EQ(shapes.size(), 1u + 3u * 12u + 4u);
+  EXPECT_EQ(shapes[1].first, "layers.0.ln1.weight");
+  EXPECT_EQ(shapes[13 + 2].first, "layers.1.qkv.weight");
+  EXPECT_EQ(shapes[shapes.size() - 5].first, "layers.2.fc2.bias");
+  TransformerRunSpec one;
+  one.config = c;
+  one.weights = seeded_weights(c, 11);
+  one.batch = dummy_batch(cp::Format::thd, c.vocab, 5);
+  one.attention = setup(cp::Format::thd, Mask::causal, cp::CommType::a2a_p2p);
+  const TransformerDump want = run_transformer(one);
+  TransformerRunSpec s = one;
+  s.tp = 2;
+  s.cp = 2;
+  const TransformerDump got = run_transformer(s);
+  EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss);
+  expect_close(got.logits, want.logits, "logits");
+  ASSERT_EQ(got.grads.size(), shapes.size());
+  for (std::size_t i = 0; i < got.grads.size(); ++i) {
+    EXPECT_EQ(got.grads[i].first, shapes[i].first);
+    expect_close(got.grads[i].second, want.grads[i].second, "grad " + got.grads[i].first);
+  }
+}
+
 // --- bf16: the framework's thresholds -------------------------------------------------------------
 
 TEST(Transformer, Bf16ContextParallelPassesTheFrameworkThresholds) {
