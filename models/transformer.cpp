@@ -330,16 +330,18 @@ Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
                          seed);
 }
 
-Batch dp_slice(const Batch& b, i64 dp, i64 d) {
-  if (dp < 1 || d < 0 || d >= dp) throw Error("dp_slice: rank " + str(d) + " outside dp=" + str(dp));
+Batch dp_slice(const Batch& b, i64 dp, i64 d) { return batch_slice(b, dp, d, "dp"); }
+
+Batch batch_slice(const Batch& b, i64 dp, i64 d, const std::string& what) {
+  if (dp < 1 || d < 0 || d >= dp) throw Error("batch_slice: part " + str(d) + " outside " + what + "=" + str(dp));
   if (dp == 1) return b;
   Batch out;
   out.format = b.format;
   if (b.format == cp::Format::bshd) {
     const i64 rows = b.input_ids.size(0);
     if (rows % dp != 0) {
-      throw Error("the batch has " + str(rows) + " rows, which dp=" + str(dp) +
-                  " does not divide (each DP rank takes an equal share of rows)");
+      throw Error("the batch has " + str(rows) + " rows, which " + what + "=" + str(dp) +
+                  " does not divide (each part takes an equal share of rows)");
     }
     const i64 per = rows / dp;
     out.input_ids = b.input_ids.narrow(0, d * per, per).contiguous();
@@ -348,8 +350,8 @@ Batch dp_slice(const Batch& b, i64 dp, i64 d) {
   }
   const i64 n = static_cast<i64>(b.cu_seqlens.size()) - 1;
   if (n % dp != 0) {
-    throw Error("the batch has " + str(n) + " sequences, which dp=" + str(dp) +
-                " does not divide (each DP rank takes an equal share of whole sequences)");
+    throw Error("the batch has " + str(n) + " sequences, which " + what + "=" + str(dp) +
+                " does not divide (each part takes an equal share of whole sequences)");
   }
   const i64 per = n / dp;
   const i64 start = b.cu_seqlens[static_cast<std::size_t>(d * per)];

@@ -131,6 +131,8 @@ Batch dummy_batch(cp::Format format, std::int64_t vocab, std::uint64_t seed);
 // whole sequences [d n/dp, (d+1) n/dp) of the n sequences. Errors when dp does not divide B
 // (or n), naming both.
 Batch dp_slice(const Batch& batch, std::int64_t dp, std::int64_t d);
+// The same split for any purpose (what names it in the error: "dp", "micro_batches").
+Batch batch_slice(const Batch& batch, std::int64_t parts, std::int64_t index, const std::string& what);
 
 // Errors naming `source` (a file) for: ids/labels not integers of the right rank, shapes that
 // differ, ids outside [0, vocab), labels outside [0, vocab) other than -100, cu_seqlens missing
