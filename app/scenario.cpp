@@ -18,6 +18,8 @@
 #include "app/nccl_table.h"
 #include "app/model_workload.h"
 #include "app/report_html.h"
+#include "cp/context_parallel.h"
+#include "cp/partition.h"
 #include "runtime/cost.h"
 #include "runtime/distributed.h"
 #include "runtime/spawn.h"
@@ -129,6 +131,17 @@ class Reader {
     }
     fail(n, what + " must be a positive integer, got '" + s + "'");
   }
+  // An integer >= min (window bounds take -1 for "unbounded").
+  int64_t integer(const YAML::Node& n, const std::string& what, int64_t min) const {
+    const std::string s = str(n, what);
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(s, &used);
+      if (used == s.size() && v >= min && v <= (int64_t{1} << 40)) return v;
+    } catch (const std::exception&) {
+    }
+    fail(n, what + " must be an integer of at least " + std::to_string(min) + ", got '" + s + "'");
+  }
   template <class Parse>
   auto unit(const YAML::Node& n, const std::string& what, Parse parse) const {
     const std::string s = str(n, what);
@@ -235,10 +248,138 @@ void apply_set(YAML::Node& root, const std::string& text, Reader& reader, Scenar
   }
 }
 
+const std::vector<std::string> kCpComms = {"p2p", "all_gather", "a2a", "a2a+p2p"};
+
+// A cp_attention step's keys, checked on their own; what depends on the layout (cp, tp, the
+// default comm type) is checked by check_cp_attention.
+ScenarioStep read_cp_attention(const YAML::Node& body, const Reader& r) {
+  r.known_keys(body, {"comm", "format", "batch", "seq_len", "heads", "kv_heads", "head_dim", "mask", "window",
+                      "hierarchical", "dtype", "backward"},
+               "a cp_attention step");
+  ScenarioStep st;
+  st.kind = ScenarioStep::Kind::cp_attention;
+  st.name = "cp_attention";
+  st.group = "cp";
+  auto need = [&](const char* k) {
+    const YAML::Node v = entry(body, k);
+    if (!v.IsDefined()) r.fail(body, std::string("a cp_attention step needs ") + k);
+    return v;
+  };
+  if (auto v = entry(body, "comm"); v.IsDefined()) st.cp_comm = r.one_of(v, "cp_attention.comm", kCpComms);
+  if (auto v = entry(body, "format"); v.IsDefined()) st.format = r.one_of(v, "cp_attention.format", {"bshd", "thd"});
+  const bool thd = st.format == "thd";
+  const YAML::Node len = need("seq_len");
+  if (len.IsSequence()) {
+    if (!thd)
+      r.fail(len, "cp_attention.seq_len is one length S for format bshd; a list of sequence lengths needs format: thd");
+    if (len.size() == 0) r.fail(len, "cp_attention.seq_len must list at least one sequence length");
+    for (const YAML::Node& x : len) st.seq_lens.push_back(r.positive_int(x, "cp_attention.seq_len"));
+  } else {
+    st.seq_lens.push_back(r.positive_int(len, "cp_attention.seq_len"));
+  }
+  if (auto v = entry(body, "batch"); v.IsDefined()) {
+    if (thd) r.fail(v, "cp_attention.batch is for format bshd; a thd step packs its sequences: list them in seq_len");
+    st.batch = r.positive_int(v, "cp_attention.batch");
+  }
+  st.heads = r.positive_int(need("heads"), "cp_attention.heads");
+  st.kv_heads = st.heads;
+  if (auto v = entry(body, "kv_heads"); v.IsDefined()) {
+    st.kv_heads = r.positive_int(v, "cp_attention.kv_heads");
+    if (st.heads % st.kv_heads != 0)
+      r.fail(v, "cp_attention: heads " + std::to_string(st.heads) + " is not a multiple of kv_heads " +
+                    std::to_string(st.kv_heads) +
+                    " (grouped-query attention shares each kv head among heads/kv_heads query heads)");
+  }
+  st.head_dim = r.positive_int(need("head_dim"), "cp_attention.head_dim");
+  if (auto v = entry(body, "mask"); v.IsDefined()) {
+    st.mask = r.one_of(v, "cp_attention.mask", {"causal", "no_mask", "padding"});
+    if (!thd && st.mask == "padding")
+      r.fail(v, "cp_attention: format bshd has no padding tokens, so it takes mask causal or no_mask; "
+                "padding needs format: thd");
+    if (thd && st.mask == "no_mask")
+      r.fail(v, "cp_attention: format thd always masks its padding, so it takes mask padding or causal "
+                "(causal with padding), not no_mask");
+  }
+  if (auto v = entry(body, "window"); v.IsDefined()) {
+    if (!v.IsSequence() || v.size() != 2)
+      r.fail(v, "cp_attention.window must be [left, right] (-1 = unbounded), such as [4096, 0], got " +
+                    Reader::describe(v));
+    st.window_left = r.integer(v[0], "cp_attention.window left", -1);
+    st.window_right = r.integer(v[1], "cp_attention.window right", -1);
+    if (st.mask == "causal" && st.window_right > 0)
+      r.fail(v[1], "cp_attention: a causal mask hides every key after the query, so the window's right side must be "
+                   "0 or -1, got " + std::to_string(st.window_right));
+  }
+  if (auto v = entry(body, "hierarchical"); v.IsDefined()) {
+    if (!v.IsSequence() || v.size() != 2)
+      r.fail(v, "cp_attention.hierarchical must be [a2a size, p2p size], such as [2, 4] for cp=8, got " +
+                    Reader::describe(v));
+    st.a2a_size = r.positive_int(v[0], "cp_attention.hierarchical a2a size");
+    st.p2p_size = r.positive_int(v[1], "cp_attention.hierarchical p2p size");
+  }
+  if (auto d = entry(body, "dtype"); d.IsDefined())
+    st.dtype = r.one_of(d, "cp_attention.dtype", {"f32", "f64", "bf16", "f16"});
+  if (auto v = entry(body, "backward"); v.IsDefined())
+    st.backward = r.one_of(v, "cp_attention.backward", {"true", "false"}) == "true";
+  return st;
+}
+
+// The rules a cp_attention step must meet under the layout, each reported at the key it concerns:
+// heads over tp, the comm type's head split (a2a over cp, a2a+p2p over a), the hierarchical sizes,
+// and S a multiple of 2cp for bshd (thd pads every sequence to a multiple of 2cp itself).
+// Resolves the comm type and the hierarchical sizes from the parallel defaults.
+void check_cp_attention(ScenarioStep& st, const YAML::Node& body, const YAML::Node& par, const Scenario& sc,
+                        const Reader& r) {
+  const YAML::Node comm_at = entry(body, "comm").IsDefined() ? entry(body, "comm")
+                             : par.IsDefined() && entry(par, "cp_comm").IsDefined() ? entry(par, "cp_comm")
+                                                                                    : body;
+  if (st.cp_comm.empty()) st.cp_comm = sc.cp_comm;
+  const YAML::Node heads_at = entry(body, "heads");
+  const int64_t cp = sc.cp, tp = sc.tp;
+  if (st.heads % tp != 0 || st.kv_heads % tp != 0)
+    r.fail(heads_at, "cp_attention: heads " + std::to_string(st.heads) + " and kv_heads " +
+                         std::to_string(st.kv_heads) + " must both be divisible by tp=" + std::to_string(tp) +
+                         " (each TP rank holds whole heads)");
+  const int64_t hq = st.heads / tp, hkv = st.kv_heads / tp;
+  const std::string per_rank = tp > 1 ? " per TP rank (heads / tp=" + std::to_string(tp) + ")" : "";
+  const YAML::Node hier = entry(body, "hierarchical");
+  if (hier.IsDefined() && st.cp_comm != "a2a+p2p")
+    r.fail(hier, "cp_attention.hierarchical applies to comm a2a+p2p only; this step's comm is " + st.cp_comm);
+  if (st.cp_comm == "a2a" && (hq % cp != 0 || hkv % cp != 0))
+    r.fail(heads_at, "cp_attention: comm a2a splits the heads over cp=" + std::to_string(cp) + " ranks: heads " +
+                         std::to_string(hq) + " and kv_heads " + std::to_string(hkv) + per_rank +
+                         " must both be multiples of " + std::to_string(cp) + "; use p2p or all_gather, or another cp");
+  if (st.cp_comm == "a2a+p2p") {
+    if (hier.IsDefined()) {
+      if (static_cast<int64_t>(st.a2a_size) * st.p2p_size != cp)
+        r.fail(hier, "cp_attention.hierarchical [" + std::to_string(st.a2a_size) + ", " +
+                         std::to_string(st.p2p_size) + "] multiplies to " +
+                         std::to_string(st.a2a_size * st.p2p_size) + ", not cp=" + std::to_string(cp));
+    } else if (sc.hierarchical_cp.size() == 2) {
+      st.a2a_size = sc.hierarchical_cp[0];  // parallel.hierarchical_cp, checked against cp already
+      st.p2p_size = sc.hierarchical_cp[1];
+    } else {
+      if (cp % 2 != 0)
+        r.fail(comm_at, "cp_attention: comm a2a+p2p splits cp as [2, cp/2] by default, which needs an even cp, "
+                        "got cp=" + std::to_string(cp) + "; give hierarchical: [a2a size, p2p size]");
+      st.a2a_size = 2;
+      st.p2p_size = static_cast<int>(cp / 2);
+    }
+    if (hq % st.a2a_size != 0 || hkv % st.a2a_size != 0)
+      r.fail(heads_at, "cp_attention: comm a2a+p2p splits the heads over the a2a size " + std::to_string(st.a2a_size) +
+                           ": heads " + std::to_string(hq) + " and kv_heads " + std::to_string(hkv) + per_rank +
+                           " must both be multiples of " + std::to_string(st.a2a_size));
+  }
+  if (st.format == "bshd" && st.seq_lens[0] % (2 * cp) != 0)
+    r.fail(entry(body, "seq_len"), "cp_attention: seq_len " + std::to_string(st.seq_lens[0]) +
+                                       " is not a multiple of 2 x cp = " + std::to_string(2 * cp) +
+                                       " (every rank holds two chunks of each sequence); thd pads instead");
+}
+
 ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
   if (!n.IsMap() || n.size() != 1)
     r.fail(n, "a step must be a mapping with one key: compute, a collective name (" +
-                  join(kCollectiveOps) + "), sendrecv or wait");
+                  join(kCollectiveOps) + "), sendrecv, wait, tp_mlp or cp_attention");
   const YAML::Node key = n.begin()->first;
   const YAML::Node body = n.begin()->second;
   const std::string kind = key.Scalar();
@@ -269,6 +410,7 @@ ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
       st.backward = r.one_of(v, "tp_mlp.backward", {"true", "false"}) == "true";
     return st;
   }
+  if (kind == "cp_attention") return read_cp_attention(body, r);
   if (kind == "compute") {
     r.known_keys(body, {"name", "flops", "bytes", "gemm", "dtype"}, "a compute step");
     st.kind = ScenarioStep::Kind::compute;
@@ -292,6 +434,7 @@ ScenarioStep read_step(const YAML::Node& n, const Reader& r) {
   step_kinds.push_back("sendrecv");
   step_kinds.push_back("wait");
   step_kinds.push_back("tp_mlp");
+  step_kinds.push_back("cp_attention");
   if (std::find(step_kinds.begin(), step_kinds.end(), kind) == step_kinds.end())
     r.fail(key, "unknown step '" + kind + "'" + sim::did_you_mean(kind, step_kinds) +
                     " (steps: " + join(step_kinds) + ")");
@@ -601,7 +744,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     const YAML::Node list = entry(s, "do");
     if (!list.IsDefined() || !list.IsSequence() || list.size() == 0)
       r.fail(s, "workload.steps needs a non-empty list `do:` of steps");
-    for (const YAML::Node& st : list) sc.steps.push_back(read_step(st, r));
+    for (const YAML::Node& st : list) {
+      sc.steps.push_back(read_step(st, r));
+      if (sc.steps.back().kind == ScenarioStep::Kind::cp_attention)
+        check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
+    }
     for (const ScenarioStep& st : sc.steps) {
       const int axis = st.group == "tp" ? sc.tp : st.group == "cp" ? sc.cp : st.group == "pp" ? sc.pp
                        : st.group == "dp" ? sc.dp : 2;
@@ -662,6 +809,50 @@ struct CollectiveLine {
   int64_t calls = 0;
   double seconds = 0;  // summed over calls (one record per call, member-latest times)
 };
+
+// A cp_attention step's groups: the cp group, and for a2a+p2p its a2a and p2p subgroups (created
+// by every member of the cp group, in step order).
+cp::CpGroups cp_attention_groups(const ScenarioStep& st, const runtime::ProcessGroup& cp_group) {
+  if (st.cp_comm != "a2a+p2p") return cp::CpGroups(cp_group);
+  return cp::hierarchical_cp_groups(cp_group, st.a2a_size, st.p2p_size);
+}
+
+// One cp_attention step on this rank: its local q, k, v in the DualChunkSwap layout (heads / tp of
+// them), the forward, and unless backward is false the backward from a dout of out's shape.
+// Inputs are shape-only, or with real data uniform in [-1, 1) seeded by rank, iteration and tensor.
+void run_cp_attention(const ScenarioStep& st, const cp::CpGroups& groups, int tp, bool real_data, int rank,
+                      int iteration) {
+  const int64_t cp = groups.cp.size();
+  const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
+  cp::SequenceLayout layout;
+  runtime::Shape lead;  // the local tensors' dims before [heads, head_dim]
+  if (st.format == "thd") {
+    std::vector<int64_t> cu{0};
+    for (int64_t len : st.seq_lens) cu.push_back(cu.back() + len);
+    std::vector<int64_t> padded = cp::thd_padded_cu_seqlens(cu, cp);
+    lead = {padded.back() / cp};
+    layout = cp::SequenceLayout::thd(std::move(cu), std::move(padded));
+  } else {
+    lead = {st.batch, st.seq_lens[0] / cp};
+    layout = cp::SequenceLayout::bshd(st.batch, st.seq_lens[0]);
+  }
+  auto input = [&](int64_t heads, uint64_t which) {
+    runtime::Shape shape = lead;
+    shape.push_back(heads);
+    shape.push_back(st.head_dim);
+    const uint64_t seed = (static_cast<uint64_t>(iteration) * 4 + which) * 1000003 + static_cast<uint64_t>(rank);
+    return real_data ? runtime::Tensor::uniform(shape, seed, -1.0, 1.0, dt) : runtime::Tensor::shape_only(shape, dt);
+  };
+  cp::CpOptions opts;
+  opts.comm_type = cp::parse_comm_type(st.cp_comm);
+  opts.attention.causal = st.mask == "causal";
+  opts.attention.window_left = st.window_left;
+  opts.attention.window_right = st.window_right;
+  const int64_t hq = st.heads / tp, hkv = st.kv_heads / tp;
+  const cp::CpForwardResult f =
+      cp::attention_with_cp_forward(input(hq, 0), input(hkv, 1), input(hkv, 2), layout, groups, opts);
+  if (st.backward) cp::attention_with_cp_backward(input(hq, 3), f.ctx);
+}
 
 }  // namespace
 
@@ -758,9 +949,17 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
             mlps.emplace(&st, tp::ParallelMLP(master(st.ffn, st.hidden, 1234), master(st.hidden, st.ffn, 1235),
                                               groups.at("tp"), mo));
           }
+          std::map<const ScenarioStep*, cp::CpGroups> cp_groups;
+          for (const ScenarioStep& st : sc.steps)
+            if (st.kind == ScenarioStep::Kind::cp_attention)
+              cp_groups.emplace(&st, cp_attention_groups(st, groups.at("cp")));
           for (int it = 0; it < sc.repeat; ++it) {
             for (const ScenarioStep& st : sc.steps) {
               const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
+              if (st.kind == ScenarioStep::Kind::cp_attention) {
+                run_cp_attention(st, cp_groups.at(&st), sc.tp, sc.real_data, rank, it);
+                continue;
+              }
               if (st.kind == ScenarioStep::Kind::tp_mlp) {
                 tp::ParallelMLP& mlp = mlps.at(&st);
                 const int64_t rows = st.sequence_parallel ? st.tokens / sc.tp : st.tokens;

@@ -9,8 +9,8 @@
 //
 // Workloads (this version): `collectives` — an nccl-tests sweep of one collective; `steps` — a
 // sequence of compute kernels and collectives over the layout's groups (tp, cp, dp, pp, dp_cp,
-// tp_cp, world), repeated. Runs are deterministic: the same file gives byte-identical JSON
-// summaries and traces.
+// tp_cp, world) and layers (tp_mlp over the tp group, cp_attention over the cp group), repeated.
+// Runs are deterministic: the same file gives byte-identical JSON summaries and traces.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@
 namespace ranksim::app {
 
 struct ScenarioStep {
-  enum class Kind { compute, collective, sendrecv, tp_mlp };
+  enum class Kind { compute, collective, sendrecv, tp_mlp, cp_attention };
   Kind kind = Kind::compute;
   std::string name;        // compute: kernel name; collective: op name
   double flops = 0;        // compute
@@ -38,7 +38,19 @@ struct ScenarioStep {
   // tp_mlp: Megatron's ParallelMLP over the tp group (tp/mlp.h), forward (+ backward).
   int64_t hidden = 0, ffn = 0, tokens = 0;
   bool sequence_parallel = false;
-  bool backward = true;
+  bool backward = true;     // tp_mlp, cp_attention: run the backward too
+  // cp_attention: TransformerEngine's context-parallel attention over the cp group
+  // (cp/context_parallel.h), forward (+ backward). Every field is resolved at load time.
+  std::string cp_comm;            // p2p, all_gather, a2a, a2a+p2p. Default: parallel.cp_comm
+  std::string format = "bshd";    // bshd | thd
+  int64_t batch = 1;              // bshd: batch rows
+  std::vector<int64_t> seq_lens;  // bshd: {S}; thd: the real length of each packed sequence
+  int64_t heads = 0;              // query heads of the whole attention (each TP rank: heads/tp)
+  int64_t kv_heads = 0;           // GQA key/value heads. Default: heads
+  int64_t head_dim = 0;
+  std::string mask = "causal";    // causal | no_mask (bshd) | padding (thd)
+  int64_t window_left = -1, window_right = -1;  // sliding window; -1 = unbounded
+  int a2a_size = 0, p2p_size = 0;  // a2a+p2p: [a, p]. Default: parallel.hierarchical_cp, else [2, cp/2]
 };
 
 struct ScenarioCheck {

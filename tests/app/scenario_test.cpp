@@ -13,7 +13,13 @@
 #include <unistd.h>
 
 #include "app/cli.h"
+#include "cp/context_parallel.h"
+#include "cp/partition.h"
+#include "runtime/distributed.h"
+#include "runtime/spawn.h"
 #include "sim/error.h"
+#include "sim/topology.h"
+#include "sim/trace.h"
 
 namespace ranksim::app {
 namespace {
@@ -147,6 +153,323 @@ TEST(Scenario, AFailedCheckExitsWithOne) {
   std::ostringstream vout;
   EXPECT_EQ(run_cli(3, ok, vout, err), 0);
   EXPECT_THAT(vout.str(), HasSubstr("valid"));
+}
+
+// ---- cp_attention ---------------------------------------------------------------------------
+
+struct StepRun {
+  int code = -1;
+  std::string out, json;
+};
+
+// Runs a scenario text (from the scratch folder, so ../topologies resolves), with its JSON.
+StepRun run_text(const std::string& text, const std::vector<std::string>& sets = {}) {
+  TempScenario s(text);
+  StepRun r;
+  RunFlags f;
+  f.quiet = true;
+  f.json = (s.dir / "out.json").string();
+  std::ostringstream out;
+  r.code = run_scenario(load_scenario(s.path.string(), sets), f, out);
+  r.out = out.str();
+  std::stringstream j;
+  j << std::ifstream(f.json).rdbuf();
+  r.json = j.str();
+  return r;
+}
+
+std::string json_virtual_time(const std::string& json) {
+  const std::string key = "\"virtual_time_us\": ";
+  const size_t at = json.find(key);
+  if (at == std::string::npos) return "(none)";
+  return json.substr(at + key.size(), json.find(',', at) - at - key.size());
+}
+
+// The same attention run directly through cp/context_parallel.h on ring4, every rank in one CP
+// group: the virtual time a cp_attention step must reproduce.
+struct Direct {
+  cp::CommType comm = cp::CommType::p2p;
+  bool thd = false;
+  int64_t batch = 1;
+  std::vector<int64_t> lengths;  // bshd: {S}
+  int64_t hq = 4, hkv = 4, d = 8;
+  bool causal = true;
+  int64_t window_left = -1, window_right = -1;
+  int a2a = 2;
+  bool backward = true;
+  bool data = false;
+};
+
+std::string direct_virtual_time(const Direct& c, int cp) {
+  const sim::Topology topo = sim::Topology::load_file(kRoot + "/topologies/ring4.yaml");
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  cp::SequenceLayout layout = cp::SequenceLayout::bshd(c.batch, c.lengths[0]);
+  runtime::Shape lead{c.batch, c.lengths[0] / cp};
+  if (c.thd) {
+    std::vector<int64_t> cu{0};
+    for (int64_t l : c.lengths) cu.push_back(cu.back() + l);
+    const std::vector<int64_t> padded = cp::thd_padded_cu_seqlens(cu, cp);
+    lead = {padded.back() / cp};
+    layout = cp::SequenceLayout::thd(cu, padded);
+  }
+  cp::CpOptions opts;
+  opts.comm_type = c.comm;
+  opts.attention.causal = c.causal;
+  opts.attention.window_left = c.window_left;
+  opts.attention.window_right = c.window_right;
+  const runtime::RunReport rep = runtime::spawn(
+      [&](int rank) {
+        auto input = [&](int64_t heads, uint64_t seed) {
+          runtime::Shape shape = lead;
+          shape.push_back(heads);
+          shape.push_back(c.d);
+          return c.data ? runtime::Tensor::uniform(shape, seed * 7 + static_cast<uint64_t>(rank), -1, 1)
+                        : runtime::Tensor::shape_only(shape);
+        };
+        std::vector<int> all;
+        for (int i = 0; i < cp; ++i) all.push_back(i);
+        const runtime::ProcessGroup group = runtime::new_group(all);
+        const cp::CpGroups groups = c.comm == cp::CommType::a2a_p2p
+                                        ? cp::hierarchical_cp_groups(group, c.a2a, cp / c.a2a)
+                                        : cp::CpGroups(group);
+        const cp::CpForwardResult f =
+            cp::attention_with_cp_forward(input(c.hq, 1), input(c.hkv, 2), input(c.hkv, 3), layout, groups, opts);
+        if (c.backward) cp::attention_with_cp_backward(input(c.hq, 4), f.ctx);
+      },
+      cp, so);
+  return sim::format_us(rep.makespan);
+}
+
+const char* kCpHead =
+    "name: cp\n"
+    "topology: ../topologies/ring4.yaml\n"
+    "parallel: {cp: 4}\n"
+    "data: shape_only\n"
+    "workload:\n"
+    "  steps:\n"
+    "    do:\n";
+
+TEST(Scenario, CpAttentionStepTimesExactlyLikeADirectRunForEveryCommType) {
+  struct Case {
+    const char* comm;
+    cp::CommType type;
+    const char* collective;  // a line the summary must show, or "" for the p2p ring
+  };
+  for (const Case& c : {Case{"p2p", cp::CommType::p2p, ""},
+                        Case{"all_gather", cp::CommType::all_gather, "reduce_scatter"},
+                        Case{"a2a", cp::CommType::a2a, "all_to_all"},
+                        Case{"a2a+p2p", cp::CommType::a2a_p2p, "all_to_all"}}) {
+    SCOPED_TRACE(c.comm);
+    const StepRun r = run_text(std::string(kCpHead) + "      - cp_attention: {comm: " + c.comm +
+                               ", seq_len: 64, heads: 4, head_dim: 8, dtype: f32}\n");
+    ASSERT_EQ(r.code, 0) << r.out;
+    Direct d;
+    d.comm = c.type;
+    d.lengths = {64};
+    EXPECT_EQ(json_virtual_time(r.json), direct_virtual_time(d, 4)) << r.out;
+    EXPECT_NE(json_virtual_time(r.json), "0.000000");
+    if (*c.collective) EXPECT_THAT(r.json, HasSubstr(std::string("\"op\": \"") + c.collective + "\""));
+    else EXPECT_THAT(r.json, HasSubstr("\"collectives\": [\n  ]"));  // the ring is point-to-point only
+  }
+}
+
+TEST(Scenario, CpAttentionStepTakesThdWindowsGqaAndForwardOnly) {
+  {  // THD, causal with a sliding window, GQA, all_gather
+    const StepRun r = run_text(std::string(kCpHead) +
+                               "      - cp_attention: {comm: all_gather, format: thd, seq_len: [40, 7, 25], heads: 4, "
+                               "kv_heads: 2, head_dim: 8, mask: causal, window: [5, 0], dtype: f32}\n");
+    ASSERT_EQ(r.code, 0) << r.out;
+    Direct d;
+    d.comm = cp::CommType::all_gather;
+    d.thd = true;
+    d.lengths = {40, 7, 25};
+    d.hkv = 2;
+    d.window_left = 5;
+    d.window_right = 0;
+    EXPECT_EQ(json_virtual_time(r.json), direct_virtual_time(d, 4));
+    d.window_left = -1;  // the window changes the time: the step did pass it on
+    EXPECT_NE(json_virtual_time(r.json), direct_virtual_time(d, 4));
+  }
+  {  // THD padding (no causal mask) on the ring, forward only
+    const StepRun r = run_text(std::string(kCpHead) +
+                               "      - cp_attention: {format: thd, seq_len: [9, 30], heads: 4, head_dim: 8, "
+                               "mask: padding, backward: false, dtype: f32}\n");
+    ASSERT_EQ(r.code, 0) << r.out;
+    Direct d;
+    d.thd = true;
+    d.lengths = {9, 30};
+    d.causal = false;
+    d.backward = false;
+    EXPECT_EQ(json_virtual_time(r.json), direct_virtual_time(d, 4));
+  }
+  {  // BSHD without a mask, batch 2, a2a+p2p split [2, 2] by default
+    const StepRun r = run_text(std::string(kCpHead) +
+                               "      - cp_attention: {comm: a2a+p2p, batch: 2, seq_len: 32, heads: 4, head_dim: 8, "
+                               "mask: no_mask, dtype: f32}\n");
+    ASSERT_EQ(r.code, 0) << r.out;
+    Direct d;
+    d.comm = cp::CommType::a2a_p2p;
+    d.batch = 2;
+    d.lengths = {32};
+    d.causal = false;
+    EXPECT_EQ(json_virtual_time(r.json), direct_virtual_time(d, 4));
+  }
+}
+
+TEST(Scenario, CpAttentionWithRealDataTimesLikeShapeOnly) {
+  const std::string step = "      - cp_attention: {comm: p2p, seq_len: 32, heads: 2, head_dim: 8, dtype: f32}\n";
+  const StepRun shape = run_text(std::string(kCpHead) + step);
+  const StepRun real = run_text(std::string(kCpHead) + step, {"data=real"});
+  ASSERT_EQ(real.code, 0) << real.out;
+  EXPECT_THAT(real.out, HasSubstr("real data"));
+  EXPECT_EQ(json_virtual_time(real.json), json_virtual_time(shape.json));
+  Direct d;
+  d.lengths = {32};
+  d.hq = d.hkv = 2;
+  d.data = true;
+  EXPECT_EQ(json_virtual_time(real.json), direct_virtual_time(d, 4));
+}
+
+TEST(Scenario, CpAttentionCommTypeAndHierarchicalSizesDefaultFromTheLayout) {
+  TempScenario s("name: t\ntopology: ../topologies/dgx-h100.yaml\n"
+                 "parallel: {cp: 8, cp_comm: a2a+p2p, hierarchical_cp: [4, 2]}\n"
+                 "workload:\n  steps:\n    do:\n"
+                 "      - cp_attention: {seq_len: 64, heads: 8, head_dim: 8}\n"
+                 "      - cp_attention: {seq_len: 64, heads: 8, head_dim: 8, hierarchical: [2, 4]}\n"
+                 "      - cp_attention: {comm: a2a, seq_len: 64, heads: 8, head_dim: 8}\n");
+  const Scenario sc = load_scenario(s.path.string());
+  ASSERT_EQ(sc.steps.size(), 3u);
+  EXPECT_EQ(sc.steps[0].cp_comm, "a2a+p2p");
+  EXPECT_EQ(sc.steps[0].a2a_size, 4);
+  EXPECT_EQ(sc.steps[0].p2p_size, 2);
+  EXPECT_EQ(sc.steps[1].a2a_size, 2);
+  EXPECT_EQ(sc.steps[1].p2p_size, 4);
+  EXPECT_EQ(sc.steps[2].cp_comm, "a2a");
+  EXPECT_EQ(sc.steps[0].kv_heads, 8);  // GQA off by default
+  EXPECT_EQ(sc.steps[0].mask, "causal");
+  EXPECT_EQ(sc.steps[0].dtype, "bf16");
+  EXPECT_TRUE(sc.steps[0].backward);
+  // The layout's comm type can be overridden like any key; a step's hierarchical sizes then no
+  // longer apply.
+  EXPECT_THAT(load_error("name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8, cp_comm: a2a+p2p}\n"
+                         "workload: {steps: {do: [cp_attention: {seq_len: 64, heads: 8, head_dim: 8, "
+                         "hierarchical: [2, 4]}]}}\n",
+                         {"parallel.cp_comm=all_gather"}),
+              HasSubstr("cp_attention.hierarchical applies to comm a2a+p2p only; this step's comm is all_gather"));
+  // Without parallel.cp_comm the default is p2p; without hierarchical_cp a2a+p2p splits [2, cp/2].
+  TempScenario u("name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8}\n"
+                 "workload: {steps: {do: [cp_attention: {seq_len: 64, heads: 8, head_dim: 8}]}}\n");
+  EXPECT_EQ(load_scenario(u.path.string()).steps[0].cp_comm, "p2p");
+  TempScenario t("name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8}\n"
+                 "workload: {steps: {do: [cp_attention: {comm: a2a+p2p, seq_len: 64, heads: 8, head_dim: 8}]}}\n");
+  const Scenario split = load_scenario(t.path.string());
+  EXPECT_EQ(split.steps[0].a2a_size, 2);
+  EXPECT_EQ(split.steps[0].p2p_size, 4);
+  EXPECT_EQ(load_scenario(t.path.string()).steps[0].cp_comm, "a2a+p2p");
+}
+
+TEST(Scenario, CpAttentionSplitsHeadsOverTp) {
+  // tp=2 x cp=2 on ring4: each TP rank runs heads/2; a2a moves [S/cp, heads/tp, d] per rank.
+  const StepRun r = run_text("name: t\ntopology: ../topologies/ring4.yaml\nparallel: {tp: 2, cp: 2}\n"
+                             "workload: {steps: {do: [cp_attention: {comm: a2a, seq_len: 32, heads: 8, "
+                             "head_dim: 4, dtype: f32, backward: false}]}}\n");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Two all-to-alls in the forward (q, k, v packed or not: every one moves 16 x 4 x 4 x 4 bytes).
+  EXPECT_THAT(r.json, HasSubstr("\"op\": \"all_to_all\", \"group_size\": 2, \"dtype\": \"f32\", \"bytes\": 1024"));
+}
+
+std::string cp_error(const std::string& parallel, const std::string& step) {
+  return load_error("name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: " + parallel +
+                    "\nworkload:\n  steps:\n    do:\n      - cp_attention: " + step + "\n");
+}
+
+TEST(Scenario, CpAttentionErrorsNameTheKeyAndTheNumbers) {
+  // Heads over cp (a2a) and over the a2a size (a2a+p2p), and over tp.
+  EXPECT_THAT(cp_error("{cp: 8}", "{comm: a2a, seq_len: 64, heads: 12, head_dim: 8}"),
+              HasSubstr("s.yaml:7:55: cp_attention: comm a2a splits the heads over cp=8 ranks: heads 12 and "
+                        "kv_heads 12 must both be multiples of 8"));
+  EXPECT_THAT(cp_error("{cp: 8, cp_comm: a2a}", "{seq_len: 64, heads: 16, kv_heads: 4, head_dim: 8}"),
+              HasSubstr("s.yaml:7:44: cp_attention: comm a2a splits the heads over cp=8 ranks: heads 16 and "
+                        "kv_heads 4 must both be multiples of 8"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{comm: a2a+p2p, hierarchical: [4, 2], seq_len: 64, heads: 6, head_dim: 8}"),
+              HasSubstr("s.yaml:7:81: cp_attention: comm a2a+p2p splits the heads over the a2a size 4: heads 6 "
+                        "and kv_heads 6 must both be multiples of 4"));
+  EXPECT_THAT(cp_error("{tp: 2, cp: 4}", "{comm: a2a, seq_len: 64, heads: 4, head_dim: 8}"),
+              HasSubstr("heads 2 and kv_heads 2 per TP rank (heads / tp=2) must both be multiples of 4"));
+  EXPECT_EQ(cp_error("{tp: 2, cp: 4}", "{comm: a2a, seq_len: 64, heads: 8, head_dim: 8}"), "no error");
+  EXPECT_THAT(cp_error("{tp: 4, cp: 2}", "{seq_len: 64, heads: 6, head_dim: 8}"),
+              HasSubstr("s.yaml:7:44: cp_attention: heads 6 and kv_heads 6 must both be divisible by tp=4"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 64, heads: 6, kv_heads: 4, head_dim: 8}"),
+              HasSubstr("s.yaml:7:57: cp_attention: heads 6 is not a multiple of kv_heads 4"));
+  // The sequence length and the hierarchical sizes.
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 1000, heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:7:33: cp_attention: seq_len 1000 is not a multiple of 2 x cp = 16"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{comm: a2a+p2p, hierarchical: [2, 2], seq_len: 64, heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:7:53: cp_attention.hierarchical [2, 2] multiplies to 4, not cp=8"));
+  EXPECT_THAT(cp_error("{cp: 8, hierarchical_cp: [2, 2]}", "{comm: a2a+p2p, seq_len: 64, heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:3:36: parallel.hierarchical_cp [2, 2] multiplies to 4, not cp=8"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{comm: p2p, hierarchical: [2, 4], seq_len: 64, heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:7:49: cp_attention.hierarchical applies to comm a2a+p2p only; this step's comm "
+                        "is p2p"));
+  EXPECT_THAT(load_error("name: t\ntopology: ../topologies/ring4.yaml\nranks: 3\nparallel: {cp: 3}\n"
+                         "workload: {steps: {do: [cp_attention: {comm: a2a+p2p, seq_len: 60, heads: 6, "
+                         "head_dim: 8}]}}\n"),
+              HasSubstr("s.yaml:5:46: cp_attention: comm a2a+p2p splits cp as [2, cp/2] by default, which needs an "
+                        "even cp, got cp=3"));
+  // Masks the format cannot take.
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 64, heads: 8, head_dim: 8, mask: padding}"),
+              HasSubstr("s.yaml:7:66: cp_attention: format bshd has no padding tokens, so it takes mask causal or "
+                        "no_mask; padding needs format: thd"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{format: thd, seq_len: [64, 30], heads: 8, head_dim: 8, mask: no_mask}"),
+              HasSubstr("s.yaml:7:85: cp_attention: format thd always masks its padding, so it takes mask padding "
+                        "or causal (causal with padding), not no_mask"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 64, heads: 8, head_dim: 8, window: [16, 4]}"),
+              HasSubstr("s.yaml:7:73: cp_attention: a causal mask hides every key after the query, so the "
+                        "window's right side must be 0 or -1, got 4"));
+  // Keys: shapes of values, the format's own keys, typos, required keys.
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 64, heads: 8, head_dim: 8, window: [-2, 0]}"),
+              HasSubstr("s.yaml:7:69: cp_attention.window left must be an integer of at least -1, got '-2'"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: [64, 32], heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:7:33: cp_attention.seq_len is one length S for format bshd"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{format: thd, batch: 2, seq_len: [64], heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:7:44: cp_attention.batch is for format bshd"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{comm: ring, seq_len: 64, heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:7:30: cp_attention.comm is 'ring'; expected one of p2p, all_gather, a2a, a2a+p2p"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 64, head: 8, head_dim: 8}"),
+              HasSubstr("unknown key 'head' in a cp_attention step; did you mean 'heads'?"));
+  EXPECT_THAT(cp_error("{cp: 8}", "{seq_len: 64, head_dim: 8}"), HasSubstr("a cp_attention step needs heads"));
+  EXPECT_THAT(cp_error("{cp: 8, cp_comm: ulysses}", "{seq_len: 64, heads: 8, head_dim: 8}"),
+              HasSubstr("s.yaml:3:28: parallel.cp_comm is 'ulysses'"));
+}
+
+TEST(Scenario, ShippedCpAttentionScenariosRunEachCommType) {
+  struct Shipped {
+    const char* file;
+    const char* shows;  // a collective of that comm type, or the ring's absence of any
+  };
+  for (const Shipped& s : {Shipped{"cp-attention-p2p-dgx-h100.yaml", "\"collectives\": [\n  ]"},
+                           Shipped{"cp-attention-all-gather-dgx-h100.yaml", "\"op\": \"reduce_scatter\""},
+                           Shipped{"cp-attention-a2a-dgx-h100.yaml", "\"op\": \"all_to_all\", \"group_size\": 8"},
+                           Shipped{"cp-attention-a2a-p2p-dgx-h100.yaml",
+                                   "\"op\": \"all_to_all\", \"group_size\": 2"}}) {
+    SCOPED_TRACE(s.file);
+    const fs::path dir = scratch_root() / "cp-shipped";
+    fs::create_directories(dir);
+    RunFlags f;
+    f.quiet = true;
+    f.json = (dir / "out.json").string();
+    std::ostringstream out;
+    const Scenario sc = load_scenario(kRoot + "/scenarios/" + s.file);
+    EXPECT_EQ(sc.cp, 8);
+    ASSERT_EQ(run_scenario(sc, f, out), 0) << out.str();
+    std::stringstream j;
+    j << std::ifstream(f.json).rdbuf();
+    EXPECT_THAT(j.str(), HasSubstr(s.shows));
+    EXPECT_THAT(j.str(), HasSubstr("\"passed\": true"));
+    fs::remove_all(dir);
+  }
 }
 
 TEST(Scenario, ListShowsShippedFilesWithOneLineEach) {
