@@ -227,6 +227,7 @@ Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerC
   std::vector<std::string> names;
   for (const ParamSpec& s : specs) names.push_back(s.name);
   for (const auto& [name, t] : file.tensors) {
+    if (name.rfind("optimizer.", 0) == 0) continue;  // a training checkpoint's optimizer state
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       throw Error(file.path + ": tensor '" + name + "' is not a parameter of the reference transformer" +
                   sim::did_you_mean(name, names) + " (docs/models.md lists the names)");

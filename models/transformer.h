@@ -87,7 +87,8 @@ Weights seeded_weights(const TransformerConfig& config, std::uint64_t seed);
 Weights shape_only_weights(const TransformerConfig& config);
 // The contract's parameters from a safetensors file, converted to f32. Errors naming the file
 // for a missing tensor, a wrong shape, a non-floating dtype, or a name the model does not have
-// (with the closest name suggested).
+// (with the closest name suggested). Tensors named optimizer.* (a training checkpoint's optimizer
+// state) are skipped.
 Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerConfig& config);
 
 enum class Mask { causal, padding, no_mask };

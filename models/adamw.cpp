@@ -1,0 +1,195 @@
+#include "models/adamw.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "runtime/cost.h"
+#include "sim/error.h"
+
+namespace ranksim::models {
+
+using runtime::DType;
+using runtime::Tensor;
+using i64 = std::int64_t;
+
+void check_adamw(const AdamWOptions& o) {
+  auto bad = [](const std::string& what) { throw Error("adamw: " + what); };
+  if (!(o.lr >= 0)) bad("lr must be >= 0, got " + std::to_string(o.lr));
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) bad("beta1 must be in [0, 1), got " + std::to_string(o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) bad("beta2 must be in [0, 1), got " + std::to_string(o.beta2));
+  if (!(o.eps > 0)) bad("eps must be > 0, got " + std::to_string(o.eps));
+  if (!(o.weight_decay >= 0)) bad("weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
+}
+
+namespace {
+
+Tensor flat_f32(const Tensor& t) { return t.to(DType::f32).contiguous().reshape({t.numel()}); }
+
+}  // namespace
+
+AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options,
+             bool zero, const std::map<std::string, Tensor>& state)
+    : groups_(std::move(groups)), opts_(options), zero_(zero) {
+  check_adamw(opts_);
+  const i64 d = zero_ ? groups_.shard.size() : 1, r = zero_ ? groups_.shard.rank() : 0;
+  if (!state.empty()) {
+    const auto it = state.find("step");
+    if (it == state.end()) throw Error("adamw: resumed state has no 'step'");
+    t_ = static_cast<i64>(it->second.item());
+  }
+  for (auto& [name, p] : params) {
+    Slot s;
+    s.name = name;
+    s.param = p;
+    s.numel = p->value.numel();
+    s.padded = (s.numel + d - 1) / d * d;
+    const i64 per = s.padded / d;
+    s.begin = std::min(s.numel, r * per);
+    s.end = std::min(s.numel, (r + 1) * per);
+    const i64 len = s.end - s.begin;
+    if (!p->value.has_data()) {
+      s.master = s.m = s.v = Tensor::shape_only({len}, DType::f32);
+    } else {
+      s.master = flat_f32(p->value).narrow(0, s.begin, len).clone();
+      s.m = Tensor::zeros({len}, DType::f32);
+      s.v = Tensor::zeros({len}, DType::f32);
+      if (!state.empty()) {
+        // the full-shape state, cut like the parameter: its TP shard, then this rank's slice
+        for (auto [key, dst] : {std::pair<const char*, Tensor*>{"exp_avg.", &s.m}, {"exp_avg_sq.", &s.v}}) {
+          const auto f = state.find(key + name);
+          if (f == state.end()) throw Error("adamw: resumed state has no '" + std::string(key) + name + "'");
+          const Tensor shard = p->partition_dim < 0 ? f->second
+                                                    : tp::shard_of(f->second, p->partition_dim, groups_.tp.size(),
+                                                                   groups_.tp.rank(), p->partition_stride);
+          if (shard.numel() != s.numel) {
+            throw Error("adamw: state '" + std::string(key) + name + "' " + f->second.str() +
+                        " does not fit the parameter " + p->value.str());
+          }
+          *dst = flat_f32(shard).narrow(0, s.begin, len).clone();
+        }
+      }
+    }
+    slots_.push_back(std::move(s));
+  }
+}
+
+double AdamW::step(std::optional<double> max_norm) {
+  ++t_;
+  const bool data = slots_.empty() || slots_.front().param->value.has_data();
+  // 1. This rank's slice of each summed gradient, f32.
+  std::vector<Tensor> grads;
+  for (Slot& s : slots_) {
+    if (!s.param->grad.defined()) {
+      throw Error("adamw: parameter '" + s.name + "' has no gradient (run a backward before step)");
+    }
+    const i64 len = s.end - s.begin;
+    if (!zero_) {
+      grads.push_back(data ? flat_f32(s.param->grad) : Tensor::shape_only({len}, DType::f32));
+      continue;
+    }
+    const i64 d = groups_.shard.size(), per = s.padded / d;
+    const DType gd = s.param->grad.dtype();
+    Tensor in = data ? Tensor::zeros({s.padded}, gd) : Tensor::shape_only({s.padded}, gd);
+    if (data) in.narrow(0, 0, s.numel).copy_(s.param->grad.contiguous().reshape({s.numel}));
+    Tensor out = data ? Tensor::zeros({per}, gd) : Tensor::shape_only({per}, gd);
+    runtime::ReduceScatterOptions o;
+    o.group = groups_.shard;
+    runtime::reduce_scatter_tensor(out, in, o).wait();
+    grads.push_back(data ? out.narrow(0, 0, len).to(DType::f32).contiguous() : Tensor::shape_only({len}, DType::f32));
+  }
+  // 2. The global norm and the clipping coefficient.
+  double norm = 0, coef = 1;
+  if (max_norm) {
+    double part = 0, repl = 0;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (!data) break;
+      double sq = 0;
+      for (float g : grads[i].to_vector<float>()) sq += static_cast<double>(g) * g;
+      (slots_[i].param->partition_dim >= 0 ? part : repl) += sq;
+    }
+    Tensor p = Tensor::from_vector(std::vector<double>{part}, {1}, DType::f64);
+    if (groups_.tp.size() > 1) {
+      runtime::AllreduceOptions o;
+      o.group = groups_.tp;
+      runtime::all_reduce(p, o).wait();
+    }
+    Tensor total = Tensor::from_vector(std::vector<double>{p.to_vector<double>()[0] + repl}, {1}, DType::f64);
+    for (const runtime::ProcessGroup* g : {zero_ ? &groups_.shard : nullptr, &groups_.pp}) {
+      if (g == nullptr || g->size() <= 1) continue;
+      runtime::AllreduceOptions o;
+      o.group = *g;
+      runtime::all_reduce(total, o).wait();
+    }
+    norm = data ? std::sqrt(total.to_vector<double>()[0]) : std::numeric_limits<double>::quiet_NaN();
+    const double c = *max_norm / (norm + 1e-6);
+    if (data && c < 1) coef = c;
+  }
+  // 3. AdamW on the slices, then the parameters written back (all-gathered under ZeRO-1).
+  const double b1 = opts_.beta1, b2 = opts_.beta2;
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(t_));
+  const double bc2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(t_)));
+  const double step_size = opts_.lr / bc1;
+  const double decay = 1 - opts_.lr * opts_.weight_decay;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    const i64 len = s.end - s.begin;
+    runtime::charge({"adamw", 12.0 * static_cast<double>(len), 16.0 * static_cast<double>(len), DType::f32});
+    if (data) {
+      float* p = s.master.data<float>();
+      float* m = s.m.data<float>();
+      float* v = s.v.data<float>();
+      const float* g = grads[i].data<float>();
+      for (i64 k = 0; k < len; ++k) {
+        const double gk = static_cast<double>(g[k]) * coef;
+        const float gc = static_cast<float>(gk);
+        p[k] = static_cast<float>(static_cast<double>(p[k]) * decay);
+        m[k] = static_cast<float>(b1 * m[k] + (1 - b1) * gc);
+        v[k] = static_cast<float>(b2 * v[k] + (1 - b2) * static_cast<double>(gc) * gc);
+        const double denom = std::sqrt(static_cast<double>(v[k])) / bc2_sqrt + opts_.eps;
+        p[k] = static_cast<float>(static_cast<double>(p[k]) - step_size * m[k] / denom);
+      }
+    }
+    const DType pd = s.param->value.dtype();
+    if (!zero_) {
+      // a new tensor each step (never the master itself), as the ZeRO path gives
+      if (data) s.param->value = (pd == DType::f32 ? s.master.clone() : s.master.to(pd)).reshape(s.param->value.shape());
+      continue;
+    }
+    const i64 d = groups_.shard.size(), per = s.padded / d;
+    Tensor mine = data ? Tensor::zeros({per}, pd) : Tensor::shape_only({per}, pd);
+    if (data && len > 0) mine.narrow(0, 0, len).copy_(s.master.to(pd));
+    Tensor all = data ? Tensor::zeros({s.padded}, pd) : Tensor::shape_only({s.padded}, pd);
+    runtime::AllgatherOptions o;
+    o.group = groups_.shard;
+    runtime::all_gather_into_tensor(all, mine, o).wait();
+    if (data) s.param->value = all.narrow(0, 0, s.numel).contiguous().reshape(s.param->value.shape());
+  }
+  return max_norm ? norm : 0.0;
+}
+
+std::map<std::string, Tensor> AdamW::shard_state() {
+  std::map<std::string, Tensor> out;
+  for (Slot& s : slots_) {
+    for (auto [key, src] : {std::pair<const char*, Tensor*>{"exp_avg.", &s.m}, {"exp_avg_sq.", &s.v}}) {
+      Tensor full;
+      if (!zero_) {
+        full = *src;
+      } else {
+        const i64 d = groups_.shard.size(), per = s.padded / d, len = s.end - s.begin;
+        Tensor mine = Tensor::zeros({per}, DType::f32);
+        if (len > 0) mine.narrow(0, 0, len).copy_(*src);
+        Tensor all = Tensor::zeros({s.padded}, DType::f32);
+        runtime::AllgatherOptions o;
+        o.group = groups_.shard;
+        runtime::all_gather_into_tensor(all, mine, o).wait();
+        full = all.narrow(0, 0, s.numel).contiguous();
+      }
+      out[key + s.name] = full.reshape(s.param->value.shape());
+    }
+  }
+  return out;
+}
+
+}  // namespace ranksim::models

@@ -1,0 +1,321 @@
+#include "models/train.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "cp/context_parallel.h"
+#include "runtime/distributed.h"
+#include "runtime/ops.h"
+#include "runtime/safetensors.h"
+#include "sim/error.h"
+#include "tp/parallel_state.h"
+#include "tp/sharding.h"
+
+namespace ranksim::models {
+
+using runtime::DType;
+using runtime::Shape;
+using runtime::Tensor;
+using i64 = std::int64_t;
+
+namespace {
+
+std::string str(i64 v) { return std::to_string(v); }
+
+i64 labelled(const Tensor& labels) {
+  i64 n = 0;
+  for (i64 l : labels.to(DType::i64).to_vector<i64>()) n += l != kIgnoreIndex ? 1 : 0;
+  return n;
+}
+
+cp::CpGroups cp_groups_for(const runtime::ProcessGroup& cp, const AttentionSetup& a) {
+  if (a.comm != cp::CommType::a2a_p2p || cp.size() == 1) return cp::CpGroups(cp);
+  if (a.a2a_size == 0 && a.p2p_size == 0) return cp::hierarchical_cp_groups(cp);
+  return cp::hierarchical_cp_groups(cp, a.a2a_size, a.p2p_size);
+}
+
+// The layout's checks that need no run.
+void check_spec(const TrainSpec& s) {
+  if (s.tp < 1 || s.cp < 1 || s.dp < 1 || s.pp < 1) throw Error("training: every parallel size must be >= 1");
+  if (s.steps < 0) throw Error("training: steps must be >= 0, got " + str(s.steps));
+  if (s.micro_batches < 1) throw Error("training: micro_batches must be >= 1, got " + str(s.micro_batches));
+  if (s.zero != 0 && s.zero != 1) throw Error("training: zero must be 0 or 1, got " + str(s.zero));
+  if (s.config.layers % s.pp != 0) {
+    throw Error("training: " + str(s.config.layers) + " layers cannot be split evenly over pp=" + str(s.pp) +
+                " stages; use a pp that divides model.layers");
+  }
+  if (s.clip_grad_norm && !(*s.clip_grad_norm > 0)) throw Error("training: clip_grad_norm must be > 0");
+  check_batch(s.batch, s.config, s.cp, "batch");
+  for (int d = 0; d < s.dp; ++d) {
+    const Batch mine = batch_slice(s.batch, s.dp, d, "dp");
+    for (int m = 0; m < s.micro_batches; ++m) batch_slice(mine, s.micro_batches, m, "micro_batches");
+  }
+}
+
+// One rank's pipeline stage and what it needs for a training step.
+struct Runner {
+  const TrainSpec& spec;
+  tp::ParallelState ps;
+  Transformer model;
+  std::vector<LocalBatch> micro;  // this rank's share of each micro-batch
+  double total_tokens = 0;        // labelled tokens of the whole global batch
+  runtime::ProcessGroup pp, dp_cp;
+
+  Runner(const TrainSpec& s, tp::ParallelState state, TransformerGroups groups)
+      : spec(s),
+        ps(std::move(state)),
+        model(s.config, s.weights, std::move(groups), s.attention, Stage{ps.pp().rank, ps.pp().size}),
+        pp(ps.pp().group),
+        dp_cp(ps.dp_cp().group) {
+    const Batch mine = batch_slice(s.batch, s.dp, ps.dp().rank, "dp");
+    for (int m = 0; m < s.micro_batches; ++m) {
+      micro.push_back(shard_batch(batch_slice(mine, s.micro_batches, m, "micro_batches"), s.cp, ps.cp().rank));
+    }
+    total_tokens = static_cast<double>(labelled(s.batch.labels));
+  }
+
+  int peer(int stage_offset) const { return pp.global_rank(ps.pp().rank + stage_offset); }
+
+  Tensor activation(const LocalBatch& b) const {
+    const Shape shape{b.ids.size(0), spec.config.hidden};
+    return model_data() ? Tensor::zeros(shape, spec.config.dtype) : Tensor::shape_only(shape, spec.config.dtype);
+  }
+  bool model_data() const {
+    const auto params = const_cast<Transformer&>(model).named_parameters();
+    return params.empty() || params.front().second->value.has_data();
+  }
+
+  // One step's forward and backward over every micro-batch: 1F1B across the pipeline stages
+  // (warm-up forwards, steady one-forward-one-backward, cool-down backwards; Megatron's
+  // non-interleaved schedule). Sends are non-blocking, receives block, so the stages wait on each
+  // other exactly where the schedule's bubble is. Gradient buckets (one per block, then the
+  // embedding and head parameters) are all-reduced over DP x CP as soon as the last micro-batch's
+  // backward completes them, unless ZeRO-1 reduce-scatters them later. Returns this stage's sum
+  // of the loss over its tokens (last stage; 0 elsewhere).
+  double forward_backward() {
+    const int stages = ps.pp().size, me = ps.pp().rank;
+    const int m_count = spec.micro_batches;
+    const bool first = me == 0, last = me == stages - 1;
+    std::vector<TransformerContext> ctx(static_cast<std::size_t>(m_count));
+    std::vector<Tensor> dlogits(static_cast<std::size_t>(m_count));
+    std::vector<runtime::Work> sends, buckets;
+    runtime::P2POptions p2p;
+    p2p.group = pp;
+    double loss_sum = 0;
+    const bool reduce_now = spec.zero == 0 && dp_cp.size() > 1;
+    runtime::AllreduceOptions ar;
+    ar.group = dp_cp;
+    ar.async_op = true;
+    auto reduce_bucket = [&](const std::vector<std::pair<std::string, tp::Parameter*>>& params) {
+      for (const auto& [name, p] : params) {
+        if (p->grad.defined()) buckets.push_back(runtime::all_reduce(p->grad, ar));
+      }
+    };
+    auto forward = [&](int m) {
+      const LocalBatch& b = micro[static_cast<std::size_t>(m)];
+      Tensor input;
+      if (!first) {
+        input = activation(b);
+        runtime::recv(input, peer(-1), p2p);
+      }
+      const Tensor out = model.stage_forward(b, input, ctx[static_cast<std::size_t>(m)]);
+      if (last) {
+        LossSum ls = cross_entropy_sum(out, b.labels, total_tokens);
+        loss_sum += ls.sum;
+        dlogits[static_cast<std::size_t>(m)] = std::move(ls.dlogits);
+      } else {
+        sends.push_back(runtime::isend(out, peer(+1), p2p));
+      }
+    };
+    auto backward = [&](int m) {
+      const LocalBatch& b = micro[static_cast<std::size_t>(m)];
+      Tensor dout;
+      if (last) {
+        dout = dlogits[static_cast<std::size_t>(m)];
+      } else {
+        dout = activation(b);
+        runtime::recv(dout, peer(+1), p2p);
+      }
+      const bool final_pass = m == m_count - 1;
+      std::function<void(i64)> hook;
+      if (final_pass && reduce_now) hook = [&](i64 layer) { reduce_bucket(model.block_parameters(layer)); };
+      const Tensor dx = model.stage_backward(dout, b, ctx[static_cast<std::size_t>(m)], hook);
+      ctx[static_cast<std::size_t>(m)] = TransformerContext{};  // activations freed as in 1F1B
+      if (!first) sends.push_back(runtime::isend(dx, peer(-1), p2p));
+    };
+    const int warmup = std::min(stages - me - 1, m_count);
+    int next_forward = 0, next_backward = 0;
+    for (int i = 0; i < warmup; ++i) forward(next_forward++);
+    while (next_forward < m_count) {
+      forward(next_forward++);
+      backward(next_backward++);
+    }
+    while (next_backward < m_count) backward(next_backward++);
+    if (reduce_now) {
+      // the embedding and head parameters: one last bucket
+      std::vector<std::pair<std::string, tp::Parameter*>> rest;
+      for (auto& [name, p] : model.named_parameters()) {
+        if (name == "embedding.weight" || name.rfind("final_ln.", 0) == 0 || name.rfind("output.", 0) == 0) {
+          rest.emplace_back(name, p);
+        }
+      }
+      reduce_bucket(rest);
+    }
+    for (auto& w : buckets) w.wait();
+    for (auto& w : sends) w.wait();
+    return loss_sum;
+  }
+
+  // The step's loss on every rank: the last stage's sums over DP x CP, sent to every stage.
+  double global_loss(double local_sum) {
+    Tensor t = Tensor::from_vector(std::vector<double>{local_sum}, {1}, DType::f64);
+    if (dp_cp.size() > 1) {
+      runtime::AllreduceOptions o;
+      o.group = dp_cp;
+      runtime::all_reduce(t, o).wait();
+    }
+    if (pp.size() > 1) {
+      runtime::BroadcastOptions o;
+      o.group = pp;
+      o.src = peer(pp.size() - 1 - ps.pp().rank);
+      runtime::broadcast(t, o).wait();
+    }
+    return model_data() ? t.to_vector<double>()[0] / total_tokens : std::numeric_limits<double>::quiet_NaN();
+  }
+
+  // Full-shape tensors of every parameter on every rank, from each stage's TP-full tensors
+  // (mine: key = prefix + name): broadcast over PP from the stage that owns the parameter.
+  std::vector<std::pair<std::string, Tensor>> consolidate(const std::map<std::string, Tensor>& mine,
+                                                          const std::string& prefix) const {
+    std::vector<std::pair<std::string, Tensor>> out;
+    const i64 per = spec.config.layers / spec.pp;
+    for (const auto& [name, shape] : parameter_shapes(spec.config)) {
+      int owner = 0;
+      if (name.rfind("final_ln.", 0) == 0 || name.rfind("output.", 0) == 0) {
+        owner = spec.pp - 1;
+      } else if (name != "embedding.weight") {
+        for (i64 l = 0; l < spec.config.layers; ++l)
+          if (name.rfind(block_parameter_name(spec.config, l, ""), 0) == 0) owner = static_cast<int>(l / per);
+      }
+      const auto it = mine.find(prefix + name);
+      Tensor t = it != mine.end() ? it->second.to(DType::f32).contiguous() : Tensor::zeros(shape, DType::f32);
+      if (spec.pp > 1) {
+        runtime::BroadcastOptions o;
+        o.group = pp;
+        o.src = pp.global_rank(owner);
+        runtime::broadcast(t, o).wait();
+      }
+      out.emplace_back(prefix + name, t);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TrainResult train(const TrainSpec& spec) {
+  const int world = runtime::get_world_size();
+  const int layout = spec.tp * spec.cp * spec.dp * spec.pp;
+  if (layout != world) {
+    throw Error("training: tp=" + str(spec.tp) + " x cp=" + str(spec.cp) + " x dp=" + str(spec.dp) + " x pp=" +
+                str(spec.pp) + " = " + str(layout) + " ranks, but the run has " + str(world));
+  }
+  check_spec(spec);
+  tp::ParallelState ps = tp::initialize_model_parallel(spec.tp, spec.pp, spec.cp);
+  TransformerGroups groups;
+  groups.tp = ps.tp().group;
+  groups.cp = cp_groups_for(ps.cp().group, spec.attention);
+  groups.loss = ps.dp_cp().group;
+  Runner r(spec, std::move(ps), std::move(groups));
+  const bool data = r.model_data();
+  std::vector<std::pair<std::string, tp::Parameter*>> params = r.model.named_parameters();
+  AdamW opt(params, AdamW::Groups{r.model.groups().tp, r.pp, r.dp_cp}, spec.optimizer, spec.zero == 1,
+            spec.optimizer_state);
+  TrainResult result;
+  for (int step = 0; step < spec.steps; ++step) {
+    r.model.zero_grad();
+    const double local = r.forward_backward();
+    result.losses.push_back(r.global_loss(local));
+    result.grad_norms.push_back(opt.step(spec.clip_grad_norm));
+  }
+  if (!data) return result;
+  const runtime::ProcessGroup& tpg = r.model.groups().tp;
+  std::map<std::string, Tensor> mine;
+  for (const auto& [name, p] : params) mine[name] = p->full_value(tpg);
+  result.params = r.consolidate(mine, "");
+  // the optimizer state, the same way: ZeRO slices gathered, TP shards joined, stages broadcast
+  std::map<std::string, Tensor> state;
+  const std::map<std::string, Tensor> shard = opt.shard_state();
+  for (const auto& [name, p] : params) {
+    for (const char* k : {"exp_avg.", "exp_avg_sq."}) {
+      const Tensor& t = shard.at(k + name);
+      state[k + name] = p->partition_dim < 0 ? t : tp::gather_full(t, p->partition_dim, tpg, p->partition_stride);
+    }
+  }
+  for (const char* k : {"exp_avg.", "exp_avg_sq."})
+    for (auto& [key, t] : r.consolidate(state, k)) result.optimizer_state[key] = t;
+  result.optimizer_state["step"] = Tensor::full({}, static_cast<double>(opt.steps()), DType::f32);
+  return result;
+}
+
+TrainResult run_training(const TrainSpec& spec, const runtime::SpawnOptions& options, runtime::RunReport* report) {
+  check_spec(spec);
+  TrainResult result;
+  runtime::RunReport rep = runtime::spawn(
+      [&](int rank) {
+        TrainResult t = train(spec);
+        if (rank == 0) result = std::move(t);
+      },
+      spec.tp * spec.cp * spec.dp * spec.pp, options);
+  if (report) *report = std::move(rep);
+  return result;
+}
+
+}  // namespace ranksim::models
+
+namespace ranksim::models {
+
+void save_checkpoint(const std::string& path, const TrainResult& r) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : r.params) tensors.emplace_back(name, t.to(DType::f32));
+  for (const auto& [key, t] : r.optimizer_state) tensors.emplace_back("optimizer." + key, t.to(DType::f32));
+  runtime::save_safetensors(path, tensors, {{"format", "ranksim reference transformer checkpoint"}});
+}
+
+std::pair<Weights, CheckpointState> load_checkpoint(const std::string& path, const TransformerConfig& config) {
+  const runtime::SafetensorsFile f = runtime::load_safetensors(path);
+  Weights w = checked_weights(f, config);
+  CheckpointState st;
+  for (const auto& [name, t] : f.tensors) {
+    if (name.rfind("optimizer.", 0) == 0) st[name.substr(10)] = t.to(DType::f32);
+  }
+  if (!st.empty()) {
+    if (!st.count("step")) throw Error(path + ": optimizer state without 'optimizer.step'");
+    for (const auto& [name, shape] : parameter_shapes(config)) {
+      for (const char* k : {"exp_avg.", "exp_avg_sq."}) {
+        const auto it = st.find(k + name);
+        if (it == st.end()) throw Error(path + ": missing 'optimizer." + k + name + "'");
+        if (it->second.shape() != shape) {
+          throw Error(path + ": 'optimizer." + k + name + "' is " + it->second.str() + ", expected " +
+                      runtime::shape_str(shape));
+        }
+      }
+    }
+  }
+  return {std::move(w), std::move(st)};
+}
+
+void write_train_dump(const std::string& path, const TrainResult& r) {
+  std::vector<float> losses(r.losses.begin(), r.losses.end());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.emplace_back("losses", Tensor::from_vector(losses, {static_cast<i64>(losses.size())}));
+  for (const auto& [name, t] : r.params) tensors.emplace_back("param/" + name, t.to(DType::f32));
+  runtime::save_safetensors(path, tensors, {{"format", "ranksim reference transformer training dump"}});
+}
+
+}  // namespace ranksim::models

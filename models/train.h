@@ -1,0 +1,71 @@
+// Training the reference transformer under a tp x cp x dp x pp layout: micro-batches with
+// gradient accumulation, a 1F1B pipeline over send/recv, gradients reduced over DP x CP in
+// per-block buckets that start while backward is still running, global-norm clipping, AdamW or
+// ZeRO-1 (models/adamw.h), and consolidated checkpoints. Every layout trains the same model on
+// the same global batch: the loss is the mean cross-entropy over every labelled token of every
+// micro-batch on every DP rank, so the gradients are those of one big batch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/adamw.h"
+#include "models/transformer.h"
+#include "runtime/spawn.h"
+#include "runtime/tensor.h"
+
+namespace ranksim::models {
+
+// Optimizer state at full shape, as a checkpoint holds it: "step" (a 0-d f32) and, for every
+// parameter, "exp_avg.<name>" and "exp_avg_sq.<name>" (f32, the parameter's shape).
+using CheckpointState = std::map<std::string, runtime::Tensor>;
+
+struct TrainSpec {
+  TransformerConfig config;
+  AttentionSetup attention;
+  // World = tp * cp * dp * pp ranks, Megatron's order tp-cp-dp-pp (tp fastest).
+  int tp = 1, cp = 1, dp = 1, pp = 1;
+  Weights weights;        // full fp32 weights (seeded_weights or a checkpoint)
+  // Optimizer state to resume from (a checkpoint's), keyed like checkpoint_tensors writes it;
+  // empty = fresh state.
+  CheckpointState optimizer_state;
+  Batch batch;            // the global batch, the same at every step
+  int steps = 1;          // optimizer steps
+  int micro_batches = 1;  // per DP rank; each takes an equal share of its rows / whole sequences
+  AdamWOptions optimizer;
+  std::optional<double> clip_grad_norm;  // max_norm, PyTorch's rule
+  int zero = 0;           // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP
+};
+
+struct TrainResult {
+  std::vector<double> losses;  // each step's loss, before its update (NaN in shape-only runs)
+  std::vector<double> grad_norms;  // each step's total gradient norm (before clipping; 0 if not computed)
+  std::vector<std::pair<std::string, runtime::Tensor>> params;  // final weights, full f32, contract order
+  CheckpointState optimizer_state;  // consolidated (full-shape) state after the last step
+};
+
+// Inside a rank of a run of tp * cp * dp * pp ranks (every rank calls it). Every rank returns the
+// whole result (parameters gathered over TP and broadcast from their pipeline stage).
+// Errors (before any step): the world size, layers not divisible by pp, micro-batches or dp not
+// dividing the batch, and those of the model.
+TrainResult train(const TrainSpec& spec);
+
+// Runs train() on fibers and returns rank 0's result.
+TrainResult run_training(const TrainSpec& spec, const runtime::SpawnOptions& options = {},
+                         runtime::RunReport* report = nullptr);
+
+// A checkpoint: the consolidated weights under the model's own parameter names, plus the optimizer
+// state as "optimizer.step", "optimizer.exp_avg.<name>" and "optimizer.exp_avg_sq.<name>" (which
+// model.weights loading skips). Written atomically.
+void save_checkpoint(const std::string& path, const TrainResult& result);
+// The weights and optimizer state of such a file, checked against the config.
+std::pair<Weights, CheckpointState> load_checkpoint(const std::string& path, const TransformerConfig& config);
+
+// The training dump: "losses" (f32 [steps]) and "param/<name>" (f32, full shape).
+void write_train_dump(const std::string& path, const TrainResult& result);
+
+}  // namespace ranksim::models

@@ -1,0 +1,217 @@
+// Training (models/train.h): every layout -- tp, cp, dp, pp, ZeRO-1, accumulation, clipping --
+// trains the same model as one rank; checkpoints consolidate and reload into another layout; a
+// tiny dataset is overfit under a layout with every axis above one.
+//
+// Bound (fp32): the layouts reorder sums (TP partial products, CP merges, DP/CP gradient sums,
+// micro-batch accumulation), so gradients agree to a few ulps of their magnitude; AdamW's update
+// m/(sqrt(v)+eps) divides by sqrt(v) ~ |g|, so a parameter moves by lr * (1 +- ~1e-6) per step and
+// after k steps the weights agree within about k * lr * 1e-5 absolute (with eps chosen so that
+// gradients at rounding-noise level cannot take lr-sized steps: see base()). We assert
+// 2e-5 * k * lr (plus rounding of the weights themselves) and losses within 1e-5 relative.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "models/train.h"
+#include "models/transformer.h"
+#include "runtime/safetensors.h"
+#include "runtime/tensor.h"
+#include "sim/error.h"
+
+namespace ranksim::models {
+namespace {
+
+using runtime::DType;
+using runtime::Tensor;
+using ::testing::HasSubstr;
+using i64 = std::int64_t;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TransformerConfig small(i64 layers) {
+  TransformerConfig c;
+  c.hidden = 64;
+  c.heads = 4;
+  c.head_dim = 16;
+  c.ffn = 128;
+  c.layers = layers;
+  return c;
+}
+
+TrainSpec base(cp::Format f, i64 layers) {
+  TrainSpec s;
+  s.config = small(layers);
+  s.attention.format = f;
+  s.attention.mask = Mask::causal;
+  s.weights = seeded_weights(s.config, 7);
+  // 4 sequences / rows so that dp = 2 with 2 micro-batches each divides them
+  s.batch = synthetic_batch(f, s.config.vocab, f == cp::Format::thd ? std::vector<i64>{9, 14, 6, 11} : std::vector<i64>{16, 16, 16, 16}, 3);
+  s.optimizer.lr = 1e-2;
+  // Adam divides by sqrt(v): a gradient that is zero in exact arithmetic (the key bias: adding a
+  // constant to every key's score row leaves the softmax unchanged) carries only rounding noise,
+  // and with eps = 1e-8 that noise becomes an lr-sized step of random sign, different in every
+  // layout. eps = 1e-4 keeps such steps ~ lr * noise / eps while real gradients (1e-3 and up) are
+  // barely damped, so the weights can be compared tightly. The overfit test keeps torch's eps.
+  s.optimizer.eps = 1e-4;
+  return s;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double x : t.to(DType::f64).to_vector<double>()) m = std::max(m, std::abs(x));
+  return m;
+}
+
+void expect_same_training(const TrainResult& got, const TrainResult& want, double lr, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (std::size_t i = 0; i < got.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << " step " << i;
+  ASSERT_EQ(got.params.size(), want.params.size()) << what;
+  const double steps = static_cast<double>(got.losses.size());
+  for (std::size_t i = 0; i < got.params.size(); ++i) {
+    ASSERT_EQ(got.params[i].first, want.params[i].first);
+    const std::vector<double> a = got.params[i].second.to(DType::f64).to_vector<double>();
+    const std::vector<double> b = want.params[i].second.to(DType::f64).to_vector<double>();
+    double worst = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
+    EXPECT_LE(worst, 2e-5 * steps * lr + 1e-6 * max_abs(want.params[i].second))
+        << what << ": " << got.params[i].first;
+  }
+}
+
+struct Layout {
+  int tp, cp, dp, pp, micro, zero;
+  bool clip;
+  cp::Format format;
+};
+
+std::string name_of(const Layout& l) {
+  return std::string(l.format == cp::Format::thd ? "thd" : "bshd") + "_tp" + std::to_string(l.tp) + "_cp" +
+         std::to_string(l.cp) + "_dp" + std::to_string(l.dp) + "_pp" + std::to_string(l.pp) + "_mb" +
+         std::to_string(l.micro) + (l.zero ? "_zero1" : "") + (l.clip ? "_clip" : "");
+}
+
+class TrainLayouts : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(TrainLayouts, ThreeStepsEqualOneRank) {
+  const Layout l = GetParam();
+  TrainSpec one = base(l.format, 2);
+  one.steps = 3;
+  if (l.clip) one.clip_grad_norm = 0.5;
+  const TrainResult want = run_training(one);
+  ASSERT_EQ(want.losses.size(), 3u);
+  EXPECT_LT(want.losses[2], want.losses[0]);  // it learns
+  if (l.clip) {
+    EXPECT_GT(want.grad_norms[0], 0.5);  // so clipping really happened
+  }
+  TrainSpec s = one;
+  s.tp = l.tp;
+  s.cp = l.cp;
+  s.dp = l.dp;
+  s.pp = l.pp;
+  s.micro_batches = l.micro;
+  s.zero = l.zero;
+  s.attention.comm = cp::CommType::p2p;
+  const TrainResult got = run_training(s);
+  expect_same_training(got, want, one.optimizer.lr, name_of(l));
+  for (std::size_t i = 0; i < got.grad_norms.size(); ++i) EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 1e-5 * want.grad_norms[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, TrainLayouts,
+    ::testing::Values(Layout{2, 1, 1, 1, 1, 0, false, cp::Format::bshd}, Layout{1, 2, 1, 1, 1, 0, false, cp::Format::thd},
+                      Layout{1, 1, 2, 1, 1, 0, false, cp::Format::thd}, Layout{1, 1, 1, 2, 1, 0, false, cp::Format::bshd},
+                      Layout{1, 1, 1, 1, 4, 0, true, cp::Format::thd}, Layout{1, 1, 2, 1, 2, 1, false, cp::Format::bshd},
+                      Layout{1, 1, 1, 2, 4, 0, false, cp::Format::thd}, Layout{2, 2, 2, 1, 1, 1, true, cp::Format::bshd},
+                      Layout{2, 1, 2, 2, 2, 0, true, cp::Format::thd}, Layout{1, 2, 2, 2, 2, 1, true, cp::Format::bshd}),
+    [](const ::testing::TestParamInfo<Layout>& p) { return name_of(p.param); });
+
+TEST(Train, CheckpointsConsolidateAndReloadIntoAnotherLayout) {
+  TrainSpec straight = base(cp::Format::thd, 2);
+  straight.steps = 4;
+  const TrainResult want = run_training(straight);
+  // two steps at tp2 x dp2 with ZeRO-1, a checkpoint, two more at cp2 x pp2
+  TrainSpec first = base(cp::Format::thd, 2);
+  first.steps = 2;
+  first.tp = 2;
+  first.dp = 2;
+  first.zero = 1;
+  const TrainResult half = run_training(first);
+  const std::string path = (std::filesystem::temp_directory_path() / ("ranksim_ckpt_" + std::to_string(::getpid()) + ".safetensors")).string();
+  save_checkpoint(path, half);
+  auto [weights, state] = load_checkpoint(path, first.config);
+  // the checkpoint holds the weights under the contract's names: a model loads them as they are
+  const runtime::SafetensorsFile f = runtime::load_safetensors(path);
+  EXPECT_TRUE(f.contains("layers.1.qkv.weight"));
+  EXPECT_TRUE(f.contains("optimizer.exp_avg.layers.1.qkv.weight"));
+  EXPECT_NO_THROW(checked_weights(f, first.config));
+  std::filesystem::remove(path);
+  TrainSpec second = base(cp::Format::thd, 2);
+  second.weights = weights;
+  second.optimizer_state = state;
+  second.steps = 2;
+  second.cp = 2;
+  second.pp = 2;
+  const TrainResult rest = run_training(second);
+  ASSERT_EQ(rest.losses.size(), 2u);
+  EXPECT_NEAR(half.losses[0], want.losses[0], 1e-5 * want.losses[0]);
+  EXPECT_NEAR(half.losses[1], want.losses[1], 1e-5 * want.losses[1]);
+  EXPECT_NEAR(rest.losses[0], want.losses[2], 1e-5 * want.losses[2]);
+  EXPECT_NEAR(rest.losses[1], want.losses[3], 1e-5 * want.losses[3]);
+  TrainResult joined = rest;
+  joined.losses = want.losses;
+  expect_same_training(joined, want, straight.optimizer.lr, "round trip");
+}
+
+TEST(Train, OverfitsATinyDatasetWithEveryAxisAboveOne) {
+  TrainSpec one = base(cp::Format::bshd, 2);
+  one.batch = synthetic_batch(cp::Format::bshd, one.config.vocab, {8, 8, 8, 8}, 11);
+  one.steps = 60;
+  one.optimizer.lr = 1e-2;
+  one.optimizer.weight_decay = 0;
+  const TrainResult want = run_training(one);
+  TrainSpec s = one;
+  s.tp = 2;
+  s.cp = 2;
+  s.dp = 2;
+  s.pp = 2;
+  s.micro_batches = 2;
+  const TrainResult got = run_training(s);
+  EXPECT_GT(want.losses.front(), 2.0);
+  EXPECT_LT(want.losses.back(), 0.05);
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t i = 0; i < got.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-3 * want.losses[i] + 1e-5) << i;
+}
+
+TEST(Train, BadLayoutsGiveClearErrors) {
+  TrainSpec s = base(cp::Format::thd, 3);
+  s.pp = 2;
+  EXPECT_THAT(error_of([&] { run_training(s); }), HasSubstr("3 layers cannot be split evenly over pp=2"));
+  s = base(cp::Format::thd, 2);
+  s.micro_batches = 3;
+  EXPECT_THAT(error_of([&] { run_training(s); }), HasSubstr("4 sequences, which micro_batches=3 does not divide"));
+  s = base(cp::Format::bshd, 2);
+  s.dp = 2;
+  s.micro_batches = 4;
+  EXPECT_THAT(error_of([&] { run_training(s); }), HasSubstr("2 rows, which micro_batches=4 does not divide"));
+  s = base(cp::Format::bshd, 2);
+  s.clip_grad_norm = -1;
+  EXPECT_THAT(error_of([&] { run_training(s); }), HasSubstr("clip_grad_norm must be > 0"));
+}
+
+}  // namespace
+}  // namespace ranksim::models
