@@ -29,7 +29,9 @@ ModelInputs load_model_inputs(const ModelWorkload& m) {
   if (m.shape_only) {
     in.weights = models::shape_only_weights(m.config);
   } else if (!m.weights.empty()) {
-    in.weights = models::checked_weights(runtime::load_safetensors(m.weights), m.config);
+    auto [w, state] = models::load_checkpoint(m.weights, m.config);
+    in.weights = std::move(w);
+    if (m.train) in.optimizer_state = std::move(state);  // resume a training checkpoint
   } else {
     in.weights = models::seeded_weights(m.config, m.seed);
   }
@@ -70,6 +72,27 @@ models::TransformerRunSpec model_spec(const ModelWorkload& m, const ModelInputs&
   s.dp = dp;
   s.weights = in.weights;
   s.batch = in.batch;
+  return s;
+}
+
+models::TrainSpec train_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp, int pp) {
+  models::TrainSpec s;
+  s.config = m.config;
+  s.attention = m.attention;
+  s.tp = tp;
+  s.cp = cp;
+  s.dp = dp;
+  s.pp = pp;
+  s.weights = in.weights;
+  s.optimizer_state = in.optimizer_state;
+  s.batch = in.batch;
+  if (m.train) {
+    s.steps = m.train->steps;
+    s.micro_batches = m.train->micro_batches;
+    s.optimizer = m.train->optimizer;
+    s.clip_grad_norm = m.train->clip_grad_norm;
+    s.zero = m.train->zero;
+  }
   return s;
 }
 

@@ -10,10 +10,21 @@
 #include <vector>
 
 #include "models/run.h"
+#include "models/train.h"
 #include "models/transformer.h"
 #include "models/validation.h"
 
 namespace ranksim::app {
+
+// train: several optimizer steps instead of one forward and backward.
+struct TrainSettings {
+  int steps = 1;
+  int micro_batches = 1;
+  models::AdamWOptions optimizer;
+  std::optional<double> clip_grad_norm;
+  int zero = 0;
+  std::string checkpoint;  // train.checkpoint: consolidated weights + optimizer state; empty = none
+};
 
 struct ModelWorkload {
   models::TransformerConfig config;    // model.{vocab, hidden, heads, head_dim, ffn, dtype}
@@ -28,17 +39,22 @@ struct ModelWorkload {
   bool validate = false;
   int baseline_tp = 1, baseline_cp = 1;
   models::ValidationThresholds thresholds;  // for_dtype(dtype), then any keys given
+  std::optional<TrainSettings> train;
 };
 
 // The weights and the global batch, loaded or generated. Errors name the files.
 struct ModelInputs {
   models::Weights weights;
+  models::CheckpointState optimizer_state;  // from a training checkpoint given as model.weights
   models::Batch batch;
 };
 ModelInputs load_model_inputs(const ModelWorkload& m);
 
 // The run spec for a layout.
 models::TransformerRunSpec model_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp);
+
+// The training spec for a layout.
+models::TrainSpec train_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp, int pp);
 
 // The baseline run (on an ideal topology) and its comparison with the scenario's own dump.
 models::ValidationReport validate_against_baseline(const ModelWorkload& m, const ModelInputs& in,

@@ -50,7 +50,12 @@ const KeySchema& root_schema() {
                                     {"cp_comm", nullptr}, {"hierarchical_cp", nullptr}}};
   static const KeySchema model{{{"kind", nullptr}, {"dtype", nullptr}, {"format", nullptr}, {"mask", nullptr},
                                  {"window", nullptr}, {"weights", nullptr}, {"seed", nullptr}, {"vocab", nullptr},
-                                 {"hidden", nullptr}, {"heads", nullptr}, {"head_dim", nullptr}, {"ffn", nullptr}}};
+                                 {"hidden", nullptr}, {"heads", nullptr}, {"head_dim", nullptr}, {"ffn", nullptr},
+                                 {"layers", nullptr}}};
+  static const KeySchema optimizer{{{"kind", nullptr}, {"lr", nullptr}, {"betas", nullptr}, {"eps", nullptr},
+                                     {"weight_decay", nullptr}}};
+  static const KeySchema train{{{"steps", nullptr}, {"micro_batches", nullptr}, {"optimizer", &optimizer},
+                                 {"clip_grad_norm", nullptr}, {"zero", nullptr}, {"checkpoint", nullptr}}};
   static const KeySchema baseline{{{"tp", nullptr}, {"cp", nullptr}}};
   static const KeySchema validate{{{"baseline", &baseline}, {"logits_atol", nullptr}, {"logits_share", nullptr},
                                     {"loss_rel", nullptr}, {"grad_norm_diff", nullptr}, {"acceptable_share", nullptr}}};
@@ -71,6 +76,7 @@ const KeySchema& root_schema() {
                                {"batch", nullptr},
                                {"dump", nullptr},
                                {"validate", &validate},
+                               {"train", &train},
                                {"checks", nullptr},
                                {"outputs", &outputs}}};
   return root;
@@ -511,7 +517,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
   }
   if (auto v = entry(n, "seed"); v.IsDefined()) m.seed = static_cast<std::uint64_t>(non_negative_int(r, v, "model.seed"));
   for (auto [key, field] : {std::pair<const char*, std::int64_t*>{"vocab", &m.config.vocab}, {"hidden", &m.config.hidden},
-                            {"heads", &m.config.heads}, {"head_dim", &m.config.head_dim}, {"ffn", &m.config.ffn}})
+                            {"heads", &m.config.heads}, {"head_dim", &m.config.head_dim}, {"ffn", &m.config.ffn},
+                            {"layers", &m.config.layers}})
     if (auto v = entry(n, key); v.IsDefined()) *field = r.positive_int(v, std::string("model.") + key);
   m.attention.comm = cp::parse_comm_type(sc.cp_comm);
   if (sc.hierarchical_cp.size() == 2) {
@@ -526,6 +533,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
   } catch (const Error& e) {
     r.fail(n, std::string("model: ") + e.what());
   }
+  m.shape_only = data_given && !sc.real_data;
   const YAML::Node par = entry(root, "parallel");
   const YAML::Node at = par.IsDefined() ? par : n;
   auto layout_error = [&](const std::string& what) { r.fail(at, what); };
@@ -535,7 +543,43 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
                  " (each TP rank holds whole heads)");
   if (m.config.ffn % sc.tp != 0)
     layout_error("model.ffn " + std::to_string(m.config.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));
-  if (sc.pp != 1) layout_error("the reference transformer runs with pp=1 (pipeline stages come with training)");
+  if (auto t = entry(root, "train"); t.IsDefined()) {
+    r.known_keys(t, names_of(*root_schema().keys.at("train")), "train");
+    TrainSettings ts;
+    if (auto v = entry(t, "steps"); v.IsDefined()) ts.steps = r.positive_int(v, "train.steps");
+    if (auto v = entry(t, "micro_batches"); v.IsDefined()) ts.micro_batches = r.positive_int(v, "train.micro_batches");
+    if (auto v = entry(t, "zero"); v.IsDefined()) ts.zero = r.one_of(v, "train.zero", {"0", "1"}) == "1" ? 1 : 0;
+    if (auto v = entry(t, "clip_grad_norm"); v.IsDefined() && !v.IsNull()) {
+      ts.clip_grad_norm = r.number(v, "train.clip_grad_norm");
+      if (!(*ts.clip_grad_norm > 0)) r.fail(v, "train.clip_grad_norm must be > 0");
+    }
+    if (auto v = entry(t, "checkpoint"); v.IsDefined() && !v.IsNull()) ts.checkpoint = r.str(v, "train.checkpoint");
+    if (auto o = entry(t, "optimizer"); o.IsDefined()) {
+      r.known_keys(o, names_of(*root_schema().keys.at("train")->keys.at("optimizer")), "train.optimizer");
+      if (auto v = entry(o, "kind"); v.IsDefined()) r.one_of(v, "train.optimizer.kind", {"adamw"});
+      if (auto v = entry(o, "lr"); v.IsDefined()) ts.optimizer.lr = r.number(v, "train.optimizer.lr");
+      if (auto v = entry(o, "eps"); v.IsDefined()) ts.optimizer.eps = r.number(v, "train.optimizer.eps");
+      if (auto v = entry(o, "weight_decay"); v.IsDefined()) ts.optimizer.weight_decay = r.number(v, "train.optimizer.weight_decay");
+      if (auto v = entry(o, "betas"); v.IsDefined()) {
+        if (!v.IsSequence() || v.size() != 2) r.fail(v, "train.optimizer.betas must be [beta1, beta2], e.g. [0.9, 0.999]");
+        ts.optimizer.beta1 = r.number(v[0], "train.optimizer.betas");
+        ts.optimizer.beta2 = r.number(v[1], "train.optimizer.betas");
+      }
+      try {
+        models::check_adamw(ts.optimizer);
+      } catch (const Error& e) {
+        r.fail(o, std::string("train.optimizer: ") + e.what());
+      }
+    }
+    if (m.shape_only && !ts.checkpoint.empty()) r.fail(t, "train.checkpoint needs real data: remove data: shape_only");
+    if (m.config.layers % sc.pp != 0)
+      layout_error(std::to_string(m.config.layers) + " layers cannot be split evenly over pp=" + std::to_string(sc.pp) +
+                   " stages; set model.layers to a multiple of pp");
+    m.train = ts;
+  } else if (sc.pp != 1) {
+    layout_error("pp=" + std::to_string(sc.pp) + ": pipeline stages need a train: section (one forward and backward "
+                 "without it runs with pp=1)");
+  }
   const std::int64_t local_heads = heads / sc.tp;
   if (m.attention.comm == cp::CommType::a2a && local_heads % sc.cp != 0)
     layout_error("cp_comm a2a: " + std::to_string(heads) + " heads / tp=" + std::to_string(sc.tp) + " = " +
@@ -578,6 +622,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
   if (auto v = entry(root, "validate"); v.IsDefined()) {
     r.known_keys(v, names_of(*root_schema().keys.at("validate")), "validate");
     if (m.shape_only) r.fail(v, "validate needs real data: remove data: shape_only (or validate)");
+    if (m.train) r.fail(v, "validate compares one forward and backward step; with train:, compare the dumps of two runs");
     m.validate = true;
     m.thresholds = models::ValidationThresholds::for_dtype(m.config.dtype);
     if (auto bl = entry(v, "baseline"); bl.IsDefined()) {
@@ -599,7 +644,11 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
   try {
     const ModelInputs in = load_model_inputs(m);
     models::check_batch(in.batch, m.config, sc.cp, m.batch.empty() ? "batch" : m.batch);
-    models::dp_slice(in.batch, sc.dp, 0);
+    for (int d = 0; d < sc.dp; ++d) {
+      const models::Batch mine = models::dp_slice(in.batch, sc.dp, d);
+      if (m.train)
+        for (int k = 0; k < m.train->micro_batches; ++k) models::batch_slice(mine, m.train->micro_batches, k, "train.micro_batches");
+    }
     if (m.validate) models::check_batch(in.batch, m.config, m.baseline_cp, m.batch.empty() ? "batch" : m.batch);
   } catch (const ConfigError&) {
     throw;
@@ -708,7 +757,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
-  for (const char* k : {"batch", "dump", "validate"})
+  for (const char* k : {"batch", "dump", "validate", "train"})
     if (!has_model && entry(root, k).IsDefined())
       r.fail(entry(root, k), std::string(k) + " belongs to the model workload; add model: {kind: transformer, ...}");
   if (has_model) {
@@ -871,6 +920,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   sim::Time makespan;
   std::optional<ModelInputs> model_in;
   models::TransformerDump model_dump;
+  models::TrainResult train_result;
   std::optional<models::ValidationReport> validation;
   std::vector<SweepRow> sweep;
   std::vector<CollectiveLine> lines;
@@ -913,12 +963,22 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
       };
     }
     std::optional<models::TransformerRunSpec> model_run;
+    std::optional<models::TrainSpec> train_run;
     if (sc.model) {
       model_in = load_model_inputs(*sc.model);
-      model_run = model_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp);
+      if (sc.model->train) {
+        train_run = train_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp, sc.pp);
+      } else {
+        model_run = model_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp);
+      }
     }
     rep = runtime::spawn(
         [&](int rank) {
+          if (train_run) {
+            models::TrainResult t = models::train(*train_run);
+            if (rank == 0) train_result = std::move(t);
+            return;
+          }
           if (model_run) {
             models::TransformerDump d = models::transformer_step(*model_run);
             if (rank == 0) model_dump = std::move(d);
@@ -1106,8 +1166,24 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
       out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";
     out << ", cp_comm " << sc.cp_comm << "\n";
+    if (m.train) {
+      const TrainSettings& t = *m.train;
+      out << "  training: " << t.steps << " steps, " << t.micro_batches << " micro-batches per DP rank, adamw lr "
+          << fmt("%g", t.optimizer.lr) << ", weight decay " << fmt("%g", t.optimizer.weight_decay)
+          << (t.clip_grad_norm ? ", clip " + fmt("%g", *t.clip_grad_norm) : std::string()) << ", zero " << t.zero
+          << ", layers " << c.layers << " over pp=" << sc.pp << "\n";
+    }
     if (m.shape_only) {
       out << "  shape-only: timing only, no numbers\n";
+    } else if (m.train) {
+      out << "  step    loss";
+      if (m.train->clip_grad_norm) out << "   grad norm";
+      out << "\n";
+      for (std::size_t i = 0; i < train_result.losses.size(); ++i) {
+        out << fmt("  %4.0f", static_cast<double>(i + 1)) << fmt("  %.6f", train_result.losses[i]);
+        if (m.train->clip_grad_norm) out << fmt("  %10.6f", train_result.grad_norms[i]);
+        out << "\n";
+      }
     } else {
       out << "  loss " << fmt("%.6f", model_dump.loss) << " over " << model_dump.tokens << " labelled tokens\n";
     }
@@ -1167,8 +1243,16 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   }
 
   if (sc.model && !sc.model->dump.empty()) {
-    models::write_dump(sc.model->dump, model_dump);
+    if (sc.model->train) {
+      models::write_train_dump(sc.model->dump, train_result);
+    } else {
+      models::write_dump(sc.model->dump, model_dump);
+    }
     out << "dump: " << sc.model->dump << "\n";
+  }
+  if (sc.model && sc.model->train && !sc.model->train->checkpoint.empty()) {
+    models::save_checkpoint(sc.model->train->checkpoint, train_result);
+    out << "checkpoint: " << sc.model->train->checkpoint << "\n";
   }
   if (!json_path.empty()) {
     sim::write_file_atomically(json_path, [&](std::ostream& j) {
@@ -1200,8 +1284,15 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
       j << "\n  ],";
       if (sc.model) {
         const bool numbers = !sc.model->shape_only && std::isfinite(model_dump.loss);
-        j << "\n  \"model\": {\"loss\": " << (numbers ? fmt("%.9g", model_dump.loss) : std::string("null"))
-          << ", \"tokens\": " << model_dump.tokens;
+        j << "\n  \"model\": {";
+        if (sc.model->train) {
+          j << "\"losses\": [";
+          for (size_t i = 0; i < train_result.losses.size(); ++i)
+            j << (i ? ", " : "") << (std::isfinite(train_result.losses[i]) ? fmt("%.9g", train_result.losses[i]) : std::string("null"));
+          j << "]";
+        } else {
+          j << "\"loss\": " << (numbers ? fmt("%.9g", model_dump.loss) : std::string("null")) << ", \"tokens\": " << model_dump.tokens;
+        }
         if (validation) {
           const models::ValidationReport& v = *validation;
           j << ", \"validation\": {\"baseline\": \"" << baseline_name(*sc.model) << "\", \"logits_share\": "

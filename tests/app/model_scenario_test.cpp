@@ -187,6 +187,47 @@ TEST(ModelScenario, BadInputNamesTheFileAndWhatToDo) {
               HasSubstr("'embedding.weight' is f32[33, 16], expected shape [33, 320]"));
 }
 
+TEST(ModelScenario, TrainingDumpsLossesAndParamsAndResumesFromItsCheckpoint) {
+  const fs::path dir = scratch();
+  const std::string text = kHead +
+                           "parallel: {tp: 2, cp: 2, dp: 2}\n"
+                           "model: {kind: transformer, format: thd, mask: causal, layers: 2, hidden: 64, heads: 4, ffn: 128}\n"
+                           "batch: {lengths: [9, 14, 6, 11]}\n"
+                           "train: {steps: 4, micro_batches: 2, optimizer: {lr: 0.01, eps: 1.0e-4}, zero: 1}\n";
+  const std::string path = write_scenario(text);
+  const RunResult full = run(path, {"dump=" + (dir / "full.safetensors").string()});
+  ASSERT_EQ(full.code, 0) << full.out << full.error;
+  EXPECT_THAT(full.out, HasSubstr("training: 4 steps, 2 micro-batches"));
+  const runtime::SafetensorsFile f = runtime::load_safetensors((dir / "full.safetensors").string());
+  ASSERT_EQ(f.at("losses").shape(), (runtime::Shape{4}));
+  EXPECT_TRUE(f.contains("param/layers.1.fc2.weight"));
+  EXPECT_EQ(f.at("param/embedding.weight").shape(), (runtime::Shape{33, 64}));
+  // two steps, a checkpoint, two more steps in another layout (pp=2, no ZeRO)
+  const RunResult first = run(path, {"train.steps=2", "train.checkpoint=" + (dir / "ckpt.safetensors").string()});
+  ASSERT_EQ(first.code, 0) << first.out << first.error;
+  const RunResult second = run(path, {"train.steps=2", "train.zero=0", "parallel.pp=2", "parallel.dp=1",
+                                      "model.weights=" + (dir / "ckpt.safetensors").string(),
+                                      "dump=" + (dir / "second.safetensors").string()});
+  ASSERT_EQ(second.code, 0) << second.out << second.error;
+  const std::vector<float> a = f.at("losses").to_vector<float>();
+  const std::vector<float> b = runtime::load_safetensors((dir / "second.safetensors").string()).at("losses").to_vector<float>();
+  EXPECT_NEAR(b[0], a[2], 1e-5 * a[2]);
+  EXPECT_NEAR(b[1], a[3], 1e-5 * a[3]);
+}
+
+TEST(ModelScenario, TrainingErrors) {
+  const std::string model = "model: {kind: transformer, format: thd, mask: causal}\n";
+  EXPECT_THAT(load_error(kHead + "parallel: {pp: 2}\n" + model), HasSubstr("pipeline stages need a train: section"));
+  EXPECT_THAT(load_error(kHead + "parallel: {pp: 2}\nmodel: {kind: transformer, layers: 3}\ntrain: {steps: 1}\n"),
+              HasSubstr("3 layers cannot be split evenly over pp=2"));
+  EXPECT_THAT(load_error(kHead + model + "train: {steps: 1}\nvalidate: {}\n"), HasSubstr("validate compares one forward"));
+  EXPECT_THAT(load_error(kHead + model + "train: {micro_batches: 2}\n"),
+              HasSubstr("3 sequences, which train.micro_batches=2 does not divide"));
+  EXPECT_THAT(load_error(kHead + model + "train: {optimizer: {betas: [0.9, 1.5]}}\n"), HasSubstr("beta2 must be in [0, 1)"));
+  EXPECT_THAT(load_error(kHead + model + "train: {stpes: 3}\n"), HasSubstr("did you mean 'steps'?"));
+  EXPECT_THAT(load_error(kHead + "workload: {steps: {do: [wait: {}]}}\ntrain: {steps: 1}\n"), HasSubstr("train belongs to the model workload"));
+}
+
 TEST(ModelScenario, TwoNodeTpCpDpTimingRun) {
   const RunResult r = run(kRoot + "/scenarios/tp-cp-dp-2node.yaml");
   ASSERT_EQ(r.code, 0) << r.out << r.error;
