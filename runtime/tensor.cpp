@@ -7,6 +7,8 @@
 #include <sstream>
 #include <utility>
 
+#include <malloc.h>
+
 #include "runtime/cost.h"
 #include "sim/error.h"
 
@@ -19,6 +21,22 @@ struct Tensor::Storage {
 };
 
 PendingWrite::~PendingWrite() = default;
+
+namespace {
+
+// Tensor buffers come and go at the rate of ops. glibc serves blocks above its mmap threshold
+// (128 KiB, rising to at most 32 MiB) with fresh mmaps and returns them on free, so every large
+// op output is faulted in page by page again -- on the VMs ranksim runs on that cost more than
+// the arithmetic (a training step of the reference transformer at world 8 spent 3/4 of its wall
+// time in page faults). Keeping freed memory in the heap makes buffers reusable. Values only,
+// never results: arithmetic does not depend on where a buffer lives.
+const bool kHeapKeepsFreedMemory = [] {
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);   // the largest glibc allows
+  mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);  // return memory to the OS only past 1 GiB free
+  return true;
+}();
+
+}  // namespace
 
 std::string shape_str(const Shape& shape) {
   std::string s = "[";

@@ -1,0 +1,89 @@
+// Training benchmarks (issue #8):
+// - BM_TrainStep/<tp>/<cp>/<dp>/<steps>: AdamW training steps of the reference transformer at its default
+//   sizes (vocab 33, hidden 320, 20 heads of 16, ffn 1280, one block, fp32) on the built-in THD
+//   batch of four sequences (9, 14, 6, 11 tokens), real data, on fibers: wall time on this machine
+//   (one core runs every rank). Counters: virtual_ms (the step's simulated time on
+//   topologies/dgx-h100.yaml), compute_ms and comm_ms (rank 0's split; blocking pipeline receives
+//   count as communication).
+// - BM_TrainStepShapeOnly: a 4096-hidden, 4-layer bf16 model at tp2 x pp2 x dp2 (1F1B over 4
+//   micro-batches), shape-only: the timing model's step time and its split.
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "models/train.h"
+#include "runtime/spawn.h"
+#include "sim/topology.h"
+
+namespace {
+
+using namespace ranksim;
+
+sim::Topology dgx() {
+  return sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {});
+}
+
+void report(benchmark::State& state, const runtime::RunReport& rep) {
+  state.counters["virtual_ms"] = rep.makespan.seconds() * 1e3;
+  state.counters["compute_ms"] = rep.compute[0].seconds() * 1e3;
+  state.counters["comm_ms"] = rep.comm[0].seconds() * 1e3;
+}
+
+void BM_TrainStep(benchmark::State& state) {
+  const sim::Topology topo = dgx();
+  models::TrainSpec s;
+  s.tp = static_cast<int>(state.range(0));
+  s.cp = static_cast<int>(state.range(1));
+  s.dp = static_cast<int>(state.range(2));
+  s.attention.format = cp::Format::thd;
+  s.attention.mask = models::Mask::causal;
+  s.weights = models::seeded_weights(s.config, 42);
+  s.batch = models::synthetic_batch(cp::Format::thd, s.config.vocab, {9, 14, 6, 11}, 43);
+  s.steps = static_cast<int>(state.range(3));
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  runtime::RunReport rep;
+  for (auto _ : state) {
+    models::TrainResult r = models::run_training(s, so, &rep);
+    benchmark::DoNotOptimize(r.losses);
+  }
+  report(state, rep);
+}
+// Args: tp, cp, dp, steps. A run's wall time includes building the ranks' models and consolidating
+// the weights at the end; the difference between 1 and 5 steps, over 4, is one step's wall time.
+BENCHMARK(BM_TrainStep)->Args({1, 1, 1, 1})->Args({1, 1, 1, 5})->Args({2, 2, 2, 1})->Args({2, 2, 2, 5})->Unit(benchmark::kMillisecond);
+
+void BM_TrainStepShapeOnly(benchmark::State& state) {
+  const sim::Topology topo = dgx();
+  models::TrainSpec s;
+  s.config.vocab = 32000;
+  s.config.hidden = 4096;
+  s.config.heads = 32;
+  s.config.head_dim = 128;
+  s.config.ffn = 16384;
+  s.config.layers = 4;
+  s.config.dtype = runtime::DType::bf16;
+  s.tp = 2;
+  s.pp = 2;
+  s.dp = 2;
+  s.micro_batches = 4;
+  s.zero = 1;
+  s.weights = models::shape_only_weights(s.config);
+  s.batch = models::synthetic_batch(cp::Format::bshd, s.config.vocab, std::vector<std::int64_t>(16, 4096), 1);
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  runtime::RunReport rep;
+  for (auto _ : state) {
+    models::TrainResult r = models::run_training(s, so, &rep);
+    benchmark::DoNotOptimize(r.losses);
+  }
+  report(state, rep);
+}
+BENCHMARK(BM_TrainStepShapeOnly)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
