@@ -921,6 +921,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   std::optional<ModelInputs> model_in;
   models::TransformerDump model_dump;
   models::TrainResult train_result;
+  std::vector<double> pipeline_wait(static_cast<size_t>(sc.ranks), 0.0);
   std::optional<models::ValidationReport> validation;
   std::vector<SweepRow> sweep;
   std::vector<CollectiveLine> lines;
@@ -976,6 +977,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
         [&](int rank) {
           if (train_run) {
             models::TrainResult t = models::train(*train_run);
+            pipeline_wait[static_cast<size_t>(rank)] = t.pipeline_wait_seconds;
             if (rank == 0) train_result = std::move(t);
             return;
           }
@@ -1173,6 +1175,12 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
           << (t.clip_grad_norm ? ", clip " + fmt("%g", *t.clip_grad_norm) : std::string()) << ", zero " << t.zero
           << ", layers " << c.layers << " over pp=" << sc.pp << "\n";
     }
+    if (m.train && sc.pp > 1) {
+      const auto [lo, hi] = std::minmax_element(pipeline_wait.begin(), pipeline_wait.end());
+      out << "  pipeline: time blocked in stage-to-stage receives (the 1F1B bubble plus activation transfers, "
+             "counted in comm above): " << sim::Time::from_seconds(*lo).str() << " to "
+          << sim::Time::from_seconds(*hi).str() << " per rank\n";
+    }
     if (m.shape_only) {
       out << "  shape-only: timing only, no numbers\n";
     } else if (m.train) {
@@ -1286,7 +1294,10 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
         const bool numbers = !sc.model->shape_only && std::isfinite(model_dump.loss);
         j << "\n  \"model\": {";
         if (sc.model->train) {
-          j << "\"losses\": [";
+          j << "\"pipeline_wait_us\": [";
+          for (size_t i = 0; i < pipeline_wait.size(); ++i)
+            j << (i ? ", " : "") << sim::format_us(sim::Time::from_seconds(pipeline_wait[i]));
+          j << "], \"losses\": [";
           for (size_t i = 0; i < train_result.losses.size(); ++i)
             j << (i ? ", " : "") << (std::isfinite(train_result.losses[i]) ? fmt("%.9g", train_result.losses[i]) : std::string("null"));
           j << "]";

@@ -15,6 +15,7 @@
 #include "sim/error.h"
 #include "tp/parallel_state.h"
 #include "tp/sharding.h"
+#include "sim/engine.h"
 
 namespace ranksim::models {
 
@@ -65,6 +66,7 @@ struct Runner {
   std::vector<LocalBatch> micro;  // this rank's share of each micro-batch
   double total_tokens = 0;        // labelled tokens of the whole global batch
   runtime::ProcessGroup pp, dp_cp;
+  double pipeline_wait = 0;  // virtual seconds blocked in pipeline receives
 
   Runner(const TrainSpec& s, tp::ParallelState state, TransformerGroups groups)
       : spec(s),
@@ -121,7 +123,9 @@ struct Runner {
       Tensor input;
       if (!first) {
         input = activation(b);
+        const sim::Time t0 = sim::this_rank::now();
         runtime::recv(input, peer(-1), p2p);
+        pipeline_wait += (sim::this_rank::now() - t0).seconds();
       }
       const Tensor out = model.stage_forward(b, input, ctx[static_cast<std::size_t>(m)]);
       if (last) {
@@ -139,7 +143,9 @@ struct Runner {
         dout = dlogits[static_cast<std::size_t>(m)];
       } else {
         dout = activation(b);
+        const sim::Time t0 = sim::this_rank::now();
         runtime::recv(dout, peer(+1), p2p);
+        pipeline_wait += (sim::this_rank::now() - t0).seconds();
       }
       const bool final_pass = m == m_count - 1;
       std::function<void(i64)> hook;
@@ -243,6 +249,7 @@ TrainResult train(const TrainSpec& spec) {
     result.losses.push_back(r.global_loss(local));
     result.grad_norms.push_back(opt.step(spec.clip_grad_norm));
   }
+  result.pipeline_wait_seconds = r.pipeline_wait;
   if (!data) return result;
   const runtime::ProcessGroup& tpg = r.model.groups().tp;
   std::map<std::string, Tensor> mine;

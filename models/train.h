@@ -46,6 +46,9 @@ struct TrainResult {
   std::vector<double> grad_norms;  // each step's total gradient norm (before clipping; 0 if not computed)
   std::vector<std::pair<std::string, runtime::Tensor>> params;  // final weights, full f32, contract order
   CheckpointState optimizer_state;  // consolidated (full-shape) state after the last step
+  // This rank's virtual time blocked in the pipeline's receives, over all steps: the 1F1B bubble
+  // plus the activation transfers (0 with pp = 1).
+  double pipeline_wait_seconds = 0;
 };
 
 // Inside a rank of a run of tp * cp * dp * pp ranks (every rank calls it). Every rank returns the

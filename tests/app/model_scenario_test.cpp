@@ -209,6 +209,8 @@ TEST(ModelScenario, TrainingDumpsLossesAndParamsAndResumesFromItsCheckpoint) {
                                       "model.weights=" + (dir / "ckpt.safetensors").string(),
                                       "dump=" + (dir / "second.safetensors").string()});
   ASSERT_EQ(second.code, 0) << second.out << second.error;
+  EXPECT_THAT(second.out, HasSubstr("pipeline: time blocked in stage-to-stage receives"));
+  EXPECT_THAT(first.out, Not(HasSubstr("pipeline:")));  // pp = 1 has no pipeline
   const std::vector<float> a = f.at("losses").to_vector<float>();
   const std::vector<float> b = runtime::load_safetensors((dir / "second.safetensors").string()).at("losses").to_vector<float>();
   EXPECT_NEAR(b[0], a[2], 1e-5 * a[2]);
