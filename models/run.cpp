@@ -18,24 +18,6 @@ using runtime::Tensor;
 
 namespace {
 
-cp::CpGroups cp_groups(const runtime::ProcessGroup& cp, const AttentionSetup& a) {
-  // at cp = 1 attention runs the block kernel on the whole sequence: no subgroups
-  if (a.comm != cp::CommType::a2a_p2p || cp.size() == 1) return cp::CpGroups(cp);
-  if (a.a2a_size == 0 && a.p2p_size == 0) {
-    if (cp.size() % 2 != 0) {
-      throw Error("a2a+p2p: the default hierarchical sizes [2, cp/2] need an even cp, got cp=" +
-                  std::to_string(cp.size()) + " (set the sizes explicitly)");
-    }
-    return cp::hierarchical_cp_groups(cp);
-  }
-  if (a.a2a_size * a.p2p_size != cp.size()) {
-    throw Error("a2a+p2p: hierarchical sizes [" + std::to_string(a.a2a_size) + ", " +
-                std::to_string(a.p2p_size) + "] multiply to " +
-                std::to_string(a.a2a_size * a.p2p_size) + ", not cp=" + std::to_string(cp.size()));
-  }
-  return cp::hierarchical_cp_groups(cp, a.a2a_size, a.p2p_size);
-}
-
 // Each DP rank's logits [R_d, vocab] (or [B/dp, S, vocab]) concatenated in DP order: padded to
 // the largest R_d for one all-gather (THD shares differ in tokens), then trimmed.
 Tensor gather_over_dp(const Tensor& mine, const TransformerRunSpec& spec, const runtime::ProcessGroup& dp) {
@@ -70,7 +52,7 @@ TransformerDump transformer_step(const TransformerRunSpec& spec) {
   const tp::ParallelState ps = tp::initialize_model_parallel(spec.tp, 1, spec.cp);
   TransformerGroups groups;
   groups.tp = ps.tp().group;
-  groups.cp = cp_groups(ps.cp().group, spec.attention);
+  groups.cp = transformer_cp_groups(ps.cp().group, spec.attention);
   if (spec.dp > 1) groups.loss = ps.dp_cp().group;
   Transformer model(spec.config, spec.weights, groups, spec.attention);
   const Batch mine = dp_slice(spec.batch, spec.dp, ps.dp().rank);

@@ -34,12 +34,6 @@ i64 labelled(const Tensor& labels) {
   return n;
 }
 
-cp::CpGroups cp_groups_for(const runtime::ProcessGroup& cp, const AttentionSetup& a) {
-  if (a.comm != cp::CommType::a2a_p2p || cp.size() == 1) return cp::CpGroups(cp);
-  if (a.a2a_size == 0 && a.p2p_size == 0) return cp::hierarchical_cp_groups(cp);
-  return cp::hierarchical_cp_groups(cp, a.a2a_size, a.p2p_size);
-}
-
 // The layout's checks that need no run.
 void check_spec(const TrainSpec& s) {
   if (s.tp < 1 || s.cp < 1 || s.dp < 1 || s.pp < 1) throw Error("training: every parallel size must be >= 1");
@@ -235,7 +229,7 @@ TrainResult train(const TrainSpec& spec) {
   tp::ParallelState ps = tp::initialize_model_parallel(spec.tp, spec.pp, spec.cp);
   TransformerGroups groups;
   groups.tp = ps.tp().group;
-  groups.cp = cp_groups_for(ps.cp().group, spec.attention);
+  groups.cp = transformer_cp_groups(ps.cp().group, spec.attention);
   groups.loss = ps.dp_cp().group;
   Runner r(spec, std::move(ps), std::move(groups));
   const bool data = r.model_data();

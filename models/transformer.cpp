@@ -416,6 +416,24 @@ void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::
   }
 }
 
+cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const AttentionSetup& a) {
+  // at cp = 1 attention runs the block kernel on the whole sequence: no subgroups
+  if (a.comm != cp::CommType::a2a_p2p || cp.size() == 1) return cp::CpGroups(cp);
+  if (a.a2a_size == 0 && a.p2p_size == 0) {
+    if (cp.size() % 2 != 0) {
+      throw Error("a2a+p2p: the default hierarchical sizes [2, cp/2] need an even cp, got cp=" +
+                  std::to_string(cp.size()) + " (set the sizes explicitly)");
+    }
+    return cp::hierarchical_cp_groups(cp);
+  }
+  if (a.a2a_size * a.p2p_size != cp.size()) {
+    throw Error("a2a+p2p: hierarchical sizes [" + std::to_string(a.a2a_size) + ", " +
+                std::to_string(a.p2p_size) + "] multiply to " +
+                std::to_string(a.a2a_size * a.p2p_size) + ", not cp=" + std::to_string(cp.size()));
+  }
+  return cp::hierarchical_cp_groups(cp, a.a2a_size, a.p2p_size);
+}
+
 LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
   if (cp < 1 || rank < 0 || rank >= cp) {
     throw Error("shard_batch: rank " + str(rank) + " outside a CP group of " + str(cp));

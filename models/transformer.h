@@ -142,6 +142,11 @@ Batch batch_slice(const Batch& batch, std::int64_t parts, std::int64_t index, co
 void check_batch(const Batch& batch, const TransformerConfig& config, std::int64_t cp,
                  const std::string& source);
 
+// The CP groups attention needs: the CP group itself, plus for a2a+p2p its [a2a, p2p] subgroups
+// (setup's sizes, or the default [2, cp/2]). Collective over cp (creates groups); at cp = 1 no
+// subgroups are made. Errors: sizes whose product is not cp, an odd cp for the default split.
+cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const AttentionSetup& setup);
+
 // One CP rank's share of a batch.
 struct LocalBatch {
   runtime::Tensor ids, labels;       // i64 [N]: the local tokens, N = padded rows / cp
