@@ -8,6 +8,7 @@
 #include "app/bench.h"
 #include "app/demo.h"
 #include "app/scenario.h"
+#include "models/train.h"
 #include "app/topo.h"
 #include "sim/engine.h"
 #include "sim/error.h"
@@ -59,6 +60,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
+  std::string shard_dir, consolidated;
+  auto* consolidate_cmd = cli.add_subcommand(
+      "consolidate", "Join a training run's per-rank shard files (train.shards) into one checkpoint");
+  consolidate_cmd->add_option("scenario", scenario_file, "The scenario that wrote them (its model sizes)")->required();
+  consolidate_cmd->add_option("shards", shard_dir, "The folder of shard-tp<t>-pp<p>.safetensors files")->required();
+  consolidate_cmd->add_option("output", consolidated, "The checkpoint to write (loadable as model.weights)")->required();
+  consolidate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
   std::string list_root = RANKSIM_SOURCE_DIR;
   auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");
   list_cmd->add_option("--root", list_root, "Where topologies/ and scenarios/ live")->capture_default_str();
@@ -85,6 +93,18 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
               : sc.sweep_op ? *sc.sweep_op + " sweep"
                             : std::to_string(sc.steps.size()) + " steps x " + std::to_string(sc.repeat))
           << "\n";
+      return 0;
+    }
+    if (*consolidate_cmd) {
+      const Scenario sc = load_scenario(scenario_file, scenario_sets);
+      if (!sc.model) throw Error(scenario_file + ": consolidate needs a scenario with a model: section");
+      auto [weights, state] = models::consolidate_shards(shard_dir, sc.model->config);
+      models::TrainResult r;
+      for (const auto& [name, shape] : models::parameter_shapes(sc.model->config)) r.params.emplace_back(name, weights.at(name));
+      r.optimizer_state = std::move(state);
+      models::save_checkpoint(consolidated, r);
+      out << "consolidated " << r.params.size() << " parameters and their optimizer state from " << shard_dir
+          << " into " << consolidated << "\n";
       return 0;
     }
     if (*list_cmd) {

@@ -24,6 +24,7 @@ struct TrainSettings {
   std::optional<double> clip_grad_norm;
   int zero = 0;
   std::string checkpoint;  // train.checkpoint: consolidated weights + optimizer state; empty = none
+  std::string shards;      // train.shards: a folder for per-rank shard files; empty = none
 };
 
 struct ModelWorkload {

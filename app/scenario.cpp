@@ -55,7 +55,8 @@ const KeySchema& root_schema() {
   static const KeySchema optimizer{{{"kind", nullptr}, {"lr", nullptr}, {"betas", nullptr}, {"eps", nullptr},
                                      {"weight_decay", nullptr}}};
   static const KeySchema train{{{"steps", nullptr}, {"micro_batches", nullptr}, {"optimizer", &optimizer},
-                                 {"clip_grad_norm", nullptr}, {"zero", nullptr}, {"checkpoint", nullptr}}};
+                                 {"clip_grad_norm", nullptr}, {"zero", nullptr}, {"checkpoint", nullptr},
+                                 {"shards", nullptr}}};
   static const KeySchema baseline{{{"tp", nullptr}, {"cp", nullptr}}};
   static const KeySchema validate{{{"baseline", &baseline}, {"logits_atol", nullptr}, {"logits_share", nullptr},
                                     {"loss_rel", nullptr}, {"grad_norm_diff", nullptr}, {"acceptable_share", nullptr}}};
@@ -554,6 +555,10 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
       if (!(*ts.clip_grad_norm > 0)) r.fail(v, "train.clip_grad_norm must be > 0");
     }
     if (auto v = entry(t, "checkpoint"); v.IsDefined() && !v.IsNull()) ts.checkpoint = r.str(v, "train.checkpoint");
+    if (auto v = entry(t, "shards"); v.IsDefined() && !v.IsNull()) {
+      ts.shards = r.str(v, "train.shards");
+      if (m.shape_only) r.fail(v, "train.shards needs real data: remove data: shape_only");
+    }
     if (auto o = entry(t, "optimizer"); o.IsDefined()) {
       r.known_keys(o, names_of(*root_schema().keys.at("train")->keys.at("optimizer")), "train.optimizer");
       if (auto v = entry(o, "kind"); v.IsDefined()) r.one_of(v, "train.optimizer.kind", {"adamw"});
@@ -969,6 +974,10 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
       model_in = load_model_inputs(*sc.model);
       if (sc.model->train) {
         train_run = train_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp, sc.pp);
+        if (!sc.model->train->shards.empty()) {
+          std::filesystem::create_directories(sc.model->train->shards);
+          train_run->shard_dir = sc.model->train->shards;
+        }
       } else {
         model_run = model_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp);
       }
@@ -1262,6 +1271,8 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     models::save_checkpoint(sc.model->train->checkpoint, train_result);
     out << "checkpoint: " << sc.model->train->checkpoint << "\n";
   }
+  if (sc.model && sc.model->train && !sc.model->train->shards.empty())
+    out << "shards: " << sc.model->train->shards << " (one file per tp x pp rank; ranksim consolidate joins them)\n";
   if (!json_path.empty()) {
     sim::write_file_atomically(json_path, [&](std::ostream& j) {
       j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"topology\": \"" << topo.name()

@@ -34,6 +34,10 @@ i64 labelled(const Tensor& labels) {
   return n;
 }
 
+std::string shard_file(const std::string& dir, i64 tp_rank, i64 pp_rank) {
+  return dir + "/shard-tp" + str(tp_rank) + "-pp" + str(pp_rank) + ".safetensors";
+}
+
 // The layout's checks that need no run.
 void check_spec(const TrainSpec& s) {
   if (s.tp < 1 || s.cp < 1 || s.dp < 1 || s.pp < 1) throw Error("training: every parallel size must be >= 1");
@@ -261,6 +265,19 @@ TrainResult train(const TrainSpec& spec) {
   for (const char* k : {"exp_avg.", "exp_avg_sq."})
     for (auto& [key, t] : r.consolidate(state, k)) result.optimizer_state[key] = t;
   result.optimizer_state["step"] = Tensor::full({}, static_cast<double>(opt.steps()), DType::f32);
+  if (!spec.shard_dir.empty() && r.ps.dp().rank == 0 && r.ps.cp().rank == 0) {
+    // this (tp, pp) rank's shard: parameters and optimizer state at the TP-shard shape
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::map<std::string, std::string> meta{{"tp", str(spec.tp)}, {"pp", str(spec.pp)},
+                                            {"tp_rank", str(tpg.rank())}, {"pp_rank", str(r.ps.pp().rank)},
+                                            {"step", str(opt.steps())}};
+    for (const auto& [name, p] : params) {
+      tensors.emplace_back(name, p->value.to(DType::f32));
+      for (const char* k : {"exp_avg.", "exp_avg_sq."}) tensors.emplace_back(std::string("optimizer.") + k + name, shard.at(k + name));
+      meta["partition." + name] = str(p->partition_dim) + "," + str(p->partition_stride);
+    }
+    runtime::save_safetensors(shard_file(spec.shard_dir, tpg.rank(), r.ps.pp().rank), tensors, meta);
+  }
   return result;
 }
 
@@ -317,6 +334,67 @@ void write_train_dump(const std::string& path, const TrainResult& r) {
   tensors.emplace_back("losses", Tensor::from_vector(losses, {static_cast<i64>(losses.size())}));
   for (const auto& [name, t] : r.params) tensors.emplace_back("param/" + name, t.to(DType::f32));
   runtime::save_safetensors(path, tensors, {{"format", "ranksim reference transformer training dump"}});
+}
+
+}  // namespace ranksim::models
+
+namespace ranksim::models {
+
+std::pair<Weights, CheckpointState> consolidate_shards(const std::string& dir, const TransformerConfig& config) {
+  const runtime::SafetensorsFile first = runtime::load_safetensors(shard_file(dir, 0, 0));
+  auto meta = [](const runtime::SafetensorsFile& f, const std::string& key) {
+    const auto it = f.metadata.find(key);
+    if (it == f.metadata.end()) throw Error(f.path + ": not a ranksim shard file (no '" + key + "' in its metadata)");
+    return it->second;
+  };
+  const i64 tp = std::stoll(meta(first, "tp")), pp = std::stoll(meta(first, "pp"));
+  const std::string step = meta(first, "step");
+  std::vector<std::vector<runtime::SafetensorsFile>> files(static_cast<std::size_t>(pp));
+  for (i64 p = 0; p < pp; ++p) {
+    for (i64 t = 0; t < tp; ++t) {
+      runtime::SafetensorsFile f = runtime::load_safetensors(shard_file(dir, t, p));
+      if (meta(f, "tp") != str(tp) || meta(f, "pp") != str(pp) || meta(f, "tp_rank") != str(t) ||
+          meta(f, "pp_rank") != str(p) || meta(f, "step") != step) {
+        throw Error(f.path + ": its layout (tp " + meta(f, "tp") + ", pp " + meta(f, "pp") + ", step " + meta(f, "step") +
+                    ") disagrees with " + first.path + " (tp " + str(tp) + ", pp " + str(pp) + ", step " + step + ")");
+      }
+      files[static_cast<std::size_t>(p)].push_back(std::move(f));
+    }
+  }
+  // Joins the TP shards of one tensor: shard r holds pieces r, r + tp, ... of tp * stride pieces
+  // along dim (tp/sharding.h), so piece j of every shard, in rank order, then piece j + 1, ...
+  auto join = [&](const std::vector<runtime::SafetensorsFile>& stage, const std::string& key, const std::string& name) {
+    const std::string part = meta(stage[0], "partition." + name);
+    const i64 dim = std::stoll(part.substr(0, part.find(','))), stride = std::stoll(part.substr(part.find(',') + 1));
+    if (dim < 0) return stage[0].at(key).to(DType::f32);
+    std::vector<Tensor> pieces;
+    for (i64 j = 0; j < stride; ++j) {
+      for (i64 t = 0; t < tp; ++t) {
+        const Tensor& s = stage[static_cast<std::size_t>(t)].at(key);
+        const i64 len = s.size(dim) / stride;
+        pieces.push_back(s.narrow(dim, j * len, len));
+      }
+    }
+    return runtime::cat(pieces, dim).to(DType::f32);
+  };
+  runtime::SafetensorsFile joined;
+  joined.path = dir;
+  for (const auto& stage : files) {
+    for (const auto& [key, t] : stage[0].tensors) {
+      if (key.rfind("optimizer.", 0) == 0) continue;
+      joined.tensors.emplace_back(key, join(stage, key, key));
+      for (const char* k : {"exp_avg.", "exp_avg_sq."}) {
+        joined.tensors.emplace_back(std::string("optimizer.") + k + key, join(stage, std::string("optimizer.") + k + key, key));
+      }
+    }
+  }
+  Weights w = checked_weights(joined, config);
+  CheckpointState st;
+  for (const auto& [key, t] : joined.tensors) {
+    if (key.rfind("optimizer.", 0) == 0) st[key.substr(10)] = t;
+  }
+  st["step"] = Tensor::full({}, std::stod(step), DType::f32);
+  return {std::move(w), std::move(st)};
 }
 
 }  // namespace ranksim::models

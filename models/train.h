@@ -39,6 +39,9 @@ struct TrainSpec {
   AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;  // max_norm, PyTorch's rule
   int zero = 0;           // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP
+  // When set, after the last step the ranks with dp = cp = 0 write their shards here, one file
+  // per (tp, pp) rank: shard-tp<t>-pp<p>.safetensors (see consolidate_shards).
+  std::string shard_dir;
 };
 
 struct TrainResult {
@@ -67,6 +70,13 @@ TrainResult run_training(const TrainSpec& spec, const runtime::SpawnOptions& opt
 void save_checkpoint(const std::string& path, const TrainResult& result);
 // The weights and optimizer state of such a file, checked against the config.
 std::pair<Weights, CheckpointState> load_checkpoint(const std::string& path, const TransformerConfig& config);
+
+// The per-rank shard files of a shard_dir, joined offline (no run) into the full weights and
+// optimizer state -- Megatron's checkpoint conversion. Each file holds its rank's TP shard of the
+// stage's parameters and optimizer state with their partition (dim, stride) in its metadata.
+// Errors naming the folder and file: files missing for some (tp, pp) rank, files that disagree on
+// the layout, shards of the wrong shape, parameters missing for the config.
+std::pair<Weights, CheckpointState> consolidate_shards(const std::string& dir, const TransformerConfig& config);
 
 // The training dump: "losses" (f32 [steps]) and "param/<name>" (f32, full shape).
 void write_train_dump(const std::string& path, const TrainResult& result);

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "app/cli.h"
 #include "app/scenario.h"
 #include "models/transformer.h"
 #include "runtime/safetensors.h"
@@ -205,8 +206,20 @@ TEST(ModelScenario, TrainingDumpsLossesAndParamsAndResumesFromItsCheckpoint) {
   // two steps, a checkpoint, two more steps in another layout (pp=2, no ZeRO)
   const RunResult first = run(path, {"train.steps=2", "train.checkpoint=" + (dir / "ckpt.safetensors").string()});
   ASSERT_EQ(first.code, 0) << first.out << first.error;
+  // the same state as per-rank shards, joined by `ranksim consolidate`
+  const RunResult sharded = run(path, {"train.steps=2", "train.shards=" + (dir / "shards").string()});
+  ASSERT_EQ(sharded.code, 0) << sharded.out << sharded.error;
+  std::ostringstream cout_, cerr_;
+  const std::string joined = (dir / "joined.safetensors").string();
+  std::vector<std::string> args = {"ranksim", "consolidate", path, (dir / "shards").string(), joined};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ASSERT_EQ(run_cli(static_cast<int>(argv.size()), argv.data(), cout_, cerr_), 0) << cerr_.str();
+  const runtime::SafetensorsFile ck = runtime::load_safetensors((dir / "ckpt.safetensors").string());
+  const runtime::SafetensorsFile jn = runtime::load_safetensors(joined);
+  for (const auto& [name, t] : ck.tensors) EXPECT_TRUE(runtime::bitwise_equal(t, jn.at(name))) << name;
   const RunResult second = run(path, {"train.steps=2", "train.zero=0", "parallel.pp=2", "parallel.dp=1",
-                                      "model.weights=" + (dir / "ckpt.safetensors").string(),
+                                      "model.weights=" + joined,
                                       "dump=" + (dir / "second.safetensors").string()});
   ASSERT_EQ(second.code, 0) << second.out << second.error;
   EXPECT_THAT(second.out, HasSubstr("pipeline: time blocked in stage-to-stage receives"));
