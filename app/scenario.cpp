@@ -957,7 +957,17 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     so.topology = &topo;
     so.algorithm = runtime::parse_algorithm(sc.algorithm);
     so.engine.trace = !trace_path.empty() || !report_path.empty();
-    so.engine.stack.size = 64 * 1024;
+    // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
+    // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep
+    // frames, and AddressSanitizer's frames are several times larger.
+    bool layers = sc.model.has_value();
+    for (const ScenarioStep& st : sc.steps)
+      layers = layers || st.kind == ScenarioStep::Kind::tp_mlp || st.kind == ScenarioStep::Kind::cp_attention;
+    std::size_t stack = layers ? 512 * 1024 : 64 * 1024;
+#if defined(__SANITIZE_ADDRESS__)
+    stack *= 4;
+#endif
+    so.engine.stack.size = stack;
     // A progress line on a terminal for runs longer than a second; nothing when piped.
     const bool tty = !flags.quiet && ::isatty(STDERR_FILENO) != 0;
     bool printed = false;
