@@ -775,49 +775,49 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   }
   const YAML::Node wl = has_model ? YAML::Node(YAML::NodeType::Undefined) : need("workload");
   if (!has_model) {
-  r.known_keys(wl, names_of(*root_schema().keys.at("workload")), "workload");
-  if (wl.size() != 1) r.fail(wl, "workload must have exactly one of: collectives, steps");
-  if (auto c = entry(wl, "collectives"); c.IsDefined()) {
-    r.known_keys(c, {"op", "sizes", "dtype"}, "workload.collectives");
-    std::vector<std::string> ops = kCollectiveOps;
-    ops.back() = "sendrecv";  // a sweep of barriers measures nothing; sendrecv instead
-    sc.sweep_op = entry(c, "op").IsDefined() ? r.one_of(entry(c, "op"), "collectives.op", ops) : "all_reduce";
-    const YAML::Node sz = entry(c, "sizes");
-    try {
-      sc.sweep_sizes = parse_size_sweep(sz.IsDefined() ? r.str(sz, "collectives.sizes") : "8B:128MiB");
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const Error& e) {
-      r.fail(sz.IsDefined() ? sz : c, e.what());
-    }
-    if (auto d = entry(c, "dtype"); d.IsDefined()) sc.sweep_dtype = r.one_of(d, "collectives.dtype", kDtypes);
-  } else {
-    const YAML::Node s = entry(wl, "steps");
-    r.known_keys(s, {"repeat", "do"}, "workload.steps");
-    if (auto rep = entry(s, "repeat"); rep.IsDefined()) sc.repeat = r.positive_int(rep, "steps.repeat");
-    const YAML::Node list = entry(s, "do");
-    if (!list.IsDefined() || !list.IsSequence() || list.size() == 0)
-      r.fail(s, "workload.steps needs a non-empty list `do:` of steps");
-    for (const YAML::Node& st : list) {
-      sc.steps.push_back(read_step(st, r));
-      if (sc.steps.back().kind == ScenarioStep::Kind::cp_attention)
-        check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
-    }
-    for (const ScenarioStep& st : sc.steps) {
-      const int axis = st.group == "tp" ? sc.tp : st.group == "cp" ? sc.cp : st.group == "pp" ? sc.pp
-                       : st.group == "dp" ? sc.dp : 2;
-      if (st.kind == ScenarioStep::Kind::tp_mlp) {
-        if (st.ffn % sc.tp != 0)
-          r.fail(list, "tp_mlp: ffn " + std::to_string(st.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));
-        if (st.sequence_parallel && st.tokens % sc.tp != 0)
-          r.fail(list, "tp_mlp: with sequence_parallel, tokens " + std::to_string(st.tokens) +
-                           " must be divisible by tp=" + std::to_string(sc.tp));
+    r.known_keys(wl, names_of(*root_schema().keys.at("workload")), "workload");
+    if (wl.size() != 1) r.fail(wl, "workload must have exactly one of: collectives, steps");
+    if (auto c = entry(wl, "collectives"); c.IsDefined()) {
+      r.known_keys(c, {"op", "sizes", "dtype"}, "workload.collectives");
+      std::vector<std::string> ops = kCollectiveOps;
+      ops.back() = "sendrecv";  // a sweep of barriers measures nothing; sendrecv instead
+      sc.sweep_op = entry(c, "op").IsDefined() ? r.one_of(entry(c, "op"), "collectives.op", ops) : "all_reduce";
+      const YAML::Node sz = entry(c, "sizes");
+      try {
+        sc.sweep_sizes = parse_size_sweep(sz.IsDefined() ? r.str(sz, "collectives.sizes") : "8B:128MiB");
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const Error& e) {
+        r.fail(sz.IsDefined() ? sz : c, e.what());
       }
-      if (st.kind == ScenarioStep::Kind::sendrecv && axis < 2 && st.group != "world")
-        r.fail(list, "a sendrecv step on group '" + st.group + "' needs that axis to have at least 2 ranks");
+      if (auto d = entry(c, "dtype"); d.IsDefined()) sc.sweep_dtype = r.one_of(d, "collectives.dtype", kDtypes);
+    } else {
+      const YAML::Node s = entry(wl, "steps");
+      r.known_keys(s, {"repeat", "do"}, "workload.steps");
+      if (auto rep = entry(s, "repeat"); rep.IsDefined()) sc.repeat = r.positive_int(rep, "steps.repeat");
+      const YAML::Node list = entry(s, "do");
+      if (!list.IsDefined() || !list.IsSequence() || list.size() == 0)
+        r.fail(s, "workload.steps needs a non-empty list `do:` of steps");
+      for (const YAML::Node& st : list) {
+        sc.steps.push_back(read_step(st, r));
+        if (sc.steps.back().kind == ScenarioStep::Kind::cp_attention)
+          check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
+      }
+      for (const ScenarioStep& st : sc.steps) {
+        const int axis = st.group == "tp" ? sc.tp : st.group == "cp" ? sc.cp : st.group == "pp" ? sc.pp
+                         : st.group == "dp" ? sc.dp : 2;
+        if (st.kind == ScenarioStep::Kind::tp_mlp) {
+          if (st.ffn % sc.tp != 0)
+            r.fail(list, "tp_mlp: ffn " + std::to_string(st.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));
+          if (st.sequence_parallel && st.tokens % sc.tp != 0)
+            r.fail(list, "tp_mlp: with sequence_parallel, tokens " + std::to_string(st.tokens) +
+                             " must be divisible by tp=" + std::to_string(sc.tp));
+        }
+        if (st.kind == ScenarioStep::Kind::sendrecv && axis < 2 && st.group != "world")
+          r.fail(list, "a sendrecv step on group '" + st.group + "' needs that axis to have at least 2 ranks");
+      }
     }
   }
-  }  // a workload
 
   if (auto cs = entry(root, "checks"); cs.IsDefined()) {
     if (!cs.IsSequence()) r.fail(cs, "checks must be a list, e.g. [{max_time: 5 ms}]");
