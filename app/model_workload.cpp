@@ -22,9 +22,80 @@ std::vector<std::int64_t> int_list(const runtime::SafetensorsFile& f, const std:
   return t.to(DType::i64).to_vector<std::int64_t>();
 }
 
+// The multimodal inputs: weights (seeded, shape-only, or a file with every parameter of the
+// pair) and the batch (a file with input_ids, labels and features, or a synthetic one).
+ModelInputs load_multimodal_inputs(const ModelWorkload& m) {
+  const models::EncoderConfig& enc = m.encoder->config;
+  ModelInputs in;
+  if (m.shape_only) {
+    for (const auto& [name, shape] : models::multimodal_parameter_shapes(m.config, enc))
+      in.weights[name] = Tensor::shape_only(shape, DType::f32);
+  } else if (!m.weights.empty()) {
+    const runtime::SafetensorsFile f = runtime::load_safetensors(m.weights);
+    for (const auto& [name, shape] : models::multimodal_parameter_shapes(m.config, enc)) {
+      if (!f.contains(name)) throw Error(f.path + ": no '" + name + "' tensor (the encoder and transformer need it)");
+      const Tensor& t = f.at(name);
+      if (t.shape() != shape) {
+        throw Error(f.path + ": '" + name + "' is " + t.str() + ", expected shape " + runtime::shape_str(shape));
+      }
+      if (!runtime::is_floating(t.dtype())) throw Error(f.path + ": '" + name + "' is " + t.str() + "; it must be floating");
+      in.weights[name] = t.to(DType::f32);
+    }
+  } else {
+    in.weights = models::seeded_multimodal_weights(m.config, enc, m.seed);
+  }
+  if (!m.batch.empty()) {
+    const runtime::SafetensorsFile f = runtime::load_safetensors(m.batch);
+    for (const char* name : {"input_ids", "labels", "features"}) {
+      if (!f.contains(name)) {
+        throw Error(f.path + ": no '" + name + "' tensor (a multimodal batch holds input_ids and labels [B, S] and "
+                    "features [B, S, features])");
+      }
+    }
+    in.batch.format = cp::Format::bshd;
+    in.batch.input_ids = f.at("input_ids");
+    in.batch.labels = f.at("labels");
+    if (!runtime::is_floating(f.at("features").dtype())) {
+      throw Error(f.path + ": 'features' is " + f.at("features").str() + "; it must be floating");
+    }
+    in.features = f.at("features").to(DType::f32);
+  } else {
+    // the scenario loader fills lengths with the default rows (lcm of the DP sizes) x 32
+    if (m.lengths.empty()) throw Error("multimodal batch: no rows and seq_len given");
+    const auto rows = static_cast<std::int64_t>(m.lengths.size());
+    const std::int64_t seq = m.lengths[0];
+    models::MultimodalBatch b = models::synthetic_multimodal_batch(m.config, enc, rows, seq, m.seed + 1);
+    in.batch = std::move(b.tokens);
+    in.features = m.shape_only ? Tensor::shape_only(b.features.shape(), DType::f32) : std::move(b.features);
+  }
+  return in;
+}
+
 }  // namespace
 
+models::MultimodalSpec multimodal_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp) {
+  models::MultimodalSpec s;
+  s.config = m.config;
+  s.encoder = m.encoder->config;
+  s.attention = m.attention;
+  s.src_tp = m.encoder->tp;
+  s.src_dp = m.encoder->dp;
+  s.tp = tp;
+  s.cp = cp;
+  s.dp = dp;
+  s.order = m.order;
+  s.weights = in.weights;
+  s.batch.tokens = in.batch;
+  s.batch.features = in.features;
+  if (m.train) {
+    s.steps = m.train->steps;
+    s.optimizer = m.train->optimizer;
+  }
+  return s;
+}
+
 ModelInputs load_model_inputs(const ModelWorkload& m) {
+  if (m.encoder) return load_multimodal_inputs(m);
   ModelInputs in;
   if (m.shape_only) {
     in.weights = models::shape_only_weights(m.config);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/multimodal.h"
 #include "models/run.h"
 #include "models/train.h"
 #include "models/transformer.h"
@@ -27,6 +28,13 @@ struct TrainSettings {
   std::string shards;      // train.shards: a folder for per-rank shard files; empty = none
 };
 
+// encoder: a second model on its own (tp, dp) grid whose outputs replace the transformer's
+// embeddings through the colocated bridge (models/multimodal.h).
+struct EncoderSettings {
+  int tp = 1, dp = 1;             // encoder.{tp, dp}: its grid, tp * dp = the run's ranks
+  models::EncoderConfig config;   // encoder.{features, ffn}
+};
+
 struct ModelWorkload {
   models::TransformerConfig config;    // model.{vocab, hidden, heads, head_dim, ffn, dtype}
   models::AttentionSetup attention;    // model.{format, mask, window}; parallel.{cp_comm, hierarchical_cp}
@@ -41,6 +49,9 @@ struct ModelWorkload {
   int baseline_tp = 1, baseline_cp = 1;
   models::ValidationThresholds thresholds;  // for_dtype(dtype), then any keys given
   std::optional<TrainSettings> train;
+  std::optional<EncoderSettings> encoder;
+  // parallel.order: the transformer grid's dimension order with an encoder. Default tp, cp, dp.
+  std::vector<std::string> order = {"tp", "cp", "dp"};
 };
 
 // The weights and the global batch, loaded or generated. Errors name the files.
@@ -48,6 +59,7 @@ struct ModelInputs {
   models::Weights weights;
   models::CheckpointState optimizer_state;  // from a training checkpoint given as model.weights
   models::Batch batch;
+  runtime::Tensor features;  // with an encoder: f32 [rows, seq_len, features] (shape-only if no data)
 };
 ModelInputs load_model_inputs(const ModelWorkload& m);
 
@@ -56,6 +68,9 @@ models::TransformerRunSpec model_spec(const ModelWorkload& m, const ModelInputs&
 
 // The training spec for a layout.
 models::TrainSpec train_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp, int pp);
+
+// The two-model spec (encoder + transformer) for the transformer's layout.
+models::MultimodalSpec multimodal_spec(const ModelWorkload& m, const ModelInputs& in, int tp, int cp, int dp);
 
 // The baseline run (on an ideal topology) and its comparison with the scenario's own dump.
 models::ValidationReport validate_against_baseline(const ModelWorkload& m, const ModelInputs& in,

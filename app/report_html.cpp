@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "sim/io.h"
 #include "sim/units.h"
@@ -44,9 +47,28 @@ void timeline(std::ostream& o, const ReportData& d) {
     << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
   for (int r = 0; r < lanes; ++r)
     o << "<text x=\"4\" y=\"" << num(top + r * lane_h + 10) << "\">rank " << r << "</text>\n";
+  // Communication on described groups (new_group's group_desc, e.g. a bridge's) gets a colour of
+  // its own per description, in first-seen order, and a legend entry.
+  static const char* const kNamed[] = {"#e45756", "#54a24b", "#b279a2", "#9d755d", "#72b7b2"};
+  std::vector<std::string> named;
+  auto group_of = [](const sim::Span& s) {
+    for (const auto& [k, v] : s.args)
+      if (k == "group") {
+        const std::string base = v.substr(0, v.find('['));
+        return base == "group" || base == "world" ? std::string() : base;
+      }
+    return std::string();
+  };
   for (const sim::Span& s : d.trace->spans()) {
     if (s.rank >= lanes || s.end <= s.start) continue;
-    const char* color = s.kind == sim::SpanKind::compute ? "#4c78a8"
+    const std::string desc = s.kind == sim::SpanKind::comm ? group_of(s) : std::string();
+    std::size_t slot = 0;
+    if (!desc.empty()) {
+      slot = static_cast<std::size_t>(std::find(named.begin(), named.end(), desc) - named.begin());
+      if (slot == named.size()) named.push_back(desc);
+    }
+    const char* color = !desc.empty()                    ? kNamed[slot % std::size(kNamed)]
+                        : s.kind == sim::SpanKind::compute ? "#4c78a8"
                         : s.kind == sim::SpanKind::comm  ? "#f58518"
                                                          : "#bab0ac";
     const double x = left + width * s.start.seconds() / span;
@@ -57,7 +79,8 @@ void timeline(std::ostream& o, const ReportData& d) {
     const double y = top + s.rank * lane_h + 1 + (s.kind == sim::SpanKind::compute ? 0 : half);
     o << "<rect class=\"span " << sim::to_string(s.kind) << "\" x=\"" << num(x) << "\" y=\""
       << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(half)
-      << "\" fill=\"" << color << "\"><title>" << esc(s.name) << " " << esc(s.start.str()) << " - "
+      << "\" fill=\"" << color << "\"><title>" << esc(s.name) << (desc.empty() ? "" : " on " + esc(desc)) << " "
+      << esc(s.start.str()) << " - "
       << esc(s.end.str()) << "</title></rect>\n";
   }
   const double axis_y = top + lanes * lane_h + 12;
@@ -67,7 +90,10 @@ void timeline(std::ostream& o, const ReportData& d) {
       << esc(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
   }
   o << "</svg>\n<p class=\"legend\"><span style=\"color:#4c78a8\">&#9632;</span> compute "
-       "<span style=\"color:#f58518\">&#9632;</span> communication</p>\n";
+       "<span style=\"color:#f58518\">&#9632;</span> communication";
+  for (std::size_t i = 0; i < named.size(); ++i)
+    o << " <span style=\"color:" << kNamed[i % std::size(kNamed)] << "\">&#9632;</span> " << esc(named[i]);
+  o << "</p>\n";
 }
 
 // busbw against size, log2 x axis.

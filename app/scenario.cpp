@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <ostream>
 #include <sstream>
 #include <tuple>
@@ -47,7 +48,7 @@ struct KeySchema {
 
 const KeySchema& root_schema() {
   static const KeySchema parallel{{{"tp", nullptr}, {"cp", nullptr}, {"pp", nullptr}, {"dp", nullptr},
-                                    {"cp_comm", nullptr}, {"hierarchical_cp", nullptr}}};
+                                    {"cp_comm", nullptr}, {"hierarchical_cp", nullptr}, {"order", nullptr}}};
   static const KeySchema model{{{"kind", nullptr}, {"dtype", nullptr}, {"format", nullptr}, {"mask", nullptr},
                                  {"window", nullptr}, {"weights", nullptr}, {"seed", nullptr}, {"vocab", nullptr},
                                  {"hidden", nullptr}, {"heads", nullptr}, {"head_dim", nullptr}, {"ffn", nullptr},
@@ -57,6 +58,7 @@ const KeySchema& root_schema() {
   static const KeySchema train{{{"steps", nullptr}, {"micro_batches", nullptr}, {"optimizer", &optimizer},
                                  {"clip_grad_norm", nullptr}, {"zero", nullptr}, {"checkpoint", nullptr},
                                  {"shards", nullptr}}};
+  static const KeySchema encoder{{{"tp", nullptr}, {"dp", nullptr}, {"features", nullptr}, {"ffn", nullptr}}};
   static const KeySchema baseline{{{"tp", nullptr}, {"cp", nullptr}}};
   static const KeySchema validate{{{"baseline", &baseline}, {"logits_atol", nullptr}, {"logits_share", nullptr},
                                     {"loss_rel", nullptr}, {"grad_norm_diff", nullptr}, {"acceptable_share", nullptr}}};
@@ -74,6 +76,7 @@ const KeySchema& root_schema() {
                                {"data", nullptr},
                                {"workload", &workload},
                                {"model", &model},
+                               {"encoder", &encoder},
                                {"batch", nullptr},
                                {"dump", nullptr},
                                {"validate", &validate},
@@ -480,6 +483,43 @@ std::int64_t non_negative_int(const Reader& r, const YAML::Node& n, const std::s
   r.fail(n, what + " must be a non-negative integer, got '" + v + "'");
 }
 
+// `encoder:` beside `model:`: the two-model workload (models/multimodal.h). The encoder's grid must
+// cover the same ranks; what the multimodal loop does not do is an error at its key.
+void read_encoder(const YAML::Node& root, const YAML::Node& e, const Reader& r, const Scenario& sc, ModelWorkload& m) {
+  r.known_keys(e, names_of(*root_schema().keys.at("encoder")), "encoder");
+  EncoderSettings enc;
+  if (auto v = entry(e, "tp"); v.IsDefined()) enc.tp = r.positive_int(v, "encoder.tp");
+  if (auto v = entry(e, "dp"); v.IsDefined()) enc.dp = r.positive_int(v, "encoder.dp");
+  if (auto v = entry(e, "features"); v.IsDefined()) enc.config.features = r.positive_int(v, "encoder.features");
+  if (auto v = entry(e, "ffn"); v.IsDefined()) enc.config.ffn = r.positive_int(v, "encoder.ffn");
+  if (enc.tp * enc.dp != sc.ranks)
+    r.fail(e, "encoder tp=" + std::to_string(enc.tp) + " x dp=" + std::to_string(enc.dp) + " = " +
+                  std::to_string(enc.tp * enc.dp) + " ranks, but the transformer's layout tp=" + std::to_string(sc.tp) +
+                  " x cp=" + std::to_string(sc.cp) + " x dp=" + std::to_string(sc.dp) + " has " +
+                  std::to_string(sc.ranks) + "; both grids cover the same ranks");
+  if (enc.config.ffn % enc.tp != 0)
+    r.fail(e, "encoder.ffn " + std::to_string(enc.config.ffn) + " is not divisible by encoder.tp=" + std::to_string(enc.tp));
+  if (m.attention.format != cp::Format::bshd)
+    r.fail(entry(root, "model"), "with an encoder the model's format must be bshd: the bridge moves [batch, seq, hidden]");
+  if (sc.pp != 1) r.fail(entry(root, "parallel"), "with an encoder, pp must be 1 (the multimodal loop has no pipeline)");
+  if (m.train) {
+    const YAML::Node t = entry(root, "train");
+    const TrainSettings& ts = *m.train;
+    if (ts.micro_batches != 1 || ts.zero != 0 || ts.clip_grad_norm || !ts.checkpoint.empty() || !ts.shards.empty())
+      r.fail(t, "with an encoder, train takes steps and optimizer only (micro_batches, zero, clip_grad_norm, "
+                "checkpoint and shards belong to the transformer's own training)");
+  } else {
+    m.train = TrainSettings{};  // one step
+  }
+  const YAML::Node par = entry(root, "parallel");
+  if (const YAML::Node o = par.IsDefined() ? entry(par, "order") : YAML::Node(YAML::NodeType::Undefined); o.IsDefined()) {
+    if (!o.IsSequence() || o.size() != 3) r.fail(o, "parallel.order must list tp, cp and dp, fastest first, e.g. [tp, cp, dp]");
+    m.order.clear();
+    for (const YAML::Node& x : o) m.order.push_back(r.one_of(x, "parallel.order", {"tp", "cp", "dp"}));
+  }
+  m.encoder = enc;
+}
+
 // The `model:` workload and its companions `batch`, `dump` and `validate`, checked against the
 // layout: everything that can be known before running is an error here, at the key it concerns.
 ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Reader& r, const Scenario& sc,
@@ -585,6 +625,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
     layout_error("pp=" + std::to_string(sc.pp) + ": pipeline stages need a train: section (one forward and backward "
                  "without it runs with pp=1)");
   }
+  if (auto e = entry(root, "encoder"); e.IsDefined()) read_encoder(root, e, r, sc, m);
   const std::int64_t local_heads = heads / sc.tp;
   if (m.attention.comm == cp::CommType::a2a && local_heads % sc.cp != 0)
     layout_error("cp_comm a2a: " + std::to_string(heads) + " heads / tp=" + std::to_string(sc.tp) + " = " +
@@ -619,6 +660,11 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
       }
     }
   }
+  if (m.encoder) {
+    if (!m.batch.empty() && m.shape_only) r.fail(b, "a batch file needs real data: remove data: shape_only");
+    // the default multimodal batch: the fewest rows both DP sizes divide, 32 tokens each
+    if (m.batch.empty() && m.lengths.empty()) m.lengths.assign(static_cast<std::size_t>(std::lcm(m.encoder->dp, sc.dp)), 32);
+  }
   m.shape_only = data_given && !sc.real_data;
   if (auto d = entry(root, "dump"); d.IsDefined() && !d.IsNull()) {
     m.dump = r.str(d, "dump");
@@ -627,6 +673,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
   if (auto v = entry(root, "validate"); v.IsDefined()) {
     r.known_keys(v, names_of(*root_schema().keys.at("validate")), "validate");
     if (m.shape_only) r.fail(v, "validate needs real data: remove data: shape_only (or validate)");
+    if (m.encoder) r.fail(v, "validate runs the transformer alone; with an encoder, compare the dumps of two layouts");
     if (m.train) r.fail(v, "validate compares one forward and backward step; with train:, compare the dumps of two runs");
     m.validate = true;
     m.thresholds = models::ValidationThresholds::for_dtype(m.config.dtype);
@@ -646,6 +693,21 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Read
       m.thresholds.acceptable_share = fraction(r, x, "validate.acceptable_share");
   }
   // The inputs themselves: files readable and well formed, the batch fitting the layout.
+  if (m.encoder) {
+    try {
+      const ModelInputs in = load_model_inputs(m);
+      models::check_multimodal(multimodal_spec(m, in, sc.tp, sc.cp, sc.dp), sc.ranks);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      const bool weights_error = !m.weights.empty() && what.find(m.weights) != std::string::npos;
+      const bool batch_error = what.find("batch") != std::string::npos || what.find("features are") != std::string::npos ||
+                               what.find("rows") != std::string::npos;
+      r.fail(weights_error ? entry(n, "weights") : batch_error && b.IsDefined() ? b : entry(root, "encoder"), what);
+    }
+    return m;
+  }
   try {
     const ModelInputs in = load_model_inputs(m);
     models::check_batch(in.batch, m.config, sc.cp, m.batch.empty() ? "batch" : m.batch);
@@ -762,7 +824,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
-  for (const char* k : {"batch", "dump", "validate", "train"})
+  for (const char* k : {"batch", "dump", "validate", "train", "encoder"})
     if (!has_model && entry(root, k).IsDefined())
       r.fail(entry(root, k), std::string(k) + " belongs to the model workload; add model: {kind: transformer, ...}");
   if (has_model) {
@@ -772,6 +834,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     if (!data_node.IsDefined()) sc.real_data = true;  // the model computes real numbers unless told not to
     sc.model = read_model(root, entry(root, "model"), r, sc, data_node.IsDefined(),
                           fs::path(path).parent_path());
+    if (!sc.model->encoder && par.IsDefined() && entry(par, "order").IsDefined())
+      r.fail(entry(par, "order"), "parallel.order orders the transformer's grid beside an encoder; without encoder: it is "
+                                  "always tp, cp, dp");
   }
   const YAML::Node wl = has_model ? YAML::Node(YAML::NodeType::Undefined) : need("workload");
   if (!has_model) {
@@ -856,8 +921,16 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// The description part of a group's name ("bridge.fan_in" of "bridge.fan_in[0,2]"); empty for
+// unnamed groups ("group[...]", "world").
+std::string group_description(const std::string& name) {
+  const std::string base = name.substr(0, name.find('['));
+  return base == "group" || base == "world" ? std::string() : base;
+}
+
 struct CollectiveLine {
   std::string op, dtype, algorithm;
+  std::string desc;  // the group's description (new_group's group_desc), empty for unnamed groups
   int group_size = 0;
   int64_t bytes = 0;
   int64_t calls = 0;
@@ -980,9 +1053,12 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     }
     std::optional<models::TransformerRunSpec> model_run;
     std::optional<models::TrainSpec> train_run;
+    std::optional<models::MultimodalSpec> multimodal_run;
     if (sc.model) {
       model_in = load_model_inputs(*sc.model);
-      if (sc.model->train) {
+      if (sc.model->encoder) {
+        multimodal_run = multimodal_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp);
+      } else if (sc.model->train) {
         train_run = train_spec(*sc.model, *model_in, sc.tp, sc.cp, sc.dp, sc.pp);
         if (!sc.model->train->shards.empty()) {
           std::filesystem::create_directories(sc.model->train->shards);
@@ -994,6 +1070,11 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     }
     rep = runtime::spawn(
         [&](int rank) {
+          if (multimodal_run) {
+            models::TrainResult t = models::train_multimodal(*multimodal_run);
+            if (rank == 0) train_result = std::move(t);
+            return;
+          }
           if (train_run) {
             models::TrainResult t = models::train(*train_run);
             pipeline_wait[static_cast<size_t>(rank)] = t.pipeline_wait_seconds;
@@ -1142,25 +1223,29 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
                     (idle > sim::Time::zero() ? idle : sim::Time::zero()).str().c_str());
       out << buf;
     }
-    // Collectives grouped by (op, group size, dtype, bytes, algorithm), in first-seen order.
+    // Collectives grouped by (op, group size, dtype, bytes, algorithm, group description), in
+    // first-seen order.
+    bool described = false;
     for (const auto& rec : rep.collectives) {
       const std::string op = runtime::to_string(rec.kind);
       const std::string algo = runtime::to_string(rec.algorithm);
+      const std::string desc = group_description(rec.group);
+      described = described || !desc.empty();
       auto it = std::find_if(lines.begin(), lines.end(), [&](const CollectiveLine& l) {
         return l.op == op && l.group_size == rec.group_size && l.dtype == rec.dtype &&
-               l.bytes == rec.bytes && l.algorithm == algo;
+               l.bytes == rec.bytes && l.algorithm == algo && l.desc == desc;
       });
       if (it == lines.end()) {
-        lines.push_back({op, rec.dtype, algo, rec.group_size, rec.bytes, 0, 0.0});
+        lines.push_back({op, rec.dtype, algo, desc, rec.group_size, rec.bytes, 0, 0.0});
         it = lines.end() - 1;
       }
       ++it->calls;
       it->seconds += (rec.end - rec.start).seconds();
     }
     out << "\n";
-    std::snprintf(buf, sizeof buf, "%-15s %6s %6s %14s %13s %8s %12s %12s %12s\n", "collective", "ranks",
+    std::snprintf(buf, sizeof buf, "%-15s %6s %6s %14s %13s %8s %12s %12s %12s", "collective", "ranks",
                   "type", "size(B)", "algorithm", "calls", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
-    out << buf;
+    out << buf << (described ? "  group\n" : "\n");
     for (const CollectiveLine& l : lines) {
       const double per_call = l.seconds / static_cast<double>(l.calls);
       const double algbw = per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 : 0;
@@ -1170,11 +1255,11 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
           if (l.op == runtime::to_string(k)) return k;
         return runtime::CollectiveKind::broadcast;
       }();
-      std::snprintf(buf, sizeof buf, "%-15s %6d %6s %14lld %13s %8lld %12.2f %12.2f %12.2f\n", l.op.c_str(),
+      std::snprintf(buf, sizeof buf, "%-15s %6d %6s %14lld %13s %8lld %12.2f %12.2f %12.2f", l.op.c_str(),
                     l.group_size, l.dtype.c_str(), static_cast<long long>(l.bytes), l.algorithm.c_str(),
                     static_cast<long long>(l.calls), per_call * 1e6, algbw,
                     algbw * busbw_factor(kind, l.group_size));
-      out << buf;
+      out << buf << (described ? "  " + (l.desc.empty() ? std::string("-") : l.desc) + "\n" : std::string("\n"));
     }
   }
 
@@ -1187,7 +1272,17 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
       out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";
     out << ", cp_comm " << sc.cp_comm << "\n";
-    if (m.train) {
+    if (m.encoder) {
+      const EncoderSettings& e = *m.encoder;
+      std::string order;
+      for (const auto& d : m.order) order += (order.empty() ? "" : "-") + d;
+      const char* mode = e.dp > sc.dp ? "fan-in" : e.dp < sc.dp ? "fan-out" : "identity";
+      out << "  encoder: 2-layer MLP " << e.config.features << " -> " << e.config.ffn << " -> " << c.hidden
+          << " at tp=" << e.tp << " dp=" << e.dp << ", bridged (" << mode << ") into the transformer's " << order
+          << " grid; its outputs replace the embeddings\n";
+      out << "  training: " << m.train->steps << " steps, adamw lr " << fmt("%g", m.train->optimizer.lr)
+          << ", weight decay " << fmt("%g", m.train->optimizer.weight_decay) << "\n";
+    } else if (m.train) {
       const TrainSettings& t = *m.train;
       out << "  training: " << t.steps << " steps, " << t.micro_batches << " micro-batches per DP rank, adamw lr "
           << fmt("%g", t.optimizer.lr) << ", weight decay " << fmt("%g", t.optimizer.weight_decay)
@@ -1300,7 +1395,8 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
         j << (i ? "," : "") << "\n    {\"op\": \"" << l.op << "\", \"group_size\": " << l.group_size
           << ", \"dtype\": \"" << l.dtype << "\", \"bytes\": " << l.bytes << ", \"algorithm\": \""
           << l.algorithm << "\", \"calls\": " << l.calls << ", \"time_us\": "
-          << fmt("%.6f", l.seconds / static_cast<double>(l.calls) * 1e6) << "}";
+          << fmt("%.6f", l.seconds / static_cast<double>(l.calls) * 1e6)
+          << (l.desc.empty() ? std::string() : ", \"group\": \"" + l.desc + "\"") << "}";
       }
       j << "\n  ],\n  \"sweep\": [";
       for (size_t i = 0; i < sweep.size(); ++i) {
@@ -1367,7 +1463,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
                                                ? runtime::CollectiveKind::all_gather
                                                : runtime::CollectiveKind::broadcast;
       const double busbw = per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 * busbw_factor(kind, l.group_size) : 0;
-      d.collectives.push_back({{l.op, std::to_string(l.group_size), l.dtype, std::to_string(l.bytes), l.algorithm,
+      d.collectives.push_back({{l.desc.empty() ? l.op : l.op + " (" + l.desc + ")", std::to_string(l.group_size), l.dtype, std::to_string(l.bytes), l.algorithm,
                                 std::to_string(l.calls), fmt("%.2f", per_call * 1e6), fmt("%.2f", busbw)}});
     }
     if (sc.sweep_op) {

@@ -241,11 +241,13 @@ std::vector<std::vector<int>> ColocatedBridge::cp_groups() const {
 
 void ColocatedBridge::create_groups() {
   if (groups_created_) return;
-  if (dst_cp_ > 1) cp_group_ = dst_->create_group({"cp"});
+  // Its own CP groups (the same ranks as the destination's), so that traces tell the bridge's CP
+  // sum from the language model's attention traffic.
+  if (dst_cp_ > 1) cp_group_ = runtime::new_subgroups_by_enumeration(cp_groups(), "bridge.cp_sum").first;
   if (mode_ == BridgeMode::fan_in) {
-    fan_group_ = runtime::new_subgroups_by_enumeration(fan_in_groups()).first;
+    fan_group_ = runtime::new_subgroups_by_enumeration(fan_in_groups(), "bridge.fan_in").first;
   } else if (mode_ == BridgeMode::fan_out) {
-    fan_group_ = runtime::new_subgroups_by_enumeration(fan_out_groups()).first;
+    fan_group_ = runtime::new_subgroups_by_enumeration(fan_out_groups(), "bridge.fan_out").first;
   }
   groups_created_ = true;
 }

@@ -43,8 +43,9 @@
 // communication.
 //
 // Groups: create_groups() creates the fan-in or fan-out groups with
-// runtime::new_subgroups_by_enumeration and the destination's CP groups through the destination
-// grid's create_group({"cp"}) (its cache: groups the destination already made are reused). It must
+// runtime::new_subgroups_by_enumeration, named "bridge.fan_in" / "bridge.fan_out" in traces, and
+// its own copy of the destination's CP groups, "bridge.cp_sum" (so a timeline tells the bridge's
+// CP sum from the destination's attention traffic). It must
 // run on every rank of the world in the same order relative to other group creations; forward and
 // backward call it on first use.
 //

@@ -333,6 +333,7 @@ void write_train_dump(const std::string& path, const TrainResult& r) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   tensors.emplace_back("losses", Tensor::from_vector(losses, {static_cast<i64>(losses.size())}));
   for (const auto& [name, t] : r.params) tensors.emplace_back("param/" + name, t.to(DType::f32));
+  for (const auto& [name, t] : r.grads) tensors.emplace_back("grad/" + name, t.to(DType::f32));
   runtime::save_safetensors(path, tensors, {{"format", "ranksim reference transformer training dump"}});
 }
 

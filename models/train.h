@@ -48,6 +48,9 @@ struct TrainResult {
   std::vector<double> losses;  // each step's loss, before its update (NaN in shape-only runs)
   std::vector<double> grad_norms;  // each step's total gradient norm (before clipping; 0 if not computed)
   std::vector<std::pair<std::string, runtime::Tensor>> params;  // final weights, full f32, contract order
+  // The last step's gradients, summed over the replicas, full f32, in params' order (filled by
+  // train_multimodal, models/multimodal.h; empty otherwise).
+  std::vector<std::pair<std::string, runtime::Tensor>> grads;
   CheckpointState optimizer_state;  // consolidated (full-shape) state after the last step
   // This rank's virtual time blocked in the pipeline's receives, over all steps: the 1F1B bubble
   // plus the activation transfers (0 with pp = 1).
@@ -78,7 +81,8 @@ std::pair<Weights, CheckpointState> load_checkpoint(const std::string& path, con
 // the layout, shards of the wrong shape, parameters missing for the config.
 std::pair<Weights, CheckpointState> consolidate_shards(const std::string& dir, const TransformerConfig& config);
 
-// The training dump: "losses" (f32 [steps]) and "param/<name>" (f32, full shape).
+// The training dump: "losses" (f32 [steps]), "param/<name>" (f32, full shape) and, when the
+// result has them, "grad/<name>" (the last step's gradients).
 void write_train_dump(const std::string& path, const TrainResult& result);
 
 }  // namespace ranksim::models

@@ -110,7 +110,7 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
     // only this stage's parameters are read (a stage loads nothing else)
     const bool embedding = s.name == "embedding.weight";
     const bool head = s.name.rfind("final_ln.", 0) == 0 || s.name.rfind("output.", 0) == 0;
-    if (embedding && !st.first()) continue;
+    if (embedding && (!st.first() || st.external_embeddings)) continue;
     if (head && !st.last()) continue;
     if (!embedding && !head) {
       bool mine = false;
@@ -612,7 +612,7 @@ Transformer::Transformer(const TransformerConfig& config, const Weights& w, Tran
       stage_(stage) {
   const i64 per = config_.layers / stage_.size;
   first_layer_ = stage_.rank * per;
-  if (stage_.first()) embedding_ = replicated(w, "embedding.weight", config_.dtype);
+  if (has_embedding()) embedding_ = replicated(w, "embedding.weight", config_.dtype);
   for (i64 l = first_layer_; l < first_layer_ + per; ++l) blocks_.push_back(std::make_unique<Block>(config_, w, groups_.tp, l));
   if (stage_.last()) {
     lnf_w_ = replicated(w, "final_ln.weight", config_.dtype);
@@ -628,7 +628,7 @@ Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
 std::vector<std::pair<std::string, tp::Parameter*>> Transformer::named_parameters() {
   std::vector<std::pair<std::string, tp::Parameter*>> out;
-  if (stage_.first()) out.emplace_back("embedding.weight", &embedding_);
+  if (has_embedding()) out.emplace_back("embedding.weight", &embedding_);
   for (auto& b : blocks_) {
     for (auto& p : b->params(config_)) out.push_back(p);
   }
@@ -667,8 +667,16 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
     throw Error("Transformer: the batch was sharded for cp=" + str(b.cp) + " but the CP group has " + str(cp) +
                 " ranks");
   }
-  Tensor x = stage_.first() ? runtime::embedding(b.ids, embedding_.value) : input;
-  if (!x.defined()) throw Error("Transformer: a stage after the first needs the previous stage's output");
+  Tensor x = has_embedding() ? runtime::embedding(b.ids, embedding_.value) : input;
+  if (!x.defined()) {
+    throw Error(stage_.first() ? "Transformer: external_embeddings is set but no input embeddings were given"
+                               : "Transformer: a stage after the first needs the previous stage's output");
+  }
+  const i64 rows = b.ids.numel();
+  if (x.dim() != 2 || x.size(0) != rows || x.size(1) != config_.hidden) {
+    throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(rows) + ", " +
+                str(config_.hidden) + "] (the batch's local tokens x hidden)");
+  }
   ctx.blocks.assign(blocks_.size(), BlockContext{});
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     x = blocks_[i]->forward(x, b, config_, groups_, attention_, ctx.blocks[i]);
@@ -697,7 +705,7 @@ Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, Tran
     dx = blocks_[i]->backward(dx, b, config_, groups_, attention_, ctx.blocks[i]);
     if (after_block) after_block(blocks_[i]->index);
   }
-  if (!stage_.first()) return dx;
+  if (!has_embedding()) return dx;
   embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
   return Tensor();
 }

@@ -192,6 +192,12 @@ struct TransformerContext {
 struct Stage {
   int rank = 0;  // pipeline rank
   int size = 1;  // pipeline stages. REQUIRES: size divides config.layers
+  // The first stage takes its input embeddings from outside (another model's output, e.g. an
+  // encoder through models/bridge.h) instead of the embedding table: there is no
+  // embedding.weight (weights need not hold one), stage_forward reads `input` [N, hidden] (the
+  // local rows, in the batch's local token order) and stage_backward returns its gradient.
+  // Default: false.
+  bool external_embeddings = false;
   bool first() const { return rank == 0; }
   bool last() const { return rank == size - 1; }
 };
@@ -226,13 +232,14 @@ class Transformer {
   Transformer(Transformer&&) noexcept;
   Transformer& operator=(Transformer&&) noexcept;
 
-  // One pipeline stage's forward: from the batch's ids on the first stage, else from `input`
-  // (the previous stage's hidden states, [N, hidden]); returns hidden states, or the logits
+  // One pipeline stage's forward: from the batch's ids on the first stage (from `input` with
+  // Stage::external_embeddings), else from `input` (the previous stage's hidden states,
+  // [N, hidden]); returns hidden states, or the logits
   // [N, vocab] on the last stage. ctx keeps what stage_backward needs.
   runtime::Tensor stage_forward(const LocalBatch& batch, const runtime::Tensor& input,
                                 TransformerContext& ctx) const;
   // The stage's backward from the gradient of its output (dlogits on the last stage); returns the
-  // gradient of its input (undefined on the first stage) and accumulates its parameters'
+  // gradient of its input (undefined on the first stage unless its embeddings are external) and accumulates its parameters'
   // gradients. after_block, when set, is called with each block's index as soon as that block's
   // gradients are complete (last block first): the hook for overlapping gradient reduction.
   runtime::Tensor stage_backward(const runtime::Tensor& dout, const LocalBatch& batch,
@@ -261,6 +268,8 @@ class Transformer {
   struct Block;  // one transformer block's layers (transformer.cpp)
 
  private:
+  bool has_embedding() const { return stage_.first() && !stage_.external_embeddings; }
+
   TransformerConfig config_;
   TransformerGroups groups_;
   AttentionSetup attention_;

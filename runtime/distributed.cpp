@@ -387,7 +387,7 @@ bool is_initialized() {
 int get_rank(const ProcessGroup& group) { return group.rank(); }
 int get_world_size(const ProcessGroup& group) { return group.size(); }
 
-ProcessGroup new_group(const std::vector<int>& ranks) {
+ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_desc) {
   World& w = World::current();
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
@@ -399,11 +399,14 @@ ProcessGroup new_group(const std::vector<int>& ranks) {
     if (i > 0 && sorted[i] == sorted[i - 1])
       throw Error("new_group: rank " + std::to_string(sorted[i]) + " is listed twice");
   }
-  return ProcessGroup(w.find_or_make_group(w.rank(), sorted));
+  std::shared_ptr<GroupState> g = w.find_or_make_group(w.rank(), sorted);
+  // Every creator passes the same description; the first one renames the shared state.
+  if (!group_desc.empty() && g->name.rfind("group[", 0) == 0) g->name = group_desc + g->name.substr(5);
+  return ProcessGroup(std::move(g));
 }
 
 std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
-    const std::vector<std::vector<int>>& ranks_per_subgroup) {
+    const std::vector<std::vector<int>>& ranks_per_subgroup, const std::string& group_desc) {
   World& w = World::current();
   std::vector<int> seen(static_cast<size_t>(w.size()), -1);
   for (size_t k = 0; k < ranks_per_subgroup.size(); ++k)
@@ -423,7 +426,7 @@ std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
       throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) +
                   " is in no subgroup; every rank must be in exactly one");
   std::vector<ProcessGroup> all;
-  for (const auto& ranks : ranks_per_subgroup) all.push_back(new_group(ranks));
+  for (const auto& ranks : ranks_per_subgroup) all.push_back(new_group(ranks, group_desc));
   return {all[static_cast<size_t>(seen[static_cast<size_t>(w.rank())])], all};
 }
 

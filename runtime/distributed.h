@@ -179,11 +179,12 @@ int get_rank(const ProcessGroup& group = {});
 int get_world_size(const ProcessGroup& group = {});
 // A group of the given global ranks (sorted, no duplicates). As in torch, every rank may call
 // it; ranks outside get a handle with rank() == -1. The k-th creation of the same rank set on
-// each rank refers to the same group.
-ProcessGroup new_group(const std::vector<int>& ranks);
+// each rank refers to the same group. group_desc (torch's argument of that name), when given,
+// names the group in traces and reports: "<group_desc>[ranks]" instead of "group[ranks]".
+ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_desc = "");
 // One group per list; every world rank must appear in exactly one list. Returns this rank's
-// group and all of them.
+// group and all of them (each named by group_desc as new_group does).
 std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
-    const std::vector<std::vector<int>>& ranks_per_subgroup);
+    const std::vector<std::vector<int>>& ranks_per_subgroup, const std::string& group_desc = "");
 
 }  // namespace ranksim::runtime

@@ -13,6 +13,7 @@
 
 #include "app/cli.h"
 #include "app/scenario.h"
+#include "models/multimodal.h"
 #include "models/transformer.h"
 #include "runtime/safetensors.h"
 #include "runtime/tensor.h"
@@ -24,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using runtime::DType;
 using runtime::Tensor;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -250,6 +252,141 @@ TEST(ModelScenario, TwoNodeTpCpDpTimingRun) {
   EXPECT_THAT(r.out, HasSubstr("all_reduce"));
   EXPECT_THAT(r.out, HasSubstr("hierarchical"));  // the DP x CP gradient all-reduce crosses the nodes
   EXPECT_THAT(r.out, HasSubstr("shape-only: timing only"));
+}
+
+// The two-model workload: the shipped fan-in and fan-out scenarios train end to end, name the
+// bridge's collectives in the table, the JSON and the report, and give the encoder the same
+// weights as the transformer at cp = 1 (its CP ranks folded into DP).
+TEST(ModelScenario, ShippedMultimodalScenariosMatchTheirCp1Layout) {
+  struct Shipped {
+    const char* file;
+    const char* gather;
+    std::vector<std::string> cp1;  // the same source layout, destination cp = 1
+  };
+  for (const Shipped& s : {Shipped{"multimodal-fan-in-dgx-h100.yaml", "bridge.fan_in", {"parallel.cp=1", "parallel.dp=4"}},
+                           Shipped{"multimodal-fan-out-dgx-h100.yaml", "bridge.fan_out", {"parallel.cp=1", "parallel.dp=8"}}}) {
+    const fs::path dir = scratch();
+    const std::string path = kRoot + "/scenarios/" + s.file;
+    std::vector<std::string> sets = {"train.steps=1", "dump=" + (dir / "cp2.safetensors").string()};
+    RunResult r;
+    {
+      std::ostringstream out;
+      RunFlags f;
+      f.quiet = true;
+      f.report = (dir / "report.html").string();
+      f.json = (dir / "run.json").string();
+      r.code = run_scenario(load_scenario(path, sets), f, out);
+      r.out = out.str();
+    }
+    ASSERT_EQ(r.code, 0) << s.file << "\n" << r.out;
+    EXPECT_THAT(r.out, HasSubstr("encoder: 2-layer MLP 32 -> 128 -> 320"));
+    EXPECT_THAT(r.out, HasSubstr(s.gather));
+    EXPECT_THAT(r.out, HasSubstr("bridge.cp_sum"));
+    std::ifstream html(dir / "report.html"), json(dir / "run.json");
+    const std::string page((std::istreambuf_iterator<char>(html)), {}), js((std::istreambuf_iterator<char>(json)), {});
+    EXPECT_THAT(page, HasSubstr(std::string("all_gather on ") + s.gather));
+    EXPECT_THAT(js, HasSubstr(std::string("\"group\": \"") + s.gather + "\""));
+    std::vector<std::string> sets1 = s.cp1;
+    sets1.push_back("train.steps=1");
+    sets1.push_back("dump=" + (dir / "cp1.safetensors").string());
+    const RunResult r1 = run(path, sets1);
+    ASSERT_EQ(r1.code, 0) << s.file << "\n" << r1.out << r1.error;
+    EXPECT_THAT(r1.out, Not(HasSubstr("bridge.cp_sum")));  // no CP, no CP sum
+    const runtime::SafetensorsFile a = runtime::load_safetensors((dir / "cp2.safetensors").string());
+    const runtime::SafetensorsFile b = runtime::load_safetensors((dir / "cp1.safetensors").string());
+    // After one step: the summed gradients to a few ulps of their sums, and the weights to fp32
+    // rounding -- where the gradient is not itself rounding noise: AdamW's first update is
+    // lr * g / (|g| + eps), so a gradient of 1e-11 whose sign the summation order decides moves
+    // its weight by up to 2 lr either way.
+    for (const char* p : {"encoder.fc1.weight", "encoder.fc1.bias", "encoder.fc2.weight", "encoder.fc2.bias",
+                          "layer.qkv.weight", "output.weight"}) {
+      const std::string param = std::string("param/") + p, grad = std::string("grad/") + p;
+      const std::vector<float> x = a.at(param).to_vector<float>(), y = b.at(param).to_vector<float>();
+      const std::vector<float> gx = a.at(grad).to_vector<float>(), gy = b.at(grad).to_vector<float>();
+      ASSERT_EQ(x.size(), y.size()) << p;
+      ASSERT_EQ(gx.size(), gy.size()) << p;
+      for (std::size_t k = 0; k < x.size(); ++k) {
+        ASSERT_NEAR(gx[k], gy[k], 1e-7 + 1e-4 * std::abs(gy[k])) << grad << "[" << k << "]";
+        const double tol = std::abs(gy[k]) > 1e-6 ? 1e-6 + 1e-5 * std::abs(y[k]) : 2 * 0.01 + 1e-6;
+        ASSERT_NEAR(x[k], y[k], tol) << param << "[" << k << "] (gradient " << gy[k] << ")";
+      }
+    }
+    EXPECT_FALSE(a.contains("param/embedding.weight"));  // the encoder replaces the embeddings
+    const std::vector<float> la = a.at("losses").to_vector<float>(), lb = b.at("losses").to_vector<float>();
+    ASSERT_EQ(la.size(), 1u);
+    EXPECT_NEAR(la[0], lb[0], 1e-5 * lb[0]);
+  }
+}
+
+TEST(ModelScenario, MultimodalBatchAndWeightsFiles) {
+  const fs::path dir = scratch();
+  models::TransformerConfig c;
+  c.hidden = 64;
+  c.heads = 4;
+  c.ffn = 128;
+  models::EncoderConfig e;
+  e.features = 8;
+  e.ffn = 16;
+  const models::MultimodalBatch mb = models::synthetic_multimodal_batch(c, e, 4, 16, 3);
+  runtime::save_safetensors((dir / "mm.safetensors").string(), {{"input_ids", mb.tokens.input_ids},
+                                                                 {"labels", mb.tokens.labels},
+                                                                 {"features", mb.features}});
+  const models::Weights w = models::seeded_multimodal_weights(c, e, 9);
+  runtime::save_safetensors((dir / "w.safetensors").string(), std::vector<std::pair<std::string, Tensor>>(w.begin(), w.end()));
+  const std::string text = kHead +
+                           "parallel: {tp: 1, cp: 2, dp: 2}\n"
+                           "model: {kind: transformer, format: bshd, hidden: 64, heads: 4, ffn: 128, weights: ../w.safetensors}\n"
+                           "encoder: {tp: 2, dp: 2, features: 8, ffn: 16}\n"
+                           "batch: ../mm.safetensors\n"
+                           "train: {steps: 2, optimizer: {lr: 0.01}}\n"
+                           "dump: " + (dir / "d.safetensors").string() + "\n";
+  const RunResult r = run(write_scenario(text));
+  ASSERT_EQ(r.code, 0) << r.out << r.error;
+  EXPECT_THAT(r.out, HasSubstr("identity"));
+  // the same run, in process, from the same tensors
+  models::MultimodalSpec spec;
+  spec.config = c;
+  spec.encoder = e;
+  spec.attention.format = cp::Format::bshd;
+  spec.src_tp = 2;
+  spec.src_dp = 2;
+  spec.cp = 2;
+  spec.dp = 2;
+  spec.weights = w;
+  spec.batch = mb;
+  spec.steps = 2;
+  spec.optimizer.lr = 0.01;
+  const models::TrainResult ref = models::run_multimodal(spec);
+  const runtime::SafetensorsFile d = runtime::load_safetensors((dir / "d.safetensors").string());
+  for (const auto& [name, t] : ref.params) EXPECT_TRUE(runtime::bitwise_equal(t, d.at("param/" + name))) << name;
+  // a batch without features names the file
+  runtime::save_safetensors((dir / "nofeat.safetensors").string(), {{"input_ids", mb.tokens.input_ids}, {"labels", mb.tokens.labels}});
+  std::string bad = text;
+  bad.replace(bad.find("../mm.safetensors"), 17, "../nofeat.safetensors");
+  EXPECT_THAT(load_error(bad), AllOf(HasSubstr("nofeat.safetensors"), HasSubstr("no 'features' tensor")));
+}
+
+TEST(ModelScenario, MultimodalErrors) {
+  const std::string model = "model: {kind: transformer, format: bshd, hidden: 64, heads: 4, ffn: 128}\n";
+  const std::string lm = "parallel: {tp: 2, cp: 2, dp: 2}\n";
+  const std::string enc = "encoder: {tp: 2, dp: 4}\n";
+  EXPECT_EQ(load_error(kHead + lm + model + enc), "no error");  // the default batch: lcm(4, 2) rows of 32
+  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 2, dp: 2}\n"),
+              AllOf(HasSubstr("encoder tp=2 x dp=2 = 4 ranks"), HasSubstr("has 8")));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, cp: 2, dp: 2, order: [tp, dp, cp]}\n" + model + enc),
+              HasSubstr("orders dp before cp"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, cp: 2, dp: 2, order: [tp, cp, pp]}\n" + model + enc),
+              HasSubstr("parallel.order"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, cp: 2, order: [tp, cp, dp]}\n" + model), HasSubstr("beside an encoder"));
+  EXPECT_THAT(load_error(kHead + lm + "model: {kind: transformer, format: thd, hidden: 64, heads: 4, ffn: 128}\n" + enc),
+              HasSubstr("format must be bshd"));
+  EXPECT_THAT(load_error(kHead + lm + model + enc + "train: {steps: 2, micro_batches: 2}\n"),
+              HasSubstr("train takes steps and optimizer only"));
+  EXPECT_THAT(load_error(kHead + lm + model + enc + "validate: {}\n"), HasSubstr("validate runs the transformer alone"));
+  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 4, dp: 2, ffn: 30}\n"), HasSubstr("encoder.ffn 30 is not divisible"));
+  EXPECT_THAT(load_error(kHead + lm + model + enc + "batch: {rows: 6, seq_len: 16}\n"), HasSubstr("do not split over dp=4"));
+  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 2, dp: 4, feature: 3}\n"), HasSubstr("did you mean 'features'?"));
+  EXPECT_THAT(load_error(kHead + "workload: {steps: {do: [wait: {}]}}\n" + enc), HasSubstr("encoder belongs to the model workload"));
 }
 
 }  // namespace
