@@ -7,11 +7,15 @@
 //   count as communication).
 // - BM_TrainStepShapeOnly: a 4096-hidden, 4-layer bf16 model at tp2 x pp2 x dp2 (1F1B over 4
 //   micro-batches), shape-only: the timing model's step time and its split.
+// - BM_MultimodalStep/<enc tp>/<enc dp>/<tp>/<cp>/<dp>/<steps> (issue #9): the encoder (32 -> 128
+//   -> 320) bridged into the default transformer, 8 rows of 64 tokens, AdamW on both; the layouts
+//   of the shipped scenarios, and one rank.
 #include <benchmark/benchmark.h>
 
 #include <string>
 #include <vector>
 
+#include "models/multimodal.h"
 #include "models/train.h"
 #include "runtime/spawn.h"
 #include "sim/topology.h"
@@ -54,6 +58,36 @@ void BM_TrainStep(benchmark::State& state) {
 // Args: tp, cp, dp, steps. A run's wall time includes building the ranks' models and consolidating
 // the weights at the end; the difference between 1 and 5 steps, over 4, is one step's wall time.
 BENCHMARK(BM_TrainStep)->Args({1, 1, 1, 1})->Args({1, 1, 1, 5})->Args({2, 2, 2, 1})->Args({2, 2, 2, 5})->Unit(benchmark::kMillisecond);
+
+void BM_MultimodalStep(benchmark::State& state) {
+  const sim::Topology topo = dgx();
+  models::MultimodalSpec s;
+  s.src_tp = static_cast<int>(state.range(0));
+  s.src_dp = static_cast<int>(state.range(1));
+  s.tp = static_cast<int>(state.range(2));
+  s.cp = static_cast<int>(state.range(3));
+  s.dp = static_cast<int>(state.range(4));
+  s.steps = static_cast<int>(state.range(5));
+  s.attention.format = cp::Format::bshd;
+  s.weights = models::seeded_multimodal_weights(s.config, s.encoder, 42);
+  s.batch = models::synthetic_multimodal_batch(s.config, s.encoder, 8, 64, 43);
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  runtime::RunReport rep;
+  for (auto _ : state) {
+    models::TrainResult r = models::run_multimodal(s, so, &rep);
+    benchmark::DoNotOptimize(r.losses);
+  }
+  report(state, rep);
+}
+BENCHMARK(BM_MultimodalStep)
+    ->Args({1, 1, 1, 1, 1, 1})
+    ->Args({2, 4, 2, 2, 2, 1})
+    ->Args({2, 4, 2, 2, 2, 5})
+    ->Args({4, 2, 1, 2, 4, 1})
+    ->Args({4, 2, 1, 2, 4, 5})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_TrainStepShapeOnly(benchmark::State& state) {
   const sim::Topology topo = dgx();
