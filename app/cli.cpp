@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/bench.h"
+#include "app/compare.h"
 #include "app/demo.h"
 #include "app/scenario.h"
 #include "models/train.h"
@@ -68,6 +69,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   consolidate_cmd->add_option("output", consolidated, "The checkpoint to write (loadable as model.weights)")->required();
   consolidate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
   std::string list_root = RANKSIM_SOURCE_DIR;
+  std::string predicted_json, measured_json;
+  auto* compare_cmd = cli.add_subcommand(
+      "compare", "Put a predicted run and a measured run of one scenario side by side (their --json summaries)");
+  compare_cmd->add_option("predicted", predicted_json, "The sim backend's summary (ranksim run --json)")->required();
+  compare_cmd->add_option("measured", measured_json, "A real run's summary of the same scenario")->required();
   auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");
   list_cmd->add_option("--root", list_root, "Where topologies/ and scenarios/ live")->capture_default_str();
 
@@ -107,6 +113,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
           << " into " << consolidated << "\n";
       return 0;
     }
+    if (*compare_cmd) return compare_summaries(predicted_json, measured_json, out);
     if (*list_cmd) {
       list_shipped(list_root, out);
       return 0;

@@ -54,7 +54,7 @@ void timeline(std::ostream& o, const ReportData& d) {
   auto group_of = [](const sim::Span& s) {
     for (const auto& [k, v] : s.args)
       if (k == "group") {
-        const std::string base = v.substr(0, v.find('['));
+        const std::string base = v.substr(0, v.find_first_of("[#"));
         return base == "group" || base == "world" ? std::string() : base;
       }
     return std::string();

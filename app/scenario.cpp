@@ -924,7 +924,7 @@ std::string fmt(const char* f, double v) {
 // The description part of a group's name ("bridge.fan_in" of "bridge.fan_in[0,2]"); empty for
 // unnamed groups ("group[...]", "world").
 std::string group_description(const std::string& name) {
-  const std::string base = name.substr(0, name.find('['));
+  const std::string base = name.substr(0, name.find_first_of("[#"));
   return base == "group" || base == "world" ? std::string() : base;
 }
 
@@ -1380,7 +1380,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     out << "shards: " << sc.model->train->shards << " (one file per tp x pp rank; ranksim consolidate joins them)\n";
   if (!json_path.empty()) {
     sim::write_file_atomically(json_path, [&](std::ostream& j) {
-      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"topology\": \"" << topo.name()
+      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"backend\": \"sim\",\n  \"topology\": \"" << topo.name()
         << "\",\n  \"ranks\": " << sc.ranks << ",\n  \"layout\": {\"tp\": " << sc.tp << ", \"cp\": " << sc.cp
         << ", \"dp\": " << sc.dp << ", \"pp\": " << sc.pp << "},\n  \"virtual_time_us\": "
         << sim::format_us(makespan) << ",\n  \"ranks_detail\": [";

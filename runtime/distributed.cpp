@@ -401,7 +401,9 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_d
   }
   std::shared_ptr<GroupState> g = w.find_or_make_group(w.rank(), sorted);
   // Every creator passes the same description; the first one renames the shared state.
-  if (!group_desc.empty() && g->name.rfind("group[", 0) == 0) g->name = group_desc + g->name.substr(5);
+  // ("group[0,2]" -> "<desc>[0,2]"; a group of every rank, "world#<id>" -> "<desc>#<id>")
+  if (!group_desc.empty() && (g->name.rfind("group[", 0) == 0 || g->name.rfind("world#", 0) == 0))
+    g->name = group_desc + g->name.substr(5);
   return ProcessGroup(std::move(g));
 }
 

@@ -180,7 +180,8 @@ int get_world_size(const ProcessGroup& group = {});
 // A group of the given global ranks (sorted, no duplicates). As in torch, every rank may call
 // it; ranks outside get a handle with rank() == -1. The k-th creation of the same rank set on
 // each rank refers to the same group. group_desc (torch's argument of that name), when given,
-// names the group in traces and reports: "<group_desc>[ranks]" instead of "group[ranks]".
+// names the group in traces and reports: "<group_desc>[ranks]" instead of "group[ranks]"
+// ("<group_desc>#<id>" instead of "world#<id>" for a new group of every rank).
 ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_desc = "");
 // One group per list; every world rank must appear in exactly one list. Returns this rank's
 // group and all of them (each named by group_desc as new_group does).

@@ -1,0 +1,127 @@
+// `ranksim compare`: a run's --json summary against another of the same scenario, per rank and per
+// collective, with the ratio measured / predicted; errors for files that cannot be compared.
+#include "app/compare.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "app/cli.h"
+#include "sim/error.h"
+
+namespace ranksim::app {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kRoot = RANKSIM_SOURCE_DIR;
+
+fs::path dir() {
+  const fs::path d = fs::temp_directory_path() / ("ranksim_compare_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+int cli(std::vector<std::string> args, std::string* out, std::string* err) {
+  args.insert(args.begin(), "ranksim");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::ostringstream o, e;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), o, e);
+  *out = o.str();
+  *err = e.str();
+  return code;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+// Every "time_us", "clock_us", "compute_us", "comm_us" and the total multiplied by k: a
+// "measured" run that took k times as long everywhere.
+std::string scaled(const std::string& json, double k) {
+  const std::regex num("(\"(?:time_us|clock_us|compute_us|comm_us|virtual_time_us)\": )([0-9.]+)");
+  std::string out;
+  auto begin = std::sregex_iterator(json.begin(), json.end(), num);
+  std::size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    out += json.substr(last, static_cast<std::size_t>(it->position()) - last);
+    out += (*it)[1].str() + std::to_string(std::stod((*it)[2].str()) * k);
+    last = static_cast<std::size_t>(it->position() + it->length());
+  }
+  return out + json.substr(last);
+}
+
+TEST(Compare, RatiosPerRankAndPerCollective) {
+  const fs::path d = dir();
+  std::string out, err;
+  ASSERT_EQ(cli({"run", kRoot + "/scenarios/multimodal-fan-in-dgx-h100.yaml", "--set", "train.steps=2", "--json",
+                 (d / "p.json").string()},
+                &out, &err),
+            0)
+      << err;
+  const std::string predicted = read(d / "p.json");
+  std::ofstream(d / "m.json") << scaled(predicted, 1.5);
+  ASSERT_EQ(cli({"compare", (d / "p.json").string(), (d / "m.json").string()}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("compare: multimodal-fan-in-dgx-h100, 8 ranks"));
+  EXPECT_THAT(out, HasSubstr("ratio 1.500"));
+  EXPECT_THAT(out, HasSubstr("bridge.fan_in"));
+  EXPECT_THAT(out, HasSubstr("bridge.cp_sum"));
+  EXPECT_THAT(out, Not(HasSubstr("only in")));
+  // every rank and every collective line carries the 1.5 ratio (rounded to 3 places)
+  std::istringstream lines(out);
+  int ratios = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("all_reduce") == 0 || line.find("all_gather") == 0) {
+      EXPECT_THAT(line, HasSubstr(" 1.500  ")) << line;
+      ++ratios;
+    }
+  }
+  EXPECT_GT(ratios, 5);
+  // a collective the measured run lacks is listed, not dropped
+  std::string m = scaled(predicted, 2.0);
+  const std::size_t at = m.find("\"group\": \"bridge.fan_in\"");
+  ASSERT_NE(at, std::string::npos);
+  m.replace(at, 24, "\"group\": \"bridge.other\"");
+  std::ofstream(d / "m2.json") << m;
+  ASSERT_EQ(cli({"compare", (d / "p.json").string(), (d / "m2.json").string()}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("only in the predicted run"));
+  EXPECT_THAT(out, HasSubstr("only in the measured run"));
+  EXPECT_THAT(out, HasSubstr("bridge.other"));
+}
+
+TEST(Compare, FilesThatCannotBeComparedAreErrors) {
+  const fs::path d = dir();
+  std::string out, err;
+  ASSERT_EQ(cli({"run", kRoot + "/scenarios/quickstart.yaml", "--json", (d / "q.json").string()}, &out, &err), 0) << err;
+  ASSERT_EQ(cli({"run", kRoot + "/scenarios/multimodal-fan-out-dgx-h100.yaml", "--set", "train.steps=1", "--json",
+                 (d / "f.json").string()},
+                &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(cli({"compare", (d / "q.json").string(), (d / "f.json").string()}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("compare two runs of the same scenario"));
+  EXPECT_EQ(cli({"compare", (d / "q.json").string(), (d / "missing.json").string()}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("missing.json"));
+  std::ofstream(d / "bad.json") << "{\"scenario\": [1, 2";
+  EXPECT_EQ(cli({"compare", (d / "q.json").string(), (d / "bad.json").string()}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("is not JSON"));
+  std::ofstream(d / "other.json") << "{\"name\": \"x\"}";
+  EXPECT_EQ(cli({"compare", (d / "other.json").string(), (d / "q.json").string()}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("not a ranksim run summary"));
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace ranksim::app
