@@ -6,10 +6,10 @@
 # ranksim_flags. Floating-point contraction is off so that results do not depend on whether the
 # compiler fuses a multiply-add: the same program gives the same bits on every x86-64 machine.
 add_library(ranksim_flags INTERFACE)
+# The flags are for C++ sources only: CUDA sources (the GPU backend) get nvcc's own defaults.
 target_compile_options(ranksim_flags INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
-  -Woverloaded-virtual -Wimplicit-fallthrough -Wno-restrict
-  -ffp-contract=off)
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+  -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough -Wno-restrict -ffp-contract=off>)
 # RANKSIM_NATIVE adds -march=native. The vector width and instruction choice change, the values
 # do not: contraction stays off, so no multiply-add is fused (FMA instructions appear only where
 # code asks for them explicitly, as Eigen's own GEMM does), and runtime::matmul keeps its fixed
@@ -18,14 +18,14 @@ if(RANKSIM_NATIVE)
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-march=native RANKSIM_COMPILER_HAS_MARCH_NATIVE)
   if(RANKSIM_COMPILER_HAS_MARCH_NATIVE)
-    target_compile_options(ranksim_flags INTERFACE -march=native)
+    target_compile_options(ranksim_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   else()
     message(WARNING "RANKSIM_NATIVE: ${CMAKE_CXX_COMPILER_ID} does not accept -march=native; "
                     "building for the default instruction set")
   endif()
 endif()
 if(RANKSIM_WERROR)
-  target_compile_options(ranksim_flags INTERFACE -Werror)
+  target_compile_options(ranksim_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
 endif()
 if(RANKSIM_SANITIZE)
   target_compile_options(ranksim_flags INTERFACE
@@ -40,9 +40,13 @@ endif()
 
 # ranksim_folder_library(NAME folder DEPS ...): one static library per source folder, built from
 # every .cpp in it (the folders are the architecture; no hand-kept file lists).
+# EXCLUDE regex: sources left to another target (a subfolder built only with an option).
 function(ranksim_folder_library name folder)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "EXCLUDE" "DEPS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${folder}/*.cpp)
+  if(ARG_EXCLUDE)
+    list(FILTER srcs EXCLUDE REGEX "${ARG_EXCLUDE}")
+  endif()
   if(srcs)
     add_library(${name} STATIC ${srcs})
     target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
