@@ -27,9 +27,10 @@ std::string str(i64 v) { return std::to_string(v); }
 // The encoder: fc1 column-parallel, tanh GELU, fc2 row-parallel, over the encoder's TP group.
 class Encoder {
  public:
-  Encoder(const Weights& w, const runtime::ProcessGroup& tp)
-      : fc1_(w.at("encoder.fc1.weight"), tp, column_options(), w.at("encoder.fc1.bias")),
-        fc2_(w.at("encoder.fc2.weight"), tp, row_options(), w.at("encoder.fc2.bias")) {}
+  // Parameters and activations in dtype (the language model's).
+  Encoder(const Weights& w, const runtime::ProcessGroup& tp, DType dtype)
+      : fc1_(w.at("encoder.fc1.weight"), tp, column_options(dtype), w.at("encoder.fc1.bias")),
+        fc2_(w.at("encoder.fc2.weight"), tp, row_options(dtype), w.at("encoder.fc2.bias")) {}
 
   struct Context {
     tp::LinearContext fc1, fc2;
@@ -53,10 +54,15 @@ class Encoder {
   }
 
  private:
-  static tp::ColumnParallelLinearOptions column_options() { return {}; }
-  static tp::RowParallelLinearOptions row_options() {
+  static tp::ColumnParallelLinearOptions column_options(DType dtype) {
+    tp::ColumnParallelLinearOptions o;
+    o.dtype = dtype;
+    return o;
+  }
+  static tp::RowParallelLinearOptions row_options(DType dtype) {
     tp::RowParallelLinearOptions o;
     o.input_is_parallel = true;
+    o.dtype = dtype;
     return o;
   }
   tp::ColumnParallelLinear fc1_;
@@ -244,11 +250,11 @@ TrainResult train_multimodal(const MultimodalSpec& spec) {
   groups.cp = transformer_cp_groups(cp, spec.attention);
 
   const int s = src.coord(rank, "dp"), d = dst.coord(rank, "dp"), c = dst.coord(rank, "cp");
-  Encoder encoder(spec.weights, enc_tp);
+  Encoder encoder(spec.weights, enc_tp, spec.config.dtype);
   Stage stage;
   stage.external_embeddings = true;
   Transformer model(spec.config, spec.weights, groups, spec.attention, stage);
-  const Tensor features = rows_slice(spec.batch.features, spec.src_dp, s);
+  const Tensor features = rows_slice(spec.batch.features, spec.src_dp, s).to(spec.config.dtype);
   const Batch mine = dp_slice(spec.batch.tokens, spec.dp, d);
   const LocalBatch local = shard_batch(mine, spec.cp, c);
   const i64 rows = mine.input_ids.size(0), seq = mine.input_ids.size(1), hidden = spec.config.hidden;

@@ -3,7 +3,8 @@
 // the multimodal layout (a vision or audio encoder beside a language model on the same GPUs),
 // trained end to end.
 //
-// The encoder is a tensor-parallel two-layer MLP over per-token features:
+// The encoder is a tensor-parallel two-layer MLP over per-token features, in the language
+// model's dtype (parameters, features and activations; AdamW keeps f32 masters):
 //   h = fc2(gelu_tanh(fc1(features)))     fc1 [ffn, features] column-parallel over the encoder's
 //                                         TP group, fc2 [hidden, ffn] row-parallel (one all-reduce)
 // Its output, [batch, seq, hidden] per encoder DP replica, replaces the language model's token

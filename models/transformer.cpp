@@ -673,6 +673,10 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
                                : "Transformer: a stage after the first needs the previous stage's output");
   }
   const i64 rows = b.ids.numel();
+  if (x.dtype() != config_.dtype) {
+    throw Error("Transformer: the stage input is " + x.str() + " but the model computes in " +
+                runtime::dtype_name(config_.dtype) + "; convert it with to()");
+  }
   if (x.dim() != 2 || x.size(0) != rows || x.size(1) != config_.hidden) {
     throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(rows) + ", " +
                 str(config_.hidden) + "] (the batch's local tokens x hidden)");

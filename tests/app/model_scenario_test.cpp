@@ -366,6 +366,19 @@ TEST(ModelScenario, MultimodalBatchAndWeightsFiles) {
   EXPECT_THAT(load_error(bad), AllOf(HasSubstr("nofeat.safetensors"), HasSubstr("no 'features' tensor")));
 }
 
+TEST(ModelScenario, MultimodalShapeOnlyTimesALargeBf16Layout) {
+  const RunResult r = run(kRoot + "/scenarios/multimodal-fan-in-dgx-h100.yaml",
+                          {"data=shape_only", "model.dtype=bf16", "model.hidden=1024", "model.heads=8", "model.head_dim=128",
+                           "model.ffn=4096", "encoder.features=256", "encoder.ffn=1024", "batch={rows: 8, seq_len: 512}",
+                           "train.steps=1"});
+  ASSERT_EQ(r.code, 0) << r.out << r.error;
+  EXPECT_THAT(r.out, HasSubstr("shape-only: timing only"));
+  // the bridge moves bf16 activations: each of 2 source replicas' 2 rows x 512 tokens x 1024 x
+  // 2 bytes, 4 MiB gathered (nccl-tests' all_gather size is the output)
+  EXPECT_THAT(r.out, HasSubstr("all_gather           2   bf16        4194304"));
+  EXPECT_THAT(r.out, HasSubstr("bridge.cp_sum"));
+}
+
 TEST(ModelScenario, MultimodalErrors) {
   const std::string model = "model: {kind: transformer, format: bshd, hidden: 64, heads: 4, ffn: 128}\n";
   const std::string lm = "parallel: {tp: 2, cp: 2, dp: 2}\n";

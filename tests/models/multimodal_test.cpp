@@ -154,6 +154,17 @@ TEST(Multimodal, TrainsEndToEndLikeOneRank) {
   }
 }
 
+// bf16: the encoder computes in the language model's dtype; the layouts agree to bf16 rounding.
+TEST(Multimodal, Bf16FanInMatchesOneRankToBf16Rounding) {
+  MultimodalSpec a = make_spec({2, 4, 2, 2, 2}, 3, 1e-2), b = make_spec({1, 1, 1, 1, 1}, 3, 1e-2);
+  a.config.dtype = b.config.dtype = runtime::DType::bf16;
+  const TrainResult x = run_multimodal(a), y = run_multimodal(b);
+  ASSERT_EQ(x.losses.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(x.losses[i], y.losses[i], 2e-2 * y.losses[i]) << "step " << i;
+  EXPECT_LT(x.losses[2], x.losses[0]);
+  EXPECT_EQ(x.params.front().second.dtype(), runtime::DType::f32);  // full f32 copies
+}
+
 TEST(Multimodal, SameInputsSameBitsSameTrace) {
   runtime::RunReport r1, r2;
   const TrainResult a = run_multimodal(make_spec({4, 2, 1, 2, 4}, 2, 1e-2), {}, &r1);
