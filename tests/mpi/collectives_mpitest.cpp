@@ -5,11 +5,11 @@
 // normals, so a different reduction order would show. Run under mpirun (ctest label `mpi`).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "mpi/compare.h"
 #include "runtime/backends/mpi/mpi.h"
 #include "runtime/distributed.h"
 #include "runtime/spawn.h"
@@ -18,15 +18,8 @@
 namespace ranksim::runtime {
 namespace {
 
-using Bytes = std::vector<unsigned char>;
-// outputs[rank][k]: the k-th output the program recorded on that rank.
-using Outputs = std::vector<std::vector<Bytes>>;
-
-Bytes bytes_of(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  const auto* p = static_cast<const unsigned char*>(c.raw_data());
-  return Bytes(p, p + c.nbytes());
-}
+using mpitest::Bytes;
+using mpitest::bytes_of;
 
 int nranks() { return mpi::world_size(); }
 
@@ -211,37 +204,17 @@ void program(int rank, Algorithm algo, DType dt, std::vector<Bytes>& out) {
   }
 }
 
-Outputs run(BackendKind backend, Algorithm algo, DType dt) {
-  const int n = nranks();
-  const sim::Topology topo = topology();
-  Outputs out(static_cast<size_t>(n));
-  SpawnOptions so;
-  so.topology = &topo;
-  so.backend = backend;
-  so.engine.trace = false;
-  spawn([&](int rank) { program(rank, algo, dt, out[static_cast<size_t>(rank)]); }, n, so);
-  return out;
-}
-
 using Param = std::tuple<Algorithm, DType>;
 class MpiMatchesSim : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MpiMatchesSim, EveryOutputBitForBit) {
   const auto [algo, dt] = GetParam();
-  const int me = mpi::world_rank();
-  const Outputs sim_out = run(BackendKind::sim, algo, dt);
-  const Outputs mpi_out = run(BackendKind::mpi, algo, dt);
-  const auto& want = sim_out[static_cast<size_t>(me)];
-  const auto& got = mpi_out[static_cast<size_t>(me)];
-  ASSERT_EQ(got.size(), want.size()) << "rank " << me;
-  ASSERT_GT(got.size(), 40u);
-  for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got[k], want[k]) << "rank " << me << ", output #" << k;
-  // Other ranks' slots stay empty under mpi: each process runs its own rank only.
-  for (int r = 0; r < nranks(); ++r) {
-    if (r != me) {
-      EXPECT_TRUE(mpi_out[static_cast<size_t>(r)].empty());
-    }
-  }
+  const sim::Topology topo = topology();
+  SpawnOptions so;
+  so.topology = &topo;
+  const size_t compared = mpitest::expect_mpi_matches_sim(
+      [&, algo = algo, dt = dt](int rank, std::vector<Bytes>& out) { program(rank, algo, dt, out); }, so);
+  EXPECT_GT(compared, 40u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
