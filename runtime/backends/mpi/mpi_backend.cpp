@@ -135,8 +135,12 @@ class MpiBackend final : public Backend, public CostSink {
     world_->name = "world";
     compute_.assign(static_cast<size_t>(size_), sim::Time::zero());
     comm_.assign(static_cast<size_t>(size_), sim::Time::zero());
-    // Ranks start together (as far as a barrier can say), so wall-clock spans line up.
-    check(MPI_Barrier(world_comm_), "MPI_Barrier");
+    // Spans are recorded on every rank when any asks for them (rank 0 gathers them; the others
+    // may not write a trace themselves). The reduction also lines the ranks' starts up, as far
+    // as a barrier can, so wall-clock spans of different ranks are comparable.
+    int want = trace ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &want, 1, MPI_INT, MPI_MAX, world_comm_), "MPI_Allreduce");
+    trace_on_ = want != 0;
     start_ = std::chrono::steady_clock::now();
     engine_.set_context(static_cast<Backend*>(this));
   }
