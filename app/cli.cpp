@@ -11,11 +11,40 @@
 #include "app/scenario.h"
 #include "models/train.h"
 #include "app/topo.h"
+#include "runtime/backends/mpi/mpi.h"
 #include "sim/engine.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 
 namespace ranksim::app {
+
+namespace {
+
+// What a rank other than 0 of an mpi run does besides its share of the run: nothing. Its outputs
+// and the validation baseline are rank 0's business (rank 0 holds the step's dump); training
+// shards, which every rank writes, stay.
+Scenario quiet_rank(Scenario sc, RunFlags& flags) {
+  flags.trace.clear();
+  flags.json.clear();
+  flags.report.clear();
+  flags.quiet = true;
+  sc.out_trace.clear();
+  sc.out_json.clear();
+  sc.out_report.clear();
+  if (sc.model) {
+    sc.model->dump.clear();
+    sc.model->validate = false;
+    if (sc.model->train) sc.model->train->checkpoint.clear();
+  }
+  return sc;
+}
+
+std::ostream& null_out() {
+  static std::ostream sink(nullptr);
+  return sink;
+}
+
+}  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App cli{"ranksim: simulate multi-rank parallel programs on a modelled fabric"};
@@ -58,6 +87,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run_cmd->add_option("--trace", run_flags.trace, "Write a Chrome trace JSON (Perfetto)");
   run_cmd->add_option("--json", run_flags.json, "Write the summary as JSON");
   run_cmd->add_option("--report", run_flags.report, "Write a self-contained HTML report (summary, SVG timeline, busbw plot)");
+  run_cmd->add_option("--backend", run_flags.backend,
+                      "sim (default), or mpi: one process per rank, started by mpirun -np <ranks>")
+      ->check(CLI::IsMember({"sim", "mpi"}));
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
@@ -90,7 +122,16 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return 0;
     }
     if (*coll_cmd) return bench_collectives(bench_opts, out);
-    if (*run_cmd) return run_scenario(load_scenario(scenario_file, scenario_sets), run_flags, out);
+    if (*run_cmd) {
+      Scenario sc = load_scenario(scenario_file, scenario_sets);
+      if (run_flags.backend == "mpi") {
+        runtime::mpi::init();
+        // Every process runs the scenario as its rank; rank 0 prints and writes the outputs
+        // (its report holds every rank's times and trace).
+        if (runtime::mpi::world_rank() != 0) return run_scenario(quiet_rank(std::move(sc), run_flags), run_flags, null_out());
+      }
+      return run_scenario(sc, run_flags, out);
+    }
     if (*validate_cmd) {
       const Scenario sc = load_scenario(scenario_file, scenario_sets);
       out << scenario_file << ": valid — " << sc.name << ", " << sc.ranks << " ranks (tp=" << sc.tp

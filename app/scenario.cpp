@@ -1004,6 +1004,10 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   std::vector<SweepRow> sweep;
   std::vector<CollectiveLine> lines;
   runtime::RunReport rep;
+  const runtime::BackendKind backend = runtime::parse_backend(flags.backend);
+  if (sc.sweep_op && backend != runtime::BackendKind::sim)
+    throw Error(sc.file + ": a collectives sweep runs on the sim backend only; use a steps workload "
+                "to time collectives with --backend " + flags.backend);
   if (sc.sweep_op) {
     SweepRequest req;
     req.op = *sc.sweep_op;
@@ -1029,6 +1033,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     runtime::SpawnOptions so;
     so.topology = &topo;
     so.algorithm = runtime::parse_algorithm(sc.algorithm);
+    so.backend = backend;
     so.engine.trace = !trace_path.empty() || !report_path.empty();
     // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
     // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep
@@ -1357,7 +1362,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   bool all_passed = true;
   for (const auto& r : sweep)
     if (r.wrong > 0) all_passed = false;
-  out << "\nvirtual time: " << makespan << "\n";
+  out << (backend == runtime::BackendKind::mpi ? "\nwall time: " : "\nvirtual time: ") << makespan << "\n";
   if (!results.empty()) out << "checks:\n";
   for (const CheckResult& c : results) {
     out << "  [" << (c.passed ? "pass" : "FAIL") << "] " << c.text << " (measured " << c.measured << ")\n";
@@ -1380,7 +1385,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     out << "shards: " << sc.model->train->shards << " (one file per tp x pp rank; ranksim consolidate joins them)\n";
   if (!json_path.empty()) {
     sim::write_file_atomically(json_path, [&](std::ostream& j) {
-      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"backend\": \"sim\",\n  \"topology\": \"" << topo.name()
+      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"backend\": \"" << flags.backend << "\",\n  \"topology\": \"" << topo.name()
         << "\",\n  \"ranks\": " << sc.ranks << ",\n  \"layout\": {\"tp\": " << sc.tp << ", \"cp\": " << sc.cp
         << ", \"dp\": " << sc.dp << ", \"pp\": " << sc.pp << "},\n  \"virtual_time_us\": "
         << sim::format_us(makespan) << ",\n  \"ranks_detail\": [";

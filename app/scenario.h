@@ -93,6 +93,9 @@ struct RunFlags {
   std::string json;   // overrides outputs.json
   std::string report; // overrides outputs.report (self-contained HTML)
   bool quiet = false;
+  // Where the ranks run: "sim", or "mpi" (one process per rank under mpirun -np <ranks>; times
+  // are wall clock; docs/backends.md). Default: sim.
+  std::string backend = "sim";
 };
 
 // Runs, prints the summary to out, writes the outputs. Returns 0 when every check passed, 1 when

@@ -3,27 +3,28 @@
 #include <algorithm>
 #include <set>
 
-#include "runtime/backends/sim/world.h"
+#include "runtime/backends/backend.h"
+#include "runtime/spawn.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
 
+using detail::Backend;
 using detail::GroupState;
 using detail::Part;
 using detail::Signature;
-using detail::World;
 using detail::WorkState;
 
 // ---- Work
 
 bool Work::is_completed() const {
   if (!state_) return true;
-  return World::current().poll(*state_);
+  return Backend::current().poll(*state_);
 }
 
 void Work::wait() const {
   if (!state_) return;
-  World::current().wait(*state_);
+  Backend::current().wait(*state_);
 }
 
 sim::Time Work::completion_time() const { return state_ ? state_->done : sim::Time::zero(); }
@@ -32,17 +33,16 @@ sim::Time Work::completion_time() const { return state_ ? state_->done : sim::Ti
 
 namespace {
 const GroupState& resolved(const ProcessGroup& g) {
-  return g.state() ? *g.state() : *World::current().world_group();
+  return g.state() ? *g.state() : *Backend::current().world_group();
 }
 }  // namespace
 
 const std::shared_ptr<detail::GroupState>& ProcessGroup::state() const { return state_; }
 void ProcessGroup::set_algorithm(Algorithm algorithm) const {
-  World& w = World::current();
-  (state_ ? *state_ : *w.world_group()).algorithm = algorithm;
+  (state_ ? *state_ : *Backend::current().world_group()).algorithm = algorithm;
 }
 Algorithm ProcessGroup::algorithm() const { return resolved(*this).algorithm; }
-int ProcessGroup::rank() const { return resolved(*this).index_of[static_cast<size_t>(World::current().rank())]; }
+int ProcessGroup::rank() const { return resolved(*this).index_of[static_cast<size_t>(Backend::current().rank())]; }
 int ProcessGroup::size() const { return static_cast<int>(resolved(*this).ranks.size()); }
 const std::vector<int>& ProcessGroup::ranks() const { return resolved(*this).ranks; }
 const std::string& ProcessGroup::name() const { return resolved(*this).name; }
@@ -63,7 +63,7 @@ int ProcessGroup::global_rank(int group_rank) const {
 namespace {
 
 // The pending write of an async collective or irecv on its outputs. Once the owner has observed
-// the completion, waiting is a no-op (bar rethrowing the error), with or without a World: the
+// the completion, waiting is a no-op (bar rethrowing the error), with or without a backend: the
 // data landed when the operation matched. Outside any run (after spawn() returned) a matched
 // operation's data is final too; only one that never matched cannot be read.
 class WorkPendingWrite : public PendingWrite {
@@ -71,9 +71,8 @@ class WorkPendingWrite : public PendingWrite {
   explicit WorkPendingWrite(std::shared_ptr<WorkState> w) : w_(std::move(w)) {}
   void wait() override {
     if (!w_->observed) {
-      const sim::Engine* e = sim::Engine::current();
-      if (e != nullptr && e->in_rank() && e->context() != nullptr) {
-        World::current().wait(*w_);  // rethrows the error
+      if (Backend* b = Backend::current_or_null()) {
+        b->wait(*w_);  // rethrows the error
         return;
       }
       if (!w_->matched)
@@ -102,7 +101,7 @@ int root_index(const GroupState& g, int global, const char* op, const char* role
   return g.index_of[static_cast<size_t>(global)];
 }
 
-Work finish_post(World& w, const std::shared_ptr<WorkState>& work, bool async,
+Work finish_post(Backend& w, const std::shared_ptr<WorkState>& work, bool async,
                  std::initializer_list<const Tensor*> outputs) {
   if (async) {
     for (const Tensor* t : outputs)
@@ -134,7 +133,7 @@ void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 // ---- collectives
 
 Work all_reduce(const Tensor& tensor, const AllreduceOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   require_usable(tensor, "all_reduce", "");
   Signature sig = base(CollectiveKind::all_reduce, tensor, tensor.numel(), opts);
   sig.op = opts.op;
@@ -146,7 +145,7 @@ Work all_reduce(const Tensor& tensor, const AllreduceOptions& opts) {
 }
 
 Work all_gather_into_tensor(const Tensor& output, const Tensor& input, const AllgatherOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   const char* op = "all_gather_into_tensor";
   require_usable(output, op, "output");
   require_usable(input, op, "input");
@@ -168,7 +167,7 @@ Work all_gather_into_tensor(const Tensor& output, const Tensor& input, const All
 }
 
 Work reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceScatterOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   const char* op = "reduce_scatter_tensor";
   require_usable(output, op, "output");
   require_usable(input, op, "input");
@@ -191,7 +190,7 @@ Work reduce_scatter_tensor(const Tensor& output, const Tensor& input, const Redu
 }
 
 Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAllOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   const char* op = "all_to_all_single";
   require_usable(output, op, "output");
   require_usable(input, op, "input");
@@ -240,7 +239,7 @@ Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAll
 }
 
 Work broadcast(const Tensor& tensor, const BroadcastOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   require_usable(tensor, "broadcast", "");
   const auto g = w.resolve(opts.group);
   Signature sig = base(CollectiveKind::broadcast, tensor, tensor.numel(), opts);
@@ -253,7 +252,7 @@ Work broadcast(const Tensor& tensor, const BroadcastOptions& opts) {
 }
 
 Work reduce(const Tensor& tensor, const ReduceOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   require_usable(tensor, "reduce", "");
   const auto g = w.resolve(opts.group);
   Signature sig = base(CollectiveKind::reduce, tensor, tensor.numel(), opts);
@@ -282,7 +281,7 @@ void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, cons
 }  // namespace
 
 Work gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, const GatherOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   require_usable(tensor, "gather", "");
   const auto g = w.resolve(opts.group);
   Signature sig = base(CollectiveKind::gather, tensor, tensor.numel(), opts);
@@ -302,7 +301,7 @@ Work gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, const 
 }
 
 Work scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, const ScatterOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   require_usable(tensor, "scatter", "");
   const auto g = w.resolve(opts.group);
   Signature sig = base(CollectiveKind::scatter, tensor, tensor.numel(), opts);
@@ -319,7 +318,7 @@ Work scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, cons
 }
 
 Work barrier(const BarrierOptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   Signature sig;
   sig.kind = CollectiveKind::barrier;
   sig.algorithm = opts.algorithm;
@@ -332,16 +331,16 @@ Work barrier(const BarrierOptions& opts) {
 // ---- point-to-point
 
 Work isend(const Tensor& tensor, int dst, const P2POptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   tensor.wait_pending();
   return Work(w.post_p2p(true, tensor, dst, opts));
 }
 
 Work irecv(const Tensor& tensor, int src, const P2POptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   tensor.wait_pending();
   auto work = w.post_p2p(false, tensor, src, opts);
-  if (!work->matched || work->done > w.engine().now())
+  if (!work->matched || work->done > w.now())
     tensor.set_pending_write(std::make_shared<WorkPendingWrite>(work));
   return Work(work);
 }
@@ -349,7 +348,7 @@ Work irecv(const Tensor& tensor, int src, const P2POptions& opts) {
 void send(const Tensor& tensor, int dst, const P2POptions& opts) { isend(tensor, dst, opts).wait(); }
 
 void recv(const Tensor& tensor, int src, const P2POptions& opts) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   tensor.wait_pending();
   auto work = w.post_p2p(false, tensor, src, opts);
   w.wait(*work);
@@ -369,26 +368,30 @@ std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops) {
 // ---- groups
 
 void init_process_group(const std::string& backend) {
-  World& w = World::current();
-  if (backend != "sim")
-    throw Error("init_process_group: backend '" + backend +
-                "' is not available inside spawn(); use \"sim\" (the mpi and nccl backends run "
-                "one process per rank under mpirun)");
-  w.initialized(w.rank()) = 1;
+  Backend* b = Backend::current_or_null();
+  if (b == nullptr) {
+    // Outside a run: choose the backend of the runs spawn() starts from now on.
+    set_backend(backend);
+    return;
+  }
+  if (backend != b->name())
+    throw Error("init_process_group: backend '" + backend + "' requested inside a run of the '" +
+                b->name() + "' backend; pass \"" + b->name() +
+                "\" (or choose the backend before spawn(): set_backend(), SpawnOptions::backend, "
+                "ranksim run --backend)");
+  b->set_initialized();
 }
 
 bool is_initialized() {
-  sim::Engine* e = sim::Engine::current();
-  if (e == nullptr || e->context() == nullptr || !e->in_rank()) return false;
-  World& w = World::current();
-  return w.initialized(w.rank()) != 0;
+  Backend* b = Backend::current_or_null();
+  return b != nullptr && b->initialized();
 }
 
 int get_rank(const ProcessGroup& group) { return group.rank(); }
 int get_world_size(const ProcessGroup& group) { return group.size(); }
 
 ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_desc) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   if (sorted.empty()) throw Error("new_group: the rank list is empty");
@@ -399,7 +402,7 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_d
     if (i > 0 && sorted[i] == sorted[i - 1])
       throw Error("new_group: rank " + std::to_string(sorted[i]) + " is listed twice");
   }
-  std::shared_ptr<GroupState> g = w.find_or_make_group(w.rank(), sorted);
+  std::shared_ptr<GroupState> g = w.find_or_make_group(sorted);
   // Every creator passes the same description; the first one renames the shared state.
   // ("group[0,2]" -> "<desc>[0,2]"; a group of every rank, "world#<id>" -> "<desc>#<id>")
   if (!group_desc.empty() && (g->name.rfind("group[", 0) == 0 || g->name.rfind("world#", 0) == 0))
@@ -409,7 +412,7 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_d
 
 std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
     const std::vector<std::vector<int>>& ranks_per_subgroup, const std::string& group_desc) {
-  World& w = World::current();
+  Backend& w = Backend::current();
   std::vector<int> seen(static_cast<size_t>(w.size()), -1);
   for (size_t k = 0; k < ranks_per_subgroup.size(); ++k)
     for (int r : ranks_per_subgroup[k]) {

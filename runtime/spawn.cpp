@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/backends/mpi/mpi.h"
 #include "runtime/backends/sim/world.h"
 #include "runtime/cost.h"
 #include "sim/error.h"
@@ -29,6 +30,26 @@ sim::Topology ideal_topology(int devices) {
   return sim::Topology::parse(yaml, "<ideal topology>");
 }
 
+namespace {
+BackendKind process_backend = BackendKind::sim;
+}  // namespace
+
+const char* to_string(BackendKind backend) { return backend == BackendKind::mpi ? "mpi" : "sim"; }
+
+BackendKind parse_backend(std::string_view name) {
+  if (name == "sim") return BackendKind::sim;
+  if (name == "mpi") return BackendKind::mpi;
+  throw Error("unknown backend '" + std::string(name) + "'; use sim or mpi");
+}
+
+void set_backend(const std::string& name) {
+  const BackendKind kind = parse_backend(name);
+  if (kind == BackendKind::mpi) mpi::init();
+  process_backend = kind;
+}
+
+BackendKind default_backend() { return process_backend; }
+
 RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts) {
   if (nprocs < 1) throw Error("spawn: nprocs must be at least 1, got " + std::to_string(nprocs));
   std::unique_ptr<sim::Topology> owned;
@@ -43,6 +64,8 @@ RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const Spawn
                 std::to_string(topo->num_devices()) +
                 "; use fewer ranks or a bigger topology (e.g. --set nodes=N)");
   }
+  if (opts.backend.value_or(process_backend) == BackendKind::mpi)
+    return detail::spawn_mpi(fn, nprocs, opts, *topo);
   sim::Engine engine(opts.engine);
   if (opts.progress) engine.set_progress(opts.progress);
   detail::World world(engine, *topo, opts.algorithm, nprocs);

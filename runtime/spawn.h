@@ -7,11 +7,20 @@
 // When one or more ranks throw, the others are unwound and spawn throws sim::RankFailure, one
 // error listing every failing rank with its message (torch.multiprocessing.spawn semantics); a
 // deadlock throws sim::DeadlockError listing what each blocked rank waits on.
+//
+// Under the mpi backend (SpawnOptions::backend, set_backend(), `ranksim run --backend mpi`) the
+// program runs as one MPI process per rank, started by `mpirun -np <nprocs>`: spawn runs
+// fn(rank) for this process's rank only, on a one-fiber engine, and the collectives execute the
+// same schedules over MPI point-to-point, so tensors come out bit-identical to a sim run
+// (docs/backends.md). There, an exception in fn prints "rank R: message" on stderr and aborts
+// every process of the job (MPI_Abort, exit code 1): no rank is left waiting.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/schedule.h"
@@ -21,6 +30,16 @@
 #include "sim/trace.h"
 
 namespace ranksim::runtime {
+
+enum class BackendKind : uint8_t { sim, mpi };
+const char* to_string(BackendKind backend);
+// Parses "sim" or "mpi"; throws ranksim::Error otherwise.
+BackendKind parse_backend(std::string_view name);
+
+// The backend of the runs spawn() starts in this process when SpawnOptions::backend is not set.
+// Choosing "mpi" initialises MPI (throws Error when ranksim was built without it). Default: sim.
+void set_backend(const std::string& name);
+BackendKind default_backend();
 
 struct SpawnOptions {
   // The machine. Default: nullptr, an ideal single node of nprocs devices on a switch (100 GB/s
@@ -33,6 +52,8 @@ struct SpawnOptions {
   Algorithm algorithm = Algorithm::automatic;
   // Called about once a second of wall time during long runs (see sim::Engine::set_progress).
   std::function<void(const sim::Engine::Progress&)> progress;
+  // Where the ranks run. Default: default_backend() (sim unless set_backend() chose mpi).
+  std::optional<BackendKind> backend;
 };
 
 // One completed collective, as nccl-tests would time it.
@@ -49,6 +70,10 @@ struct CollectiveRecord {
   sim::Time end;           // latest completion among the members
 };
 
+// For a sim run, every field covers every rank in virtual time. For an mpi run, times are wall
+// clock since the run's start: makespan, clocks, compute and comm cover every rank (gathered at
+// the end), collectives lists this process's collectives, and trace holds every rank's spans on
+// rank 0 and this rank's own elsewhere.
 struct RunReport {
   sim::Time makespan;
   std::vector<sim::Time> clocks;  // each rank's final clock

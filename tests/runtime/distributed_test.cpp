@@ -17,6 +17,7 @@ namespace ranksim::runtime {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
 using sim::Time;
 
 std::string error_of(const std::function<void(int)>& fn, int n) {
@@ -283,6 +284,21 @@ TEST(Distributed, CallsOutsideSpawnAreClearErrors) {
   EXPECT_FALSE(is_initialized());
   EXPECT_THROW(spawn([](int) {}, 0), Error);
   EXPECT_THAT(error_of([](int) { init_process_group("nccl"); }, 1), HasSubstr("backend 'nccl'"));
+  EXPECT_THAT(error_of([](int) { init_process_group("mpi"); }, 1),
+              HasSubstr("backend 'mpi' requested inside a run of the 'sim' backend"));
+  EXPECT_THAT([] { init_process_group("gloo"); }, ThrowsMessage<Error>(HasSubstr("unknown backend 'gloo'; use sim or mpi")));
+  EXPECT_THAT([] { parse_backend("nccl"); }, ThrowsMessage<Error>(HasSubstr("use sim or mpi")));
+  EXPECT_EQ(default_backend(), BackendKind::sim);
+}
+
+TEST(Distributed, AGroupOfAnotherRunIsAnError) {
+  ProcessGroup kept;
+  spawn([&](int rank) {
+    ProcessGroup g = new_group({0, 1});
+    if (rank == 0) kept = g;
+  }, 2);
+  EXPECT_THAT(error_of([&](int) { all_reduce(Tensor::ones({2}), {{kept}}); }, 2),
+              HasSubstr("process group world#1 was created by another run"));
 }
 
 TEST(Distributed, ShapeAndSplitErrors) {

@@ -22,43 +22,12 @@ std::string join_ranks(const std::vector<int>& ranks, size_t limit = 16) {
 
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data_unsynchronized()); }
 
-// memcpy/memmove that accept the null pointers of empty buffers (zero-element splits).
+// memcpy that accepts the null pointers of empty buffers (zero-element splits).
 void copy_bytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
 }
-void move_bytes(void* dst, const void* src, size_t n) {
-  if (n > 0) std::memmove(dst, src, n);
-}
 
 }  // namespace
-
-std::string Signature::describe() const {
-  std::ostringstream os;
-  os << to_string(kind) << '(' << dtype_name(dtype) << shape;
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-    case CollectiveKind::reduce_scatter: os << ", op=" << to_string(op); break;
-    case CollectiveKind::reduce: os << ", op=" << to_string(op) << ", root=" << root; break;
-    case CollectiveKind::broadcast:
-    case CollectiveKind::gather:
-    case CollectiveKind::scatter: os << ", root=" << root; break;
-    default: break;
-  }
-  if (algorithm != Algorithm::automatic) os << ", algorithm=" << to_string(algorithm);
-  os << ')';
-  return os.str();
-}
-
-std::string Signature::difference(const Signature& o) const {
-  if (kind != o.kind) return "different collectives";
-  if (dtype != o.dtype) return "different dtypes";
-  if (count != o.count) return "different element counts (" + std::to_string(count) + " vs " +
-                               std::to_string(o.count) + ")";
-  if (op != o.op) return "different reduce ops";
-  if (root != o.root) return "different roots";
-  if (algorithm != o.algorithm) return "different algorithms";
-  return {};
-}
 
 World::World(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
              int nranks)
@@ -75,23 +44,12 @@ World::World(sim::Engine& engine, const sim::Topology& topology, Algorithm defau
   for (int r = 0; r < nranks; ++r) all[static_cast<size_t>(r)] = r;
   world_ = make_group(all);
   world_->name = "world";
-  engine_.set_context(this);
+  engine_.set_context(static_cast<Backend*>(this));
 }
 
-World& World::current() {
-  sim::Engine* e = sim::Engine::current();
-  if (e == nullptr || !e->in_rank() || e->context() == nullptr)
-    throw Error("torch.distributed-style call outside a rank: call it from a function run by "
-                "ranksim::runtime::spawn()");
-  return *static_cast<World*>(e->context());
-}
-
-std::shared_ptr<GroupState> World::resolve(const ProcessGroup& group) {
-  return group.state() ? group.state() : world_;
-}
-
-std::shared_ptr<GroupState> World::make_group(std::vector<int> ranks) {
-  auto g = std::make_shared<GroupState>();
+std::shared_ptr<SimGroup> World::make_group(std::vector<int> ranks) {
+  auto g = std::make_shared<SimGroup>();
+  g->owner = static_cast<const Backend*>(this);
   g->id = static_cast<int>(groups_.size());
   g->ranks = std::move(ranks);
   g->index_of.assign(static_cast<size_t>(nranks_), -1);
@@ -101,23 +59,13 @@ std::shared_ptr<GroupState> World::make_group(std::vector<int> ranks) {
   name << "group[" << join_ranks(g->ranks, 8) << ']';
   g->name = name.str();
   // Node layout for hierarchical algorithms and the default choice.
-  std::vector<int> node_ids;
-  std::map<int, int> per_node;
-  for (int r : g->ranks) {
-    const int node = topology_.device(r).node;
-    g->node_of.push_back(node);
-    ++per_node[node];
-  }
-  g->nodes = static_cast<int>(per_node.size());
-  g->equal_per_node = true;
-  for (const auto& [node, k] : per_node)
-    if (k != per_node.begin()->second) g->equal_per_node = false;
+  set_node_layout(*g, [&](int r) { return topology_.device(r).node; });
   groups_.push_back(g);
   return g;
 }
 
-std::shared_ptr<GroupState> World::find_or_make_group(int creator, const std::vector<int>& ranks) {
-  const int occurrence = creations_[{creator, ranks}]++;
+std::shared_ptr<GroupState> World::find_or_make_group(const std::vector<int>& ranks) {
+  const int occurrence = creations_[{rank(), ranks}]++;
   auto& slot = registry_[{ranks, occurrence}];
   if (!slot) {
     slot = make_group(ranks);
@@ -128,7 +76,7 @@ std::shared_ptr<GroupState> World::find_or_make_group(int creator, const std::ve
 
 std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Signature sig,
                                        Part part) {
-  GroupState& g = *gp;
+  SimGroup& g = static_cast<SimGroup&>(*gp);
   const int me = rank();
   const int idx = g.index_of[static_cast<size_t>(me)];
   if (idx < 0) {
@@ -160,7 +108,7 @@ std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Si
   }
   auto w = std::make_shared<WorkState>();
   w->owner = me;
-  std::weak_ptr<GroupState> weak = gp;
+  std::weak_ptr<SimGroup> weak = std::static_pointer_cast<SimGroup>(gp);
   const std::string what = sig.describe();
   w->describe = [weak, call, what, n] {
     std::ostringstream os;
@@ -189,62 +137,22 @@ std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Si
   return w;
 }
 
-const Schedule& World::schedule_for(const GroupState& g, const ScheduleRequest& req) {
-  const auto key = std::make_tuple(g.id, static_cast<int>(req.kind), static_cast<int>(req.algorithm),
-                                   req.count, req.root, req.nranks);
-  auto it = schedule_cache_.find(key);
-  if (it != schedule_cache_.end()) return it->second;
-  if (schedule_cache_.size() > 256) schedule_cache_.clear();  // sweeps: keep memory bounded
-  return schedule_cache_.emplace(key, make_schedule(req)).first->second;
-}
-
-void World::complete(GroupState& g, uint64_t call, Pending& p) {
+void World::complete(SimGroup& g, uint64_t call, Pending& p) {
   const int n = static_cast<int>(g.ranks.size());
   const Signature& sig = p.sig;
   const size_t esize = dtype_size(sig.dtype);
 
-  ScheduleRequest req;
-  req.kind = sig.kind;
-  req.nranks = n;
-  req.count = sig.count;
-  req.root = sig.root;
   // The call's choice, else the group's, else the run's, else by size and layout.
-  Algorithm algo = sig.algorithm != Algorithm::automatic ? sig.algorithm
-                   : g.algorithm != Algorithm::automatic ? g.algorithm
-                                                         : default_algorithm_;
-  if (algo == Algorithm::automatic) {
-    algo = choose_algorithm(sig.kind, n, sig.count * static_cast<int64_t>(esize), g.nodes,
-                            g.equal_per_node);
-  }
-  req.algorithm = algo;
-  if (algo == Algorithm::hierarchical) req.node_of = g.node_of;
-  Schedule local;
-  const Schedule* sched;
+  const Algorithm algo = resolve_algorithm(g, sig, default_algorithm_);
+  ScheduleRequest req = schedule_request(g, sig, algo);
   if (sig.kind == CollectiveKind::all_to_all) {
     req.splits.assign(static_cast<size_t>(n), {});
     for (int i = 0; i < n; ++i) req.splits[static_cast<size_t>(i)] = p.parts[static_cast<size_t>(i)].in_splits;
     // Rank j's output splits must match what every rank sends it.
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < n; ++i) {
-        const int64_t sent = req.splits[static_cast<size_t>(i)][static_cast<size_t>(j)];
-        const int64_t expected = p.parts[static_cast<size_t>(j)].out_splits[static_cast<size_t>(i)];
-        if (sent != expected) {
-          throw Error("all_to_all_single on " + g.name + " call #" + std::to_string(call) +
-                      ": rank " + std::to_string(g.ranks[static_cast<size_t>(i)]) + " sends " +
-                      std::to_string(sent) + " elements to rank " +
-                      std::to_string(g.ranks[static_cast<size_t>(j)]) + ", which expects " +
-                      std::to_string(expected) + " (input_split_sizes and output_split_sizes "
-                      "must agree pairwise)");
-        }
-      }
-    local = make_schedule(req);
-    sched = &local;
-  } else if (algo == Algorithm::hierarchical) {
-    local = make_schedule(req);
-    sched = &local;
-  } else {
-    sched = &schedule_for(g, req);
+    for (int j = 0; j < n; ++j) check_splits(g, call, req, j, p.parts[static_cast<size_t>(j)].out_splits);
   }
+  Schedule local;
+  const Schedule* sched = &schedules_.get(g.id, req, local);
 
   if (p.parts.front().has_data) execute_data(g, p, *sched);
 
@@ -254,31 +162,7 @@ void World::complete(GroupState& g, uint64_t call, Pending& p) {
                                     topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
   const std::vector<sim::Time> done = time_schedule(g, *sched, start, esize);
 
-  CollectiveRecord rec;
-  rec.kind = sig.kind;
-  rec.algorithm = algo;
-  rec.group = g.name;
-  rec.group_size = n;
-  rec.call = call;
-  rec.dtype = dtype_name(sig.dtype);
-  switch (sig.kind) {
-    case CollectiveKind::all_gather:
-    case CollectiveKind::reduce_scatter:
-    case CollectiveKind::gather:
-    case CollectiveKind::scatter: rec.count = sig.count * n; break;
-    case CollectiveKind::all_to_all: {
-      int64_t most = 0;
-      for (const Part& part : p.parts) {
-        int64_t s = 0;
-        for (int64_t x : part.in_splits) s += x;
-        most = std::max(most, s);
-      }
-      rec.count = most;
-      break;
-    }
-    default: rec.count = sig.count;
-  }
-  rec.bytes = rec.count * static_cast<int64_t>(esize);
+  CollectiveRecord rec = collective_record(g, sig, algo, call, req);
   for (int i = 0; i < n; ++i) {
     rec.start = std::max(rec.start, p.parts[static_cast<size_t>(i)].post);
     rec.end = std::max(rec.end, done[static_cast<size_t>(i)]);
@@ -301,117 +185,17 @@ void World::complete(GroupState& g, uint64_t call, Pending& p) {
   for (int i = 0; i < n; ++i) finish(*p.parts[static_cast<size_t>(i)].work, done[static_cast<size_t>(i)]);
 }
 
-void World::execute_data(GroupState& g, Pending& p, const Schedule& s) {
+void World::execute_data(SimGroup& g, Pending& p, const Schedule& s) {
   const int n = static_cast<int>(g.ranks.size());
-  const Signature& sig = p.sig;
-  const size_t esize = dtype_size(sig.dtype);
-  const int64_t c = sig.count;
-  const ReduceKernel kernel = reduce_kernel(sig.dtype, sig.op);
-  auto run = [&](const std::vector<std::byte*>& bufs) {
-    execute_schedule(s, bufs, esize, kernel);
-  };
-  auto part = [&](int i) -> Part& { return p.parts[static_cast<size_t>(i)]; };
-  std::vector<std::vector<std::byte>> scratch;
-  auto make_scratch = [&](int64_t elems) {
-    scratch.assign(static_cast<size_t>(n), std::vector<std::byte>(static_cast<size_t>(elems) * esize));
-    std::vector<std::byte*> bufs;
-    for (auto& v : scratch) bufs.push_back(v.data());
-    return bufs;
-  };
-  const bool avg = sig.op == ReduceOp::AVG;
-  switch (sig.kind) {
-    case CollectiveKind::all_reduce: {
-      std::vector<std::byte*> bufs;
-      for (int i = 0; i < n; ++i) bufs.push_back(bytes_of(part(i).a));
-      run(bufs);
-      if (avg)
-        for (int i = 0; i < n; ++i) divide_elements(bufs[static_cast<size_t>(i)], sig.dtype, c, n);
-      break;
-    }
-    case CollectiveKind::broadcast: {
-      std::vector<std::byte*> bufs;
-      for (int i = 0; i < n; ++i) bufs.push_back(bytes_of(part(i).a));
-      run(bufs);
-      break;
-    }
-    case CollectiveKind::reduce: {
-      auto bufs = make_scratch(c);
-      for (int i = 0; i < n; ++i) {
-        if (i == sig.root) bufs[static_cast<size_t>(i)] = bytes_of(part(i).a);
-        else copy_bytes(bufs[static_cast<size_t>(i)], bytes_of(part(i).a), static_cast<size_t>(c) * esize);
-      }
-      run(bufs);
-      if (avg) divide_elements(bufs[static_cast<size_t>(sig.root)], sig.dtype, c, n);
-      break;
-    }
-    case CollectiveKind::all_gather: {
-      // a = output (n*c), b = input (c); place the input first (memmove: it may be a view of a).
-      std::vector<std::byte*> bufs;
-      for (int i = 0; i < n; ++i) {
-        std::byte* out = bytes_of(part(i).a);
-        move_bytes(out + static_cast<size_t>(i * c) * esize, bytes_of(part(i).b), static_cast<size_t>(c) * esize);
-        bufs.push_back(out);
-      }
-      run(bufs);
-      break;
-    }
-    case CollectiveKind::reduce_scatter: {
-      // a = output (c), b = input (n*c); reduce in scratch so inputs stay untouched.
-      auto bufs = make_scratch(c * n);
-      for (int i = 0; i < n; ++i)
-        copy_bytes(bufs[static_cast<size_t>(i)], bytes_of(part(i).b), static_cast<size_t>(c * n) * esize);
-      run(bufs);
-      for (int i = 0; i < n; ++i) {
-        std::byte* mine = bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize;
-        if (avg) divide_elements(mine, sig.dtype, c, n);
-        copy_bytes(bytes_of(part(i).a), mine, static_cast<size_t>(c) * esize);
-      }
-      break;
-    }
-    case CollectiveKind::gather: {
-      auto bufs = make_scratch(c * n);
-      for (int i = 0; i < n; ++i)
-        copy_bytes(bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize, bytes_of(part(i).a),
-                    static_cast<size_t>(c) * esize);
-      run(bufs);
-      Part& root = part(sig.root);
-      for (int j = 0; j < n; ++j)
-        copy_bytes(bytes_of(root.list[static_cast<size_t>(j)]),
-                    bufs[static_cast<size_t>(sig.root)] + static_cast<size_t>(j * c) * esize,
-                    static_cast<size_t>(c) * esize);
-      break;
-    }
-    case CollectiveKind::scatter: {
-      auto bufs = make_scratch(c * n);
-      Part& root = part(sig.root);
-      for (int j = 0; j < n; ++j)
-        copy_bytes(bufs[static_cast<size_t>(sig.root)] + static_cast<size_t>(j * c) * esize,
-                    bytes_of(root.list[static_cast<size_t>(j)]), static_cast<size_t>(c) * esize);
-      run(bufs);
-      for (int i = 0; i < n; ++i)
-        copy_bytes(bytes_of(part(i).a), bufs[static_cast<size_t>(i)] + static_cast<size_t>(i * c) * esize,
-                    static_cast<size_t>(c) * esize);
-      break;
-    }
-    case CollectiveKind::all_to_all: {
-      // a = output, b = input; scratch = [input | output].
-      auto bufs = make_scratch(s.buffer_elems);
-      std::vector<int64_t> in_total(static_cast<size_t>(n), 0), out_total(static_cast<size_t>(n), 0);
-      for (int i = 0; i < n; ++i) {
-        for (int64_t x : part(i).in_splits) in_total[static_cast<size_t>(i)] += x;
-        for (int64_t x : part(i).out_splits) out_total[static_cast<size_t>(i)] += x;
-        copy_bytes(bufs[static_cast<size_t>(i)], bytes_of(part(i).b),
-                    static_cast<size_t>(in_total[static_cast<size_t>(i)]) * esize);
-      }
-      run(bufs);
-      for (int i = 0; i < n; ++i)
-        copy_bytes(bytes_of(part(i).a),
-                    bufs[static_cast<size_t>(i)] + static_cast<size_t>(in_total[static_cast<size_t>(i)]) * esize,
-                    static_cast<size_t>(out_total[static_cast<size_t>(i)]) * esize);
-      break;
-    }
-    case CollectiveKind::barrier: break;
+  std::vector<WorkingBuffer> work;
+  work.reserve(static_cast<size_t>(n));
+  std::vector<std::byte*> bufs;
+  for (int i = 0; i < n; ++i) {
+    work.emplace_back(p.sig, p.parts[static_cast<size_t>(i)], i, n, s.buffer_elems);
+    bufs.push_back(work.back().data());
   }
+  execute_schedule(s, bufs, dtype_size(p.sig.dtype), reduce_kernel(p.sig.dtype, p.sig.op));
+  for (WorkingBuffer& b : work) b.finish();
 }
 
 std::vector<sim::Time> World::time_schedule(const GroupState& g, const Schedule& s,
