@@ -72,8 +72,9 @@ struct CollectiveRecord {
 
 // For a sim run, every field covers every rank in virtual time. For an mpi run, times are wall
 // clock since the run's start: makespan, clocks, compute and comm cover every rank (gathered at
-// the end), collectives lists this process's collectives, and trace holds every rank's spans on
-// rank 0 and this rank's own elsewhere.
+// the end), collectives lists every group's collectives on rank 0 (each recorded by the group's
+// first member, with that member's start and end; ordered by start) and, elsewhere, those of
+// the groups this process is the first member of, and trace holds every rank's spans on rank 0 and this rank's own elsewhere.
 struct RunReport {
   sim::Time makespan;
   std::vector<sim::Time> clocks;  // each rank's final clock

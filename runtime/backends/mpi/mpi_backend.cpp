@@ -8,6 +8,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -200,6 +201,7 @@ class MpiBackend final : public Backend, public CostSink {
   }
 
   RunReport report(sim::Time end);
+  std::string gather_to_root(const std::string& blob, const char* what);
 
  private:
   std::shared_ptr<MpiGroup> make_group(const std::vector<int>& ranks, int occurrence);
@@ -475,7 +477,9 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
   CollectiveRecord rec = collective_record(g, sig, algo, call, req);
   rec.start = begin;
   rec.end = end;
-  records_.push_back(rec);
+  // One record per collective, as the sim backend keeps: the group's first member's (report()
+  // gathers them on rank 0).
+  if (me == 0) records_.push_back(rec);
   if (trace_on_)
     trace_.add(sim::Span{rank_, sim::SpanKind::comm, begin, end, to_string(sig.kind),
                          {{"group", g.name},
@@ -616,6 +620,27 @@ std::string get(const char*& p) {
   return s;
 }
 
+// Every rank's bytes, concatenated in rank order, on rank 0 (empty elsewhere).
+std::string MpiBackend::gather_to_root(const std::string& blob, const char* what) {
+  const size_t n = static_cast<size_t>(size_);
+  const int len = message_size(blob.size(), what);
+  std::vector<int> lens(n), displs(n);
+  check(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world_comm_), "MPI_Gather");
+  std::string gathered;
+  if (rank_ == 0) {
+    size_t total = 0;
+    for (size_t r = 0; r < n; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += static_cast<size_t>(lens[r]);
+    }
+    gathered.resize(static_cast<size_t>(message_size(total, what)));
+  }
+  check(MPI_Gatherv(blob.data(), len, MPI_BYTE, gathered.data(), lens.data(), displs.data(), MPI_BYTE, 0,
+                    world_comm_),
+        "MPI_Gatherv");
+  return gathered;
+}
+
 RunReport MpiBackend::report(sim::Time end) {
   RunReport rep;
   const size_t n = static_cast<size_t>(size_);
@@ -629,7 +654,46 @@ RunReport MpiBackend::report(sim::Time end) {
     rep.comm.push_back(sim::Time::ps(all[3 * r + 2]));
     rep.makespan = std::max(rep.makespan, rep.clocks.back());
   }
-  rep.collectives = std::move(records_);
+  // Rank 0 collects every group's collective records (each kept by the group's first member),
+  // ordered by start time as the sim backend's are by completion.
+  {
+    std::string blob;
+    for (const CollectiveRecord& r : records_) {
+      put_pod(blob, static_cast<uint8_t>(r.kind));
+      put_pod(blob, static_cast<uint8_t>(r.algorithm));
+      put(blob, r.group);
+      put_pod(blob, static_cast<int32_t>(r.group_size));
+      put_pod(blob, r.call);
+      put_pod(blob, r.bytes);
+      put_pod(blob, r.count);
+      put(blob, r.dtype);
+      put_pod(blob, r.start.picoseconds());
+      put_pod(blob, r.end.picoseconds());
+    }
+    const std::string gathered = gather_to_root(blob, "collective records");
+    if (rank_ == 0) {
+      const char* p = gathered.data();
+      const char* stop = p + gathered.size();
+      while (p < stop) {
+        CollectiveRecord r;
+        r.kind = static_cast<CollectiveKind>(get_pod<uint8_t>(p));
+        r.algorithm = static_cast<Algorithm>(get_pod<uint8_t>(p));
+        r.group = get(p);
+        r.group_size = get_pod<int32_t>(p);
+        r.call = get_pod<uint64_t>(p);
+        r.bytes = get_pod<int64_t>(p);
+        r.count = get_pod<int64_t>(p);
+        r.dtype = get(p);
+        r.start = sim::Time::ps(get_pod<int64_t>(p));
+        r.end = sim::Time::ps(get_pod<int64_t>(p));
+        rep.collectives.push_back(std::move(r));
+      }
+      std::stable_sort(rep.collectives.begin(), rep.collectives.end(),
+                       [](const CollectiveRecord& a, const CollectiveRecord& b) { return a.start < b.start; });
+    } else {
+      rep.collectives = records_;
+    }
+  }
   // Rank 0 collects every rank's spans, in rank order.
   std::string blob;
   for (const sim::Span& s : trace_.spans()) {
@@ -644,21 +708,7 @@ RunReport MpiBackend::report(sim::Time end) {
       put(blob, v);
     }
   }
-  const int len = message_size(blob.size(), "trace");
-  std::vector<int> lens(n), displs(n);
-  check(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world_comm_), "MPI_Gather");
-  std::string gathered;
-  if (rank_ == 0) {
-    size_t total = 0;
-    for (size_t r = 0; r < n; ++r) {
-      displs[r] = static_cast<int>(total);
-      total += static_cast<size_t>(lens[r]);
-    }
-    gathered.resize(static_cast<size_t>(message_size(total, "trace")));
-  }
-  check(MPI_Gatherv(blob.data(), len, MPI_BYTE, gathered.data(), lens.data(), displs.data(), MPI_BYTE, 0,
-                    world_comm_),
-        "MPI_Gatherv");
+  const std::string gathered = gather_to_root(blob, "trace");
   if (rank_ == 0) {
     const char* p = gathered.data();
     const char* stop = p + gathered.size();
