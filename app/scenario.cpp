@@ -59,6 +59,8 @@ const KeySchema& root_schema() {
                                  {"clip_grad_norm", nullptr}, {"zero", nullptr}, {"checkpoint", nullptr},
                                  {"shards", nullptr}}};
   static const KeySchema encoder{{{"tp", nullptr}, {"dp", nullptr}, {"features", nullptr}, {"ffn", nullptr}}};
+  // batch is a file name or a synthetic batch's shape: --set batch.rows=16 reaches into the latter
+  static const KeySchema batch{{{"lengths", nullptr}, {"rows", nullptr}, {"seq_len", nullptr}}};
   static const KeySchema baseline{{{"tp", nullptr}, {"cp", nullptr}}};
   static const KeySchema validate{{{"baseline", &baseline}, {"logits_atol", nullptr}, {"logits_share", nullptr},
                                     {"loss_rel", nullptr}, {"grad_norm_diff", nullptr}, {"acceptable_share", nullptr}}};
@@ -77,7 +79,7 @@ const KeySchema& root_schema() {
                                {"workload", &workload},
                                {"model", &model},
                                {"encoder", &encoder},
-                               {"batch", nullptr},
+                               {"batch", &batch},
                                {"dump", nullptr},
                                {"validate", &validate},
                                {"train", &train},

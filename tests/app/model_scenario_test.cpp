@@ -369,7 +369,7 @@ TEST(ModelScenario, MultimodalBatchAndWeightsFiles) {
 TEST(ModelScenario, MultimodalShapeOnlyTimesALargeBf16Layout) {
   const RunResult r = run(kRoot + "/scenarios/multimodal-fan-in-dgx-h100.yaml",
                           {"data=shape_only", "model.dtype=bf16", "model.hidden=1024", "model.heads=8", "model.head_dim=128",
-                           "model.ffn=4096", "encoder.features=256", "encoder.ffn=1024", "batch={rows: 8, seq_len: 512}",
+                           "model.ffn=4096", "encoder.features=256", "encoder.ffn=1024", "batch.seq_len=512",
                            "train.steps=1"});
   ASSERT_EQ(r.code, 0) << r.out << r.error;
   EXPECT_THAT(r.out, HasSubstr("shape-only: timing only"));
