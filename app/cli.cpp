@@ -12,6 +12,9 @@
 #include "models/train.h"
 #include "app/topo.h"
 #include "runtime/backends/mpi/mpi.h"
+#if RANKSIM_HAVE_NCCL_BACKEND
+#include "runtime/backends/nccl/nccl_collectives.h"
+#endif
 #include "sim/engine.h"
 #include "sim/error.h"
 #include "sim/topology.h"
@@ -47,6 +50,9 @@ std::ostream& null_out() {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+#if RANKSIM_HAVE_NCCL_BACKEND
+  runtime::gpu::install_nccl_backend();  // --backend nccl; without it, that backend says it is missing
+#endif
   CLI::App cli{"ranksim: simulate multi-rank parallel programs on a modelled fabric"};
   cli.require_subcommand(1);
   cli.set_version_flag("--version", std::string("ranksim ") + RANKSIM_VERSION);
@@ -88,8 +94,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run_cmd->add_option("--json", run_flags.json, "Write the summary as JSON");
   run_cmd->add_option("--report", run_flags.report, "Write a self-contained HTML report (summary, SVG timeline, busbw plot)");
   run_cmd->add_option("--backend", run_flags.backend,
-                      "sim (default), or mpi: one process per rank, started by mpirun -np <ranks>")
-      ->check(CLI::IsMember({"sim", "mpi"}));
+                      "sim (default); mpi: one process per rank, started by mpirun -np <ranks>; nccl: as mpi, "
+                      "with the collectives on each process's GPU through NCCL")
+      ->check(CLI::IsMember({"sim", "mpi", "nccl"}));
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
@@ -124,7 +131,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (*coll_cmd) return bench_collectives(bench_opts, out);
     if (*run_cmd) {
       Scenario sc = load_scenario(scenario_file, scenario_sets);
-      if (run_flags.backend == "mpi") {
+      if (run_flags.backend != "sim") {
         runtime::mpi::init();
         // Every process runs the scenario as its rank; rank 0 prints and writes the outputs
         // (its report holds every rank's times and trace).

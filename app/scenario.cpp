@@ -1364,7 +1364,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   bool all_passed = true;
   for (const auto& r : sweep)
     if (r.wrong > 0) all_passed = false;
-  out << (backend == runtime::BackendKind::mpi ? "\nwall time: " : "\nvirtual time: ") << makespan << "\n";
+  out << (backend != runtime::BackendKind::sim ? "\nwall time: " : "\nvirtual time: ") << makespan << "\n";
   if (!results.empty()) out << "checks:\n";
   for (const CheckResult& c : results) {
     out << "  [" << (c.passed ? "pass" : "FAIL") << "] " << c.text << " (measured " << c.measured << ")\n";

@@ -34,17 +34,20 @@ namespace {
 BackendKind process_backend = BackendKind::sim;
 }  // namespace
 
-const char* to_string(BackendKind backend) { return backend == BackendKind::mpi ? "mpi" : "sim"; }
+const char* to_string(BackendKind backend) {
+  return backend == BackendKind::mpi ? "mpi" : backend == BackendKind::nccl ? "nccl" : "sim";
+}
 
 BackendKind parse_backend(std::string_view name) {
   if (name == "sim") return BackendKind::sim;
   if (name == "mpi") return BackendKind::mpi;
-  throw Error("unknown backend '" + std::string(name) + "'; use sim or mpi");
+  if (name == "nccl") return BackendKind::nccl;
+  throw Error("unknown backend '" + std::string(name) + "'; use sim, mpi or nccl");
 }
 
 void set_backend(const std::string& name) {
   const BackendKind kind = parse_backend(name);
-  if (kind == BackendKind::mpi) mpi::init();
+  if (kind != BackendKind::sim) mpi::init();
   process_backend = kind;
 }
 
@@ -64,8 +67,8 @@ RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const Spawn
                 std::to_string(topo->num_devices()) +
                 "; use fewer ranks or a bigger topology (e.g. --set nodes=N)");
   }
-  if (opts.backend.value_or(process_backend) == BackendKind::mpi)
-    return detail::spawn_mpi(fn, nprocs, opts, *topo);
+  const BackendKind kind = opts.backend.value_or(process_backend);
+  if (kind != BackendKind::sim) return detail::spawn_mpi(fn, nprocs, opts, *topo, kind == BackendKind::nccl);
   sim::Engine engine(opts.engine);
   if (opts.progress) engine.set_progress(opts.progress);
   detail::World world(engine, *topo, opts.algorithm, nprocs);

@@ -14,6 +14,12 @@
 // same schedules over MPI point-to-point, so tensors come out bit-identical to a sim run
 // (docs/backends.md). There, an exception in fn prints "rank R: message" on stderr and aborts
 // every process of the job (MPI_Abort, exit code 1): no rank is left waiting.
+//
+// The nccl backend is the mpi backend with the collectives that move data executed by NCCL on
+// each process's GPU (runtime/backends/nccl): processes, groups, point-to-point and reports stay
+// MPI's; each group's NCCL communicator is made from an id broadcast over the group's MPI
+// communicator. Results match the sim backend to the rounding of NCCL's own reduction order.
+// It needs a build with RANKSIM_WITH_CUDA and RANKSIM_WITH_MPI, and a GPU per process.
 #pragma once
 
 #include <cstdint>
@@ -31,13 +37,14 @@
 
 namespace ranksim::runtime {
 
-enum class BackendKind : uint8_t { sim, mpi };
+enum class BackendKind : uint8_t { sim, mpi, nccl };
 const char* to_string(BackendKind backend);
-// Parses "sim" or "mpi"; throws ranksim::Error otherwise.
+// Parses "sim", "mpi" or "nccl"; throws ranksim::Error otherwise.
 BackendKind parse_backend(std::string_view name);
 
 // The backend of the runs spawn() starts in this process when SpawnOptions::backend is not set.
-// Choosing "mpi" initialises MPI (throws Error when ranksim was built without it). Default: sim.
+// Choosing "mpi" or "nccl" initialises MPI (throws Error when ranksim was built without it).
+// Default: sim.
 void set_backend(const std::string& name);
 BackendKind default_backend();
 

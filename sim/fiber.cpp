@@ -13,6 +13,7 @@
 #include "sim/error.h"
 
 #ifdef RANKSIM_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define RANKSIM_START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
 #define RANKSIM_FINISH_SWITCH(save, bottom, size) \
@@ -20,6 +21,18 @@
 #else
 #define RANKSIM_START_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #define RANKSIM_FINISH_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#endif
+
+// Fiber stacks are reused (within a pool) and their mappings come back at old addresses (after
+// a pool's munmap), while AddressSanitizer's shadow of that memory may still hold the poison of
+// frames from the previous fiber -- a fiber that ended by an exception leaves its scopes
+// poisoned. A new fiber would then trip "stack-use-after-scope" on its own fresh frames, at
+// random depending on where the kernel put the mapping. Stacks are unpoisoned when mapped and
+// when handed out.
+#ifdef RANKSIM_ASAN
+#define RANKSIM_UNPOISON(addr, bytes) ASAN_UNPOISON_MEMORY_REGION(addr, bytes)
+#else
+#define RANKSIM_UNPOISON(addr, bytes) ((void)(addr), (void)(bytes))
 #endif
 
 namespace ranksim::sim {
@@ -49,6 +62,7 @@ void StackPool::grow() {
                 std::strerror(errno) + ") with " + std::to_string(in_use_) +
                 " stacks in use; use a smaller stack size or fewer ranks");
   }
+  RANKSIM_UNPOISON(base, bytes);
   slabs_.emplace_back(base, bytes);
   mapped_bytes_ += bytes;
   char* p = static_cast<char*>(base);
@@ -80,6 +94,7 @@ boost::context::stack_context StackPool::allocate() {
   sctx.sp = free_tops_.back();
   sctx.size = stack_bytes_;
   free_tops_.pop_back();
+  RANKSIM_UNPOISON(static_cast<char*>(sctx.sp) - sctx.size, sctx.size);
   ++in_use_;
   return sctx;
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "runtime/reduce.h"
 #include "sim/engine.h"
@@ -152,6 +153,17 @@ const Schedule& ScheduleCache::get(int group_id, const ScheduleRequest& req, Sch
 // ---- Backend
 
 Backend::~Backend() = default;
+DeviceCollectives::~DeviceCollectives() = default;
+
+namespace {
+DeviceCollectivesFactory& factory_slot() {
+  static DeviceCollectivesFactory f;
+  return f;
+}
+}  // namespace
+
+void set_device_collectives_factory(DeviceCollectivesFactory factory) { factory_slot() = std::move(factory); }
+const DeviceCollectivesFactory& device_collectives_factory() { return factory_slot(); }
 
 Backend* Backend::current_or_null() {
   sim::Engine* e = sim::Engine::current();

@@ -153,6 +153,29 @@ class Backend {
   virtual bool poll(WorkState& work) = 0;
 };
 
+// Collectives on devices inside the mpi backend's processes: the nccl backend
+// (runtime/backends/nccl). The mpi backend keeps the processes, groups, point-to-point, clocks,
+// records and traces, and hands every collective that carries data to this object; shape-only
+// collectives and barriers stay on MPI.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives();
+  virtual const char* name() const = 0;
+  // A group this process is a member of (index: its place in ranks), with the group's MPI
+  // communicator (a pointer to an MPI_Comm) to bootstrap its device communicator over.
+  // Collective over the group's members, in group-creation order.
+  virtual void add_group(int id, const std::vector<int>& ranks, int index, const void* mpi_comm) = 0;
+  // Runs the collective sig with this rank's part (layouts: runtime/distributed.cpp; roots are
+  // group indices) on group id: reads the inputs, writes the outputs.
+  virtual void run(int id, const Signature& sig, Part& part, int index) = 0;
+};
+// Makes the DeviceCollectives of a process, after MPI is initialised: installed by the GPU
+// library (runtime/backends/nccl) and called by spawn() for the nccl backend. Without one, the
+// nccl backend is an Error saying ranksim was built without CUDA and NCCL.
+using DeviceCollectivesFactory = std::function<std::unique_ptr<DeviceCollectives>()>;
+void set_device_collectives_factory(DeviceCollectivesFactory factory);
+const DeviceCollectivesFactory& device_collectives_factory();
+
 // One group rank's working buffer for a collective (layout: runtime/schedule.h): set up from
 // the rank's tensors, run through the schedule, then written back to the outputs by finish()
 // (including AVG's division). Uses the tensor's own storage where the layout allows (all_reduce,

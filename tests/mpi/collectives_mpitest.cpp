@@ -13,6 +13,7 @@
 #include "runtime/backends/mpi/mpi.h"
 #include "runtime/distributed.h"
 #include "runtime/spawn.h"
+#include "sim/error.h"
 #include "sim/topology.h"
 
 namespace ranksim::runtime {
@@ -258,6 +259,19 @@ TEST(MpiBackend, AllReduceOfRankPlusOneIsTheTriangularNumber) {
   } else {
     EXPECT_TRUE(rep.collectives.empty());  // records of groups this rank is first in: none
   }
+}
+
+// The nccl backend without its GPU library installed: a clear error on every rank, no hang.
+TEST(MpiBackend, NcclWithoutTheGpuLibraryIsAClearError) {
+  SpawnOptions so;
+  so.backend = BackendKind::nccl;
+  std::string message;
+  try {
+    spawn([](int) {}, mpi::world_size(), so);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("the nccl backend is not available"), std::string::npos) << message;
 }
 
 }  // namespace

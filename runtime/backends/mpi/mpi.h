@@ -48,9 +48,11 @@ int world_size();
 }  // namespace mpi
 
 namespace detail {
-// spawn() under the mpi backend. REQUIRES: topology has at least nprocs devices.
+// spawn() under the mpi backend, or the nccl backend when `device` is set (the collectives with
+// data run on DeviceCollectives, runtime/backends/backend.h). REQUIRES: topology has at least
+// nprocs devices.
 RunReport spawn_mpi(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts,
-                    const sim::Topology& topology);
+                    const sim::Topology& topology, bool device = false);
 }  // namespace detail
 
 }  // namespace ranksim::runtime

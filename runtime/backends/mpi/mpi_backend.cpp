@@ -15,8 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "runtime/backends/backend.h"
 #include "runtime/cost.h"
@@ -119,9 +121,14 @@ struct MpiWork : WorkState {
 
 class MpiBackend final : public Backend, public CostSink {
  public:
+  // device: the nccl backend's collectives (nullptr: the mpi backend).
   MpiBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
-             bool trace)
-      : engine_(engine), topology_(topology), default_algorithm_(default_algorithm), trace_on_(trace) {
+             bool trace, std::unique_ptr<DeviceCollectives> device)
+      : engine_(engine),
+        topology_(topology),
+        default_algorithm_(default_algorithm),
+        trace_on_(trace),
+        device_(std::move(device)) {
     check(MPI_Comm_dup(MPI_COMM_WORLD, &world_comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(world_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(world_comm_, &rank_);
@@ -147,6 +154,7 @@ class MpiBackend final : public Backend, public CostSink {
   }
 
   ~MpiBackend() override {
+    device_.reset();  // device communicators before the MPI communicators they were made over
     for (auto& g : groups_) {
       if (g->coll != MPI_COMM_NULL) MPI_Comm_free(&g->coll);
       if (g->p2p != MPI_COMM_NULL) MPI_Comm_free(&g->p2p);
@@ -154,7 +162,7 @@ class MpiBackend final : public Backend, public CostSink {
     MPI_Comm_free(&world_comm_);
   }
 
-  const char* name() const override { return "mpi"; }
+  const char* name() const override { return device_ ? device_->name() : "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   sim::Time now() const override {
@@ -223,11 +231,14 @@ class MpiBackend final : public Backend, public CostSink {
   [[noreturn]] void mismatch(const MpiGroup& g, uint64_t call, const Signature& mine, int peer,
                              const std::string& what);
   void complete(MpiWork& w, bool wait);
+  std::shared_ptr<WorkState> finish(MpiGroup& g, const Signature& sig, Algorithm algo, uint64_t call,
+                                    const ScheduleRequest& req, sim::Time begin);
 
   sim::Engine& engine_;
   const sim::Topology& topology_;
   Algorithm default_algorithm_;
   bool trace_on_;
+  std::unique_ptr<DeviceCollectives> device_;
   MPI_Comm world_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, tag_ub_ = 32767;
   bool initialized_ = false;
@@ -276,6 +287,7 @@ std::shared_ptr<MpiGroup> MpiBackend::make_group(const std::vector<int>& ranks, 
     check(MPI_Comm_dup(g->coll, &g->p2p), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(g->coll, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(g->p2p, MPI_ERRORS_RETURN);
+    if (device_) device_->add_group(g->id, ranks, g->index_of[static_cast<size_t>(rank_)], &g->coll);
   }
   groups_.push_back(g);
   return g;
@@ -432,6 +444,12 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
 
   const Algorithm algo = resolve_algorithm(g, sig, default_algorithm_);
   ScheduleRequest req = schedule_request(g, sig, algo);
+  if (device_ && part.has_data && sig.kind != CollectiveKind::barrier) {
+    // The nccl backend: the device library runs it (its own algorithm; `algo` is only recorded).
+    device_->run(g.id, sig, part, me);
+    if (sig.kind == CollectiveKind::all_to_all) req.splits = {part.in_splits};  // this rank's size
+    return finish(g, sig, algo, call, req, begin);
+  }
   Schedule local;
   if (sig.kind == CollectiveKind::all_to_all) {
     // Every rank needs every rank's split sizes to build the same schedule.
@@ -470,6 +488,13 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
     // Shape-only: the same messages without data, so mismatches and ordering still show.
     run_schedule(g, sig, algo, call, *sched, nullptr);
   }
+  return finish(g, sig, algo, call, req, begin);
+}
+
+// The collective's time, record, span and completed Work.
+std::shared_ptr<WorkState> MpiBackend::finish(MpiGroup& g, const Signature& sig, Algorithm algo, uint64_t call,
+                                              const ScheduleRequest& req, sim::Time begin) {
+  const int me = g.index_of[static_cast<size_t>(rank_)];
   const sim::Time end = sync_clock();
   comm_[static_cast<size_t>(rank_)] += end - begin;
   mark_ = end;
@@ -736,7 +761,7 @@ RunReport MpiBackend::report(sim::Time end) {
 }  // namespace
 
 RunReport spawn_mpi(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts,
-                    const sim::Topology& topology) {
+                    const sim::Topology& topology, bool device) {
   mpi::init();
   const int size = mpi::world_size();
   if (size != nprocs)
@@ -744,8 +769,17 @@ RunReport spawn_mpi(const std::function<void(int rank)>& fn, int nprocs, const S
                 " ranks but this MPI job has " + std::to_string(size) + " process" +
                 (size == 1 ? "" : "es") + "; start it with mpirun -np " + std::to_string(nprocs) +
                 " (one process per rank)");
+  std::unique_ptr<DeviceCollectives> collectives;
+  if (device) {
+    if (!device_collectives_factory()) {
+      throw Error("the nccl backend is not available: ranksim was built without CUDA and NCCL (CMake option "
+                  "RANKSIM_WITH_CUDA; docs/gpu.md), or this program did not install it with "
+                  "runtime::gpu::install_nccl_backend() (the ranksim command does)");
+    }
+    collectives = device_collectives_factory()();
+  }
   sim::Engine engine(opts.engine);
-  MpiBackend backend(engine, topology, opts.algorithm, opts.engine.trace);
+  MpiBackend backend(engine, topology, opts.algorithm, opts.engine.trace, std::move(collectives));
   const int rank = backend.rank();
   sim::Time end;
   try {
@@ -787,7 +821,7 @@ int world_size() { unavailable(); }
 }  // namespace mpi
 
 namespace detail {
-RunReport spawn_mpi(const std::function<void(int)>&, int, const SpawnOptions&, const sim::Topology&) {
+RunReport spawn_mpi(const std::function<void(int)>&, int, const SpawnOptions&, const sim::Topology&, bool) {
   unavailable();
 }
 }  // namespace detail

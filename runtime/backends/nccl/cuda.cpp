@@ -103,16 +103,20 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-void DeviceBuffer::copy_from(const Tensor& t, const Stream& stream) {
+void DeviceBuffer::copy_from(const Tensor& t, const Stream& stream, std::int64_t offset) {
   if (!t.has_data()) throw Error("GPU backend: cannot upload the shape-only tensor " + t.str());
-  if (t.dtype() != dtype_ || t.numel() != numel_) {
-    throw Error("GPU backend: uploading " + t.str() + " into a device buffer of " + std::to_string(numel_) + " " +
-                dtype_name(dtype_));
+  const bool fits = offset >= 0 && offset + t.numel() <= numel_;
+  if (t.dtype() != dtype_ || !fits) {
+    throw Error("GPU backend: uploading " + t.str() + " at element " + std::to_string(offset) +
+                " of a device buffer of " + std::to_string(numel_) + " " + dtype_name(dtype_));
   }
   const Tensor c = t.contiguous();
-  if (numel_ == 0) return;
+  if (c.numel() == 0) return;
   auto s = static_cast<cudaStream_t>(stream.handle());
-  check_cuda(cudaMemcpyAsync(data_, c.raw_data(), nbytes(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (upload)");
+  const std::size_t esize = dtype_size(dtype_);
+  check_cuda(cudaMemcpyAsync(static_cast<char*>(data_) + static_cast<std::size_t>(offset) * esize, c.raw_data(),
+                             static_cast<std::size_t>(c.numel()) * esize, cudaMemcpyHostToDevice, s),
+             "cudaMemcpyAsync (upload)");
   // c's storage must outlive the copy: wait for it here.
   stream.synchronize();
 }
@@ -127,6 +131,25 @@ Tensor DeviceBuffer::download(const Shape& shape, const Stream& stream) const {
   check_cuda(cudaMemcpyAsync(out.raw_data(), data_, nbytes(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (download)");
   stream.synchronize();
   return out;
+}
+
+}  // namespace ranksim::runtime::gpu
+
+namespace ranksim::runtime::gpu {
+
+void DeviceBuffer::download_into(const Tensor& t, const Stream& stream, std::int64_t offset) const {
+  if (!t.has_data() || !t.is_contiguous() || t.dtype() != dtype_ || offset < 0 || offset + t.numel() > numel_) {
+    throw Error("GPU backend: cannot download elements [" + std::to_string(offset) + ", " +
+                std::to_string(offset + t.numel()) + ") of a device buffer of " + std::to_string(numel_) + " " +
+                dtype_name(dtype_) + " into " + t.str());
+  }
+  if (t.numel() == 0) return;
+  auto s = static_cast<cudaStream_t>(stream.handle());
+  const std::size_t esize = dtype_size(dtype_);
+  check_cuda(cudaMemcpyAsync(t.raw_data(), static_cast<const char*>(data_) + static_cast<std::size_t>(offset) * esize,
+                             static_cast<std::size_t>(t.numel()) * esize, cudaMemcpyDeviceToHost, s),
+             "cudaMemcpyAsync (download)");
+  stream.synchronize();
 }
 
 }  // namespace ranksim::runtime::gpu

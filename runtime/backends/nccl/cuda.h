@@ -70,8 +70,11 @@ class DeviceBuffer {
   // Copies the contents into a new host tensor of the given shape (numel must match), after the
   // stream's work so far.
   Tensor download(const Shape& shape, const Stream& stream) const;
-  // Overwrites the contents from t (same dtype and numel).
-  void copy_from(const Tensor& t, const Stream& stream);
+  // Overwrites elements [offset, offset + t.numel()) from t (same dtype).
+  void copy_from(const Tensor& t, const Stream& stream, std::int64_t offset = 0);
+  // Copies `numel` elements starting at element `offset` into t's storage (contiguous, same
+  // dtype, t.numel() == numel), after the stream's work so far.
+  void download_into(const Tensor& t, const Stream& stream, std::int64_t offset = 0) const;
 
  private:
   void* data_ = nullptr;

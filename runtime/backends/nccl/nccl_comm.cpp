@@ -176,6 +176,75 @@ void NcclComm::all_to_all(DeviceBuffer& out, const DeviceBuffer& in) {
   check_nccl(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+void NcclComm::all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std::vector<std::int64_t>& send_counts,
+                            const std::vector<std::int64_t>& send_offsets,
+                            const std::vector<std::int64_t>& recv_counts,
+                            const std::vector<std::int64_t>& recv_offsets) {
+  same_dtype(out, in, "NCCL all_to_all");
+  const auto n = static_cast<std::size_t>(nranks_);
+  if (send_counts.size() != n || send_offsets.size() != n || recv_counts.size() != n || recv_offsets.size() != n) {
+    throw Error("NCCL all_to_all: split tables must have " + std::to_string(nranks_) + " entries");
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    if (send_offsets[j] < 0 || send_counts[j] < 0 || send_offsets[j] + send_counts[j] > in.numel() ||
+        recv_offsets[j] < 0 || recv_counts[j] < 0 || recv_offsets[j] + recv_counts[j] > out.numel()) {
+      throw Error("NCCL all_to_all: split " + std::to_string(j) + " lies outside the buffers");
+    }
+  }
+  const std::size_t esize = dtype_size(in.dtype());
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  for (int peer = 0; peer < nranks_; ++peer) {
+    const auto j = static_cast<std::size_t>(peer);
+    if (send_counts[j] > 0) {
+      const auto* src = static_cast<const char*>(in.data()) + static_cast<std::size_t>(send_offsets[j]) * esize;
+      check_nccl(ncclSend(src, count(send_counts[j]), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+                 "ncclSend");
+    }
+    if (recv_counts[j] > 0) {
+      auto* dst = static_cast<char*>(out.data()) + static_cast<std::size_t>(recv_offsets[j]) * esize;
+      check_nccl(ncclRecv(dst, count(recv_counts[j]), nccl_type(out.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+                 "ncclRecv");
+    }
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+void NcclComm::gather(DeviceBuffer& out, const DeviceBuffer& in, int root) {
+  const std::int64_t c = in.numel();
+  if (rank_ == root && (out.numel() != c * nranks_ || out.dtype() != in.dtype())) {
+    throw Error("NCCL gather: the root's output must hold " + std::to_string(nranks_) + " x " + std::to_string(c) +
+                " elements of the input's dtype");
+  }
+  const std::size_t bytes = static_cast<std::size_t>(c) * dtype_size(in.dtype());
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  if (rank_ == root) {
+    for (int peer = 0; peer < nranks_; ++peer) {
+      auto* dst = static_cast<char*>(out.data()) + static_cast<std::size_t>(peer) * bytes;
+      check_nccl(ncclRecv(dst, count(c), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)), "ncclRecv");
+    }
+  }
+  check_nccl(ncclSend(in.data(), count(c), nccl_type(in.dtype()), root, comm_of(comm_), stream_of(*stream_)), "ncclSend");
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+void NcclComm::scatter(DeviceBuffer& out, const DeviceBuffer& in, int root) {
+  const std::int64_t c = out.numel();
+  if (rank_ == root && (in.numel() != c * nranks_ || out.dtype() != in.dtype())) {
+    throw Error("NCCL scatter: the root's input must hold " + std::to_string(nranks_) + " x " + std::to_string(c) +
+                " elements of the output's dtype");
+  }
+  const std::size_t bytes = static_cast<std::size_t>(c) * dtype_size(out.dtype());
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  if (rank_ == root) {
+    for (int peer = 0; peer < nranks_; ++peer) {
+      const auto* src = static_cast<const char*>(in.data()) + static_cast<std::size_t>(peer) * bytes;
+      check_nccl(ncclSend(src, count(c), nccl_type(out.dtype()), peer, comm_of(comm_), stream_of(*stream_)), "ncclSend");
+    }
+  }
+  check_nccl(ncclRecv(out.data(), count(c), nccl_type(out.dtype()), root, comm_of(comm_), stream_of(*stream_)), "ncclRecv");
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+}
+
 void NcclComm::send(const DeviceBuffer& buf, int peer) {
   check_nccl(ncclSend(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
              "ncclSend");

@@ -57,6 +57,15 @@ class NcclComm {
   void broadcast(DeviceBuffer& buf, int root);
   void reduce(DeviceBuffer& buf, int root, ReduceOp op);            // in place; result on root
   void all_to_all(DeviceBuffer& out, const DeviceBuffer& in);       // equal chunks of numel/size
+  // Uneven all-to-all: send_counts[j] elements from send_offsets[j] of `in` go to rank j, and
+  // recv_counts[j] elements from rank j land at recv_offsets[j] of `out` (grouped send/recv).
+  void all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std::vector<std::int64_t>& send_counts,
+                    const std::vector<std::int64_t>& send_offsets, const std::vector<std::int64_t>& recv_counts,
+                    const std::vector<std::int64_t>& recv_offsets);
+  // gather: root's `out` (size * in.numel) gets rank i's `in` at [i*c, (i+1)*c); out is unused
+  // elsewhere. scatter: rank i's `out` gets root's `in` at [i*c, (i+1)*c).
+  void gather(DeviceBuffer& out, const DeviceBuffer& in, int root);
+  void scatter(DeviceBuffer& out, const DeviceBuffer& in, int root);
   void send(const DeviceBuffer& buf, int peer);
   void recv(DeviceBuffer& buf, int peer);
   // Waits for this communicator's stream; reports an asynchronous NCCL error as an Error.

@@ -1,0 +1,172 @@
+#include "runtime/backends/nccl/nccl_collectives.h"
+
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/backends/backend.h"
+#include "runtime/backends/nccl/cuda.h"
+#include "runtime/backends/nccl/nccl_comm.h"
+#include "sim/error.h"
+
+namespace ranksim::runtime::gpu {
+namespace {
+
+using detail::Part;
+using detail::Signature;
+
+void check_mpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw Error(std::string(what) + ": " + std::string(msg, static_cast<std::size_t>(len)));
+  }
+}
+
+// This process's rank among the processes of its node.
+int local_rank() {
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+class NcclCollectives final : public detail::DeviceCollectives {
+ public:
+  NcclCollectives() {
+    const DeviceInfo info = device_info();
+    if (info.count == 0) {
+      throw Error("the nccl backend needs a CUDA device in every process, and this one has none (" + info.reason +
+                  "); run with --backend mpi, or on GPU nodes");
+    }
+    device_ = local_rank() % info.count;
+    set_device(device_);
+  }
+  ~NcclCollectives() override { comms_.clear(); }
+
+  const char* name() const override { return "nccl"; }
+
+  void add_group(int id, const std::vector<int>& ranks, int index, const void* mpi_comm) override {
+    MPI_Comm comm = *static_cast<const MPI_Comm*>(mpi_comm);
+    UniqueId uid{};
+    if (index == 0) uid = unique_id();
+    check_mpi(MPI_Bcast(uid.data(), static_cast<int>(uid.size()), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
+    set_device(device_);
+    comms_.emplace(id, std::make_unique<NcclComm>(uid, static_cast<int>(ranks.size()), index));
+  }
+
+  void run(int id, const Signature& sig, Part& part, int index) override {
+    const auto it = comms_.find(id);
+    if (it == comms_.end()) throw Error("nccl backend: group " + std::to_string(id) + " has no NCCL communicator");
+    NcclComm& c = *it->second;
+    const Stream& s = c.stream();
+    const int n = c.size();
+    using K = CollectiveKind;
+    switch (sig.kind) {
+      case K::all_reduce: {
+        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        c.all_reduce(b, checked_op(sig));
+        done(c);
+        b.download_into(part.a, s);
+        break;
+      }
+      case K::broadcast: {
+        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        c.broadcast(b, sig.root);
+        done(c);
+        b.download_into(part.a, s);
+        break;
+      }
+      case K::reduce: {
+        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        c.reduce(b, sig.root, checked_op(sig));
+        done(c);
+        if (index == sig.root) b.download_into(part.a, s);
+        break;
+      }
+      case K::all_gather: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.all_gather(out, in);
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::reduce_scatter: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.reduce_scatter(out, in, checked_op(sig));
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::all_to_all: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        std::vector<std::int64_t> send_off(static_cast<std::size_t>(n)), recv_off(static_cast<std::size_t>(n));
+        for (std::size_t j = 1; j < static_cast<std::size_t>(n); ++j) {
+          send_off[j] = send_off[j - 1] + part.in_splits[j - 1];
+          recv_off[j] = recv_off[j - 1] + part.out_splits[j - 1];
+        }
+        c.all_to_all_v(out, in, part.in_splits, send_off, part.out_splits, recv_off);
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::gather: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.a, s);
+        DeviceBuffer out(index == sig.root ? part.a.numel() * n : 0, part.a.dtype());
+        c.gather(out, in, sig.root);
+        done(c);
+        if (index == sig.root) {
+          for (int i = 0; i < n; ++i) out.download_into(part.list[static_cast<std::size_t>(i)], s, i * part.a.numel());
+        }
+        break;
+      }
+      case K::scatter: {
+        DeviceBuffer in(index == sig.root ? part.a.numel() * n : 0, part.a.dtype());
+        if (index == sig.root) {
+          for (int i = 0; i < n; ++i) in.copy_from(part.list[static_cast<std::size_t>(i)], s, i * part.a.numel());
+        }
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.scatter(out, in, sig.root);
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::barrier:
+        break;  // the mpi backend keeps barriers
+    }
+  }
+
+ private:
+  static ReduceOp checked_op(const Signature& sig) {
+    if (sig.op == ReduceOp::AVG && !is_floating(sig.dtype)) {
+      throw Error(std::string("nccl backend: AVG of ") + dtype_name(sig.dtype) +
+                  " is not supported by NCCL; use SUM and divide");
+    }
+    return sig.op;
+  }
+  static void done(const NcclComm& c) { c.synchronize(); }
+
+  int device_ = 0;
+  std::map<int, std::unique_ptr<NcclComm>> comms_;
+};
+
+}  // namespace
+
+void install_nccl_backend() {
+  detail::set_device_collectives_factory([] { return std::make_unique<NcclCollectives>(); });
+}
+
+}  // namespace ranksim::runtime::gpu

@@ -1,0 +1,134 @@
+// The nccl backend end to end, under mpirun (label `gpu`): the same programs as the sim backend,
+// their collectives through NCCL on each process's GPU. Results equal sim's exactly where no
+// reduction order enters (gathers, scatters, broadcasts, all-to-all, integer-valued sums) and to
+// fp32 rounding elsewhere. Without a GPU in every process the device tests skip, saying why,
+// and the backend's own error is checked instead.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mpi/compare.h"
+#include "runtime/backends/mpi/mpi.h"
+#include "runtime/backends/nccl/cuda.h"
+#include "runtime/backends/nccl/nccl_collectives.h"
+#include "runtime/distributed.h"
+#include "runtime/spawn.h"
+#include "sim/error.h"
+#include "tp/mlp.h"
+
+namespace ranksim::runtime {
+namespace {
+
+using mpitest::Bytes;
+using mpitest::Program;
+using mpitest::run_on;
+using ::testing::HasSubstr;
+
+// Every process must have a GPU (the backend needs one per process); all ranks agree.
+bool every_process_has_a_gpu() {
+  return gpu::device_info().count > 0;  // one node's processes see the same devices
+}
+
+#define REQUIRE_GPU_PER_PROCESS()                                                                  \
+  do {                                                                                             \
+    if (!every_process_has_a_gpu()) {                                                              \
+      GTEST_SKIP() << "the nccl backend needs a CUDA device per process; this machine has none ("  \
+                   << gpu::device_info().reason << ")";                                            \
+    }                                                                                              \
+  } while (0)
+
+TEST(NcclBackend, WithoutAGpuTheBackendSaysSoOnEveryRank) {
+  if (every_process_has_a_gpu()) GTEST_SKIP() << "this machine has GPUs: the device tests run instead";
+  gpu::install_nccl_backend();
+  SpawnOptions so;
+  so.backend = BackendKind::nccl;
+  EXPECT_THAT([&] { spawn([](int) {}, mpi::world_size(), so); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("needs a CUDA device in every process")));
+}
+
+// Exact: data movement and sums of small integers.
+TEST(NcclBackend, DataMovementEqualsSimBitForBit) {
+  REQUIRE_GPU_PER_PROCESS();
+  gpu::install_nccl_backend();
+  const Program program = [](int rank, std::vector<Bytes>& out) {
+    const int n = get_world_size();
+    Tensor t = Tensor::full({1000}, rank + 1);
+    all_reduce(t);
+    out.push_back(mpitest::bytes_of(t));
+    Tensor g = Tensor::zeros({n * 7}, DType::bf16);
+    all_gather_into_tensor(g, Tensor::full({7}, 3 * rank, DType::bf16));
+    out.push_back(mpitest::bytes_of(g));
+    Tensor rs = Tensor::zeros({5}, DType::i64);
+    reduce_scatter_tensor(rs, Tensor::arange(5 * n, DType::i64));
+    out.push_back(mpitest::bytes_of(rs));
+    Tensor b = Tensor::full({9}, rank, DType::f64);
+    BroadcastOptions bo;
+    bo.src = n - 1;
+    broadcast(b, bo);
+    out.push_back(mpitest::bytes_of(b));
+    // uneven all-to-all: rank r sends j + 1 rows to rank j, receives r + 1 rows from each
+    std::vector<int64_t> in_split, out_split(static_cast<size_t>(n), rank + 1);
+    int64_t rows = 0;
+    for (int j = 0; j < n; ++j) {
+      in_split.push_back(j + 1);
+      rows += j + 1;
+    }
+    Tensor in = Tensor::arange(rows * 3, DType::f32).reshape({rows, 3});
+    Tensor o = Tensor::zeros({(rank + 1) * n, 3});
+    AllToAllOptions ao;
+    ao.input_split_sizes = in_split;
+    ao.output_split_sizes = out_split;
+    all_to_all_single(o, in, ao);
+    out.push_back(mpitest::bytes_of(o));
+    std::vector<Tensor> list;
+    for (int i = 0; i < n; ++i) list.push_back(Tensor::zeros({4}));
+    GatherOptions go;
+    go.dst = 0;
+    gather(Tensor::full({4}, 10 + rank), rank == 0 ? list : std::vector<Tensor>{}, go);
+    if (rank == 0)
+      for (const Tensor& x : list) out.push_back(mpitest::bytes_of(x));
+    Tensor piece = Tensor::zeros({4});
+    std::vector<Tensor> parts;
+    for (int i = 0; i < n; ++i) parts.push_back(Tensor::full({4}, 100 + i));
+    ScatterOptions so;
+    so.src = 0;
+    scatter(piece, rank == 0 ? parts : std::vector<Tensor>{}, so);
+    out.push_back(mpitest::bytes_of(piece));
+  };
+  const int me = mpi::world_rank();
+  const auto want = run_on(BackendKind::sim, program);
+  const auto got = run_on(BackendKind::nccl, program);
+  ASSERT_EQ(got[static_cast<size_t>(me)].size(), want[static_cast<size_t>(me)].size());
+  for (size_t k = 0; k < want[static_cast<size_t>(me)].size(); ++k) {
+    EXPECT_TRUE(got[static_cast<size_t>(me)][k] == want[static_cast<size_t>(me)][k]) << "rank " << me << " output " << k;
+  }
+}
+
+// Rounding: the TP MLP's all-reduces in f32, against sim to fp32 rounding.
+TEST(NcclBackend, TensorParallelMlpMatchesSimToFp32Rounding) {
+  REQUIRE_GPU_PER_PROCESS();
+  gpu::install_nccl_backend();
+  std::vector<std::vector<float>> ys(2);
+  for (int pass = 0; pass < 2; ++pass) {
+    SpawnOptions so;
+    so.backend = pass == 0 ? BackendKind::sim : BackendKind::nccl;
+    so.engine.trace = false;
+    const int n = mpi::world_size();
+    spawn(
+        [&](int rank) {
+          tp::ParallelMLP mlp = tp::ParallelMLP::seeded(64, 256, 7, ProcessGroup{});
+          tp::MLPContext ctx;
+          const Tensor y = mlp.forward(Tensor::uniform({16, 64}, 3, -1, 1), ctx);
+          if (rank == mpi::world_rank()) ys[static_cast<size_t>(pass)] = y.to_vector<float>();
+        },
+        n, so);
+  }
+  ASSERT_EQ(ys[0].size(), ys[1].size());
+  for (size_t i = 0; i < ys[0].size(); ++i) EXPECT_NEAR(ys[1][i], ys[0][i], 1e-5 * (1 + std::abs(ys[0][i]))) << i;
+}
+
+}  // namespace
+}  // namespace ranksim::runtime
