@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/distributed.h"
 #include "sim/io.h"
 #include "sim/units.h"
 
@@ -53,10 +54,7 @@ void timeline(std::ostream& o, const ReportData& d) {
   std::vector<std::string> named;
   auto group_of = [](const sim::Span& s) {
     for (const auto& [k, v] : s.args)
-      if (k == "group") {
-        const std::string base = v.substr(0, v.find_first_of("[#"));
-        return base == "group" || base == "world" ? std::string() : base;
-      }
+      if (k == "group") return runtime::group_desc_of(v);
     return std::string();
   };
   for (const sim::Span& s : d.trace->spans()) {

@@ -923,13 +923,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// The description part of a group's name ("bridge.fan_in" of "bridge.fan_in[0,2]"); empty for
-// unnamed groups ("group[...]", "world").
-std::string group_description(const std::string& name) {
-  const std::string base = name.substr(0, name.find_first_of("[#"));
-  return base == "group" || base == "world" ? std::string() : base;
-}
-
 struct CollectiveLine {
   std::string op, dtype, algorithm;
   std::string desc;  // the group's description (new_group's group_desc), empty for unnamed groups
@@ -1236,7 +1229,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     for (const auto& rec : rep.collectives) {
       const std::string op = runtime::to_string(rec.kind);
       const std::string algo = runtime::to_string(rec.algorithm);
-      const std::string desc = group_description(rec.group);
+      const std::string desc = runtime::group_desc_of(rec.group);
       described = described || !desc.empty();
       auto it = std::find_if(lines.begin(), lines.end(), [&](const CollectiveLine& l) {
         return l.op == op && l.group_size == rec.group_size && l.dtype == rec.dtype &&

@@ -28,14 +28,25 @@ sim::Topology dgx() {
   return sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {});
 }
 
-void report(benchmark::State& state, const runtime::RunReport& rep) {
+// Times run(options, &report) -> TrainResult over the benchmark's iterations on dgx-h100 without
+// a trace, then reports the last run's virtual time and rank 0's split.
+template <class Run>
+void time_runs(benchmark::State& state, const Run& run) {
+  const sim::Topology topo = dgx();
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  runtime::RunReport rep;
+  for (auto _ : state) {
+    models::TrainResult r = run(so, &rep);
+    benchmark::DoNotOptimize(r.losses);
+  }
   state.counters["virtual_ms"] = rep.makespan.seconds() * 1e3;
   state.counters["compute_ms"] = rep.compute[0].seconds() * 1e3;
   state.counters["comm_ms"] = rep.comm[0].seconds() * 1e3;
 }
 
 void BM_TrainStep(benchmark::State& state) {
-  const sim::Topology topo = dgx();
   models::TrainSpec s;
   s.tp = static_cast<int>(state.range(0));
   s.cp = static_cast<int>(state.range(1));
@@ -45,22 +56,13 @@ void BM_TrainStep(benchmark::State& state) {
   s.weights = models::seeded_weights(s.config, 42);
   s.batch = models::synthetic_batch(cp::Format::thd, s.config.vocab, {9, 14, 6, 11}, 43);
   s.steps = static_cast<int>(state.range(3));
-  runtime::SpawnOptions so;
-  so.topology = &topo;
-  so.engine.trace = false;
-  runtime::RunReport rep;
-  for (auto _ : state) {
-    models::TrainResult r = models::run_training(s, so, &rep);
-    benchmark::DoNotOptimize(r.losses);
-  }
-  report(state, rep);
+  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
 }
 // Args: tp, cp, dp, steps. A run's wall time includes building the ranks' models and consolidating
 // the weights at the end; the difference between 1 and 5 steps, over 4, is one step's wall time.
 BENCHMARK(BM_TrainStep)->Args({1, 1, 1, 1})->Args({1, 1, 1, 5})->Args({2, 2, 2, 1})->Args({2, 2, 2, 5})->Unit(benchmark::kMillisecond);
 
 void BM_MultimodalStep(benchmark::State& state) {
-  const sim::Topology topo = dgx();
   models::MultimodalSpec s;
   s.src_tp = static_cast<int>(state.range(0));
   s.src_dp = static_cast<int>(state.range(1));
@@ -71,15 +73,7 @@ void BM_MultimodalStep(benchmark::State& state) {
   s.attention.format = cp::Format::bshd;
   s.weights = models::seeded_multimodal_weights(s.config, s.encoder, 42);
   s.batch = models::synthetic_multimodal_batch(s.config, s.encoder, 8, 64, 43);
-  runtime::SpawnOptions so;
-  so.topology = &topo;
-  so.engine.trace = false;
-  runtime::RunReport rep;
-  for (auto _ : state) {
-    models::TrainResult r = models::run_multimodal(s, so, &rep);
-    benchmark::DoNotOptimize(r.losses);
-  }
-  report(state, rep);
+  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_multimodal(s, so, rep); });
 }
 BENCHMARK(BM_MultimodalStep)
     ->Args({1, 1, 1, 1, 1, 1})
@@ -90,7 +84,6 @@ BENCHMARK(BM_MultimodalStep)
     ->Unit(benchmark::kMillisecond);
 
 void BM_TrainStepShapeOnly(benchmark::State& state) {
-  const sim::Topology topo = dgx();
   models::TrainSpec s;
   s.config.vocab = 32000;
   s.config.hidden = 4096;
@@ -106,15 +99,7 @@ void BM_TrainStepShapeOnly(benchmark::State& state) {
   s.zero = 1;
   s.weights = models::shape_only_weights(s.config);
   s.batch = models::synthetic_batch(cp::Format::bshd, s.config.vocab, std::vector<std::int64_t>(16, 4096), 1);
-  runtime::SpawnOptions so;
-  so.topology = &topo;
-  so.engine.trace = false;
-  runtime::RunReport rep;
-  for (auto _ : state) {
-    models::TrainResult r = models::run_training(s, so, &rep);
-    benchmark::DoNotOptimize(r.losses);
-  }
-  report(state, rep);
+  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
 }
 BENCHMARK(BM_TrainStepShapeOnly)->Unit(benchmark::kMillisecond);
 

@@ -1,7 +1,6 @@
 #include "models/multimodal.h"
 
 #include <cmath>
-#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -276,20 +275,10 @@ TrainResult train_multimodal(const MultimodalSpec& spec) {
     TransformerContext ctx;
     const Tensor logits = model.stage_forward(local, x, ctx);
     // the loss over every labelled token of the global batch (DP x CP)
-    i64 local_tokens = 0;
-    for (i64 l : local.labels.to_vector<i64>()) local_tokens += l != kIgnoreIndex ? 1 : 0;
-    Tensor count = Tensor::from_vector(std::vector<double>{static_cast<double>(local_tokens)}, {1}, DType::f64);
-    runtime::AllreduceOptions o;
-    o.group = dp_cp;
-    runtime::all_reduce(count, o).wait();
-    const double total = count.to_vector<double>()[0];
-    const LossSum ls = cross_entropy_sum(logits, local.labels, total);
-    Tensor sum = Tensor::from_vector(std::vector<double>{ls.sum}, {1}, DType::f64);
-    runtime::all_reduce(sum, o).wait();
-    result.losses.push_back(logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total
-                                                           : std::numeric_limits<double>::quiet_NaN());
+    const GroupLoss loss = group_cross_entropy(logits, local.labels, dp_cp);
+    result.losses.push_back(loss.loss);
     // backward: the language model, its input gradient back to full rows, the bridge, the encoder
-    const Tensor dx = model.stage_backward(ls.dlogits, local, ctx);
+    const Tensor dx = model.stage_backward(loss.dlogits, local, ctx);
     const Tensor dfull = scatter_rows(dx, local.global_rows, rows * seq).reshape({rows, seq, hidden});
     encoder.backward(bridge.backward(dfull), ectx);
     // gradients summed over the replicas of each model, then one update each

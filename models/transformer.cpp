@@ -756,26 +756,34 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   if (stage_.size != 1) throw Error("Transformer::forward_backward runs a single-stage model; use stage_forward");
   TransformerContext ctx;
   const Tensor logits = stage_forward(b, Tensor(), ctx);
-  // The labelled tokens of the whole loss group (CP, or DP x CP) first: each row's gradient is
-  // divided by that global count, and the loss is the mean over every labelled token.
+  const GroupLoss gl = group_cross_entropy(logits, b.labels, groups_.loss ? *groups_.loss : groups_.cp.cp);
+  StepResult result;
+  result.tokens = gl.tokens;
+  result.loss = gl.loss;
+  result.logits = logits.to(DType::f32);
+  stage_backward(gl.dlogits, b, ctx);
+  return result;
+}
+
+GroupLoss group_cross_entropy(const Tensor& logits, const Tensor& labels, const runtime::ProcessGroup& group) {
+  // The labelled tokens of the whole group first: each row's gradient is divided by that global
+  // count, and the loss is the mean over every labelled token.
   i64 local_tokens = 0;
-  for (i64 l : b.labels.to_vector<i64>()) local_tokens += l != kIgnoreIndex ? 1 : 0;
-  const runtime::ProcessGroup& loss_group = groups_.loss ? *groups_.loss : groups_.cp.cp;
+  for (i64 l : labels.to_vector<i64>()) local_tokens += l != kIgnoreIndex ? 1 : 0;
   Tensor count = Tensor::from_vector(std::vector<double>{static_cast<double>(local_tokens)}, {1}, DType::f64);
   runtime::AllreduceOptions o;
-  o.group = loss_group;
-  if (loss_group.size() > 1) runtime::all_reduce(count, o).wait();
+  o.group = group;
+  if (group.size() > 1) runtime::all_reduce(count, o).wait();
   const double total = count.to_vector<double>()[0];
-  const LossSum ls = cross_entropy_sum(logits, b.labels, total);
+  LossSum ls = cross_entropy_sum(logits, labels, total);
   Tensor sum = Tensor::from_vector(std::vector<double>{ls.sum}, {1}, DType::f64);
-  if (loss_group.size() > 1) runtime::all_reduce(sum, o).wait();
-  StepResult result;
-  result.tokens = static_cast<i64>(total);
-  result.loss = logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total
-                                               : std::numeric_limits<double>::quiet_NaN();
-  result.logits = logits.to(DType::f32);
-  stage_backward(ls.dlogits, b, ctx);
-  return result;
+  if (group.size() > 1) runtime::all_reduce(sum, o).wait();
+  GroupLoss r;
+  r.tokens = static_cast<i64>(total);
+  r.loss = logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total
+                                          : std::numeric_limits<double>::quiet_NaN();
+  r.dlogits = std::move(ls.dlogits);
+  return r;
 }
 
 Tensor gather_logits(const Tensor& local, const LocalBatch& b, const runtime::ProcessGroup& cp) {

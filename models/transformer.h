@@ -214,6 +214,17 @@ struct LossSum {
 LossSum cross_entropy_sum(const runtime::Tensor& logits, const runtime::Tensor& labels,
                           double total_tokens);
 
+// The mean cross-entropy of a batch whose rows are spread over `group` (CP, or DP x CP): the
+// labelled tokens and the loss sums are added over the group (no call when it has one rank), and
+// each row's gradient is divided by the global token count. loss is NaN for shape-only logits.
+struct GroupLoss {
+  double loss = 0;
+  std::int64_t tokens = 0;  // labelled tokens over the group
+  runtime::Tensor dlogits;
+};
+GroupLoss group_cross_entropy(const runtime::Tensor& logits, const runtime::Tensor& labels,
+                              const runtime::ProcessGroup& group);
+
 struct StepResult {
   double loss = 0;          // the global mean cross-entropy (NaN in shape-only runs)
   std::int64_t tokens = 0;  // labelled tokens over the loss group

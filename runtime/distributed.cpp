@@ -410,6 +410,11 @@ ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_d
   return ProcessGroup(std::move(g));
 }
 
+std::string group_desc_of(const std::string& group_name) {
+  const std::string base = group_name.substr(0, group_name.find_first_of("[#"));
+  return base == "group" || base == "world" ? std::string() : base;
+}
+
 std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
     const std::vector<std::vector<int>>& ranks_per_subgroup, const std::string& group_desc) {
   Backend& w = Backend::current();

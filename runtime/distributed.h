@@ -184,6 +184,9 @@ int get_world_size(const ProcessGroup& group = {});
 // names the group in traces and reports: "<group_desc>[ranks]" instead of "group[ranks]"
 // ("<group_desc>#<id>" instead of "world#<id>" for a new group of every rank).
 ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_desc = "");
+// The group_desc part of a group's name: "bridge.fan_in" of "bridge.fan_in[0,2]" or of
+// "bridge.fan_in#3"; empty for a group made without one ("group[...]", "world", "world#k").
+std::string group_desc_of(const std::string& group_name);
 // One group per list; every world rank must appear in exactly one list. Returns this rank's
 // group and all of them (each named by group_desc as new_group does).
 std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(

@@ -27,8 +27,8 @@
 // a pool's munmap), while AddressSanitizer's shadow of that memory may still hold the poison of
 // frames from the previous fiber -- a fiber that ended by an exception leaves its scopes
 // poisoned. A new fiber would then trip "stack-use-after-scope" on its own fresh frames, at
-// random depending on where the kernel put the mapping. Stacks are unpoisoned when mapped and
-// when handed out.
+// random depending on where the kernel put the mapping. Every stack is unpoisoned when it is
+// handed out (allocate(): the only way a slab's memory becomes a stack).
 #ifdef RANKSIM_ASAN
 #define RANKSIM_UNPOISON(addr, bytes) ASAN_UNPOISON_MEMORY_REGION(addr, bytes)
 #else
@@ -62,7 +62,6 @@ void StackPool::grow() {
                 std::strerror(errno) + ") with " + std::to_string(in_use_) +
                 " stacks in use; use a smaller stack size or fewer ranks");
   }
-  RANKSIM_UNPOISON(base, bytes);
   slabs_.emplace_back(base, bytes);
   mapped_bytes_ += bytes;
   char* p = static_cast<char*>(base);

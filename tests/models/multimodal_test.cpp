@@ -183,7 +183,7 @@ TEST(Multimodal, TraceShowsTheBridgeCollectives) {
     std::set<std::string> out;
     for (const auto& s : r.trace.spans()) {
       for (const auto& [k, v] : s.args) {
-        if (k == "group" && v.rfind("bridge.", 0) == 0) out.insert(s.name + " " + v.substr(0, v.find_first_of("[#")));
+        if (k == "group" && v.rfind("bridge.", 0) == 0) out.insert(s.name + " " + runtime::group_desc_of(v));
       }
     }
     return out;
