@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
@@ -94,7 +95,7 @@ class In {
  public:
   explicit In(const Tensor& t) {
     if (t.dtype() == dtype_of<T> && t.is_contiguous()) {
-      ptr_ = t.data<T>();
+      ptr_ = t.read_data<T>();
     } else {
       buf_ = t.to_vector<T>();
       ptr_ = buf_.data();
@@ -281,11 +282,7 @@ void transpose_into(const T* src, i64 rows, i64 cols, T* dst) {
   }
 }
 
-struct MatmulDims {
-  i64 L = 1, M = 0, N = 0, K = 0;
-  bool batched_b = false;
-  Shape out;
-};
+using MatmulDims = device_ops::MatmulShape;
 
 MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   require_same_dtype(op, a, "a", b, "b");
@@ -411,13 +408,24 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& xs, i64 dim) {
       fail(op, "input " + std::to_string(i) + " " + x.str() + " differs from " + first.str() +
                    " outside dimension " + std::to_string(d));
     }
-    data = inputs_ready({&x}) && data;
+    data = data && x.has_data();
   }
   i64 total = 0;
   for (const Tensor& x : xs) total += x.size(d);
   out_shape[static_cast<std::size_t>(d)] = total;
+  Device* dev = nullptr;
+  if (data && is_floating(first.dtype()) && first.dim() <= kernels::kMaxDims) {
+    std::vector<const Tensor*> inputs;
+    for (const Tensor& x : xs) inputs.push_back(&x);
+    dev = device_ops::device_for(inputs);
+  }
+  for (const Tensor& x : xs) {
+    if (!dev) x.wait_pending();
+  }
   Tensor out;
-  if (!data) {
+  if (dev) {
+    out = device_ops::cat(*dev, xs, d, out_shape);
+  } else if (!data) {
     out = Tensor::shape_only(out_shape, first.dtype());
   } else {
     out = Tensor::zeros(out_shape, first.dtype());
@@ -440,7 +448,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   const char* op = "matmul";
   const MatmulDims d = matmul_dims(op, a, b, transpose_a, transpose_b);
   Tensor c;
-  if (!inputs_ready({&a, &b})) {
+  if (Device* dev = device_ops::device_for({&a, &b})) {
+    c = device_ops::matmul(*dev, a, b, transpose_a, transpose_b, d);
+  } else if (!inputs_ready({&a, &b})) {
     c = Tensor::shape_only(d.out, a.dtype());
   } else {
     c = with_compute_type(a.dtype(), [&](auto tag) {
@@ -463,7 +473,9 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
   require_same_dtype(op, dc, "dc", a, "a");
   require_shape(op, dc, "dc", d.out);
   MatmulGrads g;
-  if (!inputs_ready({&dc, &a, &b})) {
+  if (Device* dev = device_ops::device_for({&dc, &a, &b})) {
+    g = device_ops::matmul_backward(*dev, dc, a, b, transpose_a, transpose_b, d);
+  } else if (!inputs_ready({&dc, &a, &b})) {
     g.da = Tensor::shape_only(a.shape(), a.dtype());
     g.db = Tensor::shape_only(b.shape(), b.dtype());
   } else {
@@ -499,7 +511,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
     fail(op, "b " + b.str() + " must have a's shape or a's trailing dims; a is " + a.str());
   }
   Tensor c;
-  if (!inputs_ready({&a, &b})) {
+  if (Device* dev = device_ops::device_for({&a, &b})) {
+    c = device_ops::add(*dev, a, b);
+  } else if (!inputs_ready({&a, &b})) {
     c = Tensor::shape_only(a.shape(), a.dtype());
   } else {
     c = with_compute_type(a.dtype(), [&](auto tag) {
@@ -526,13 +540,14 @@ AddGrads add_backward(const Tensor& dc, const Shape& b_shape) {
     fail(op, "b's shape " + shape_str(b_shape) +
                  " must be dc's shape or its trailing dims; dc is " + dc.str());
   }
-  const bool data = inputs_ready({&dc});
   if (b_shape == dc.shape()) {
     charge({op, 0.0, 0.0, dc.dtype()});
     return {dc, dc};
   }
   Tensor db;
-  if (!data) {
+  if (Device* dev = device_ops::device_for({&dc})) {
+    db = device_ops::column_sum(*dev, dc, b_shape);
+  } else if (!inputs_ready({&dc})) {
     db = Tensor::shape_only(b_shape, dc.dtype());
   } else {
     db = with_compute_type(dc.dtype(), [&](auto tag) {
@@ -556,7 +571,9 @@ namespace {
 Tensor scale_impl(const char* op, const Tensor& x, double alpha) {
   require_floating(op, x, "x");
   Tensor y;
-  if (!inputs_ready({&x})) {
+  if (Device* dev = device_ops::device_for({&x})) {
+    y = device_ops::scale(*dev, x, alpha);
+  } else if (!inputs_ready({&x})) {
     y = Tensor::shape_only(x.shape(), x.dtype());
   } else {
     y = with_compute_type(x.dtype(), [&](auto tag) {
@@ -590,7 +607,9 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   const Shape stat_shape = leading(x.shape());
   const DType stat_dtype = compute_dtype(x.dtype());
   LayerNormResult r;
-  if (!inputs_ready({&x, &weight, &bias})) {
+  if (Device* dev = device_ops::device_for({&x, &weight, &bias})) {
+    r = device_ops::layer_norm(*dev, x, weight, bias, eps);
+  } else if (!inputs_ready({&x, &weight, &bias})) {
     r.y = Tensor::shape_only(x.shape(), x.dtype());
     r.mean = Tensor::shape_only(stat_shape, stat_dtype);
     r.rstd = Tensor::shape_only(stat_shape, stat_dtype);
@@ -639,7 +658,9 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   require_shape(op, mean, "mean", stat_shape);
   require_shape(op, rstd, "rstd", stat_shape);
   LayerNormGrads g;
-  if (!inputs_ready({&dy, &x, &weight, &mean, &rstd})) {
+  if (Device* dev = device_ops::device_for({&dy, &x, &weight, &mean, &rstd})) {
+    g = device_ops::layer_norm_backward(*dev, dy, x, weight, mean, rstd);
+  } else if (!inputs_ready({&dy, &x, &weight, &mean, &rstd})) {
     g.dx = Tensor::shape_only(x.shape(), x.dtype());
     g.dweight = Tensor::shape_only({H}, weight.dtype());
     g.dbias = Tensor::shape_only({H}, weight.dtype());
@@ -692,7 +713,9 @@ Tensor gelu(const Tensor& x) {
   const char* op = "gelu";
   require_floating(op, x, "x");
   Tensor y;
-  if (!inputs_ready({&x})) {
+  if (Device* dev = device_ops::device_for({&x})) {
+    y = device_ops::gelu(*dev, x);
+  } else if (!inputs_ready({&x})) {
     y = Tensor::shape_only(x.shape(), x.dtype());
   } else {
     y = with_compute_type(x.dtype(), [&](auto tag) {
@@ -717,7 +740,9 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
   require_same_dtype(op, dy, "dy", x, "x");
   require_shape(op, dy, "dy", x.shape());
   Tensor dx;
-  if (!inputs_ready({&dy, &x})) {
+  if (Device* dev = device_ops::device_for({&dy, &x})) {
+    dx = device_ops::gelu_backward(*dev, dy, x);
+  } else if (!inputs_ready({&dy, &x})) {
     dx = Tensor::shape_only(x.shape(), x.dtype());
   } else {
     dx = with_compute_type(x.dtype(), [&](auto tag) {
@@ -745,7 +770,9 @@ Tensor softmax(const Tensor& x) {
   require_floating(op, x, "x");
   if (x.dim() < 1) fail(op, "x " + x.str() + " needs at least one dim");
   Tensor y;
-  if (!inputs_ready({&x})) {
+  if (Device* dev = device_ops::device_for({&x})) {
+    y = device_ops::softmax(*dev, x);
+  } else if (!inputs_ready({&x})) {
     y = Tensor::shape_only(x.shape(), x.dtype());
   } else {
     y = with_compute_type(x.dtype(), [&](auto tag) {
@@ -779,7 +806,9 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   require_shape(op, dy, "dy", y.shape());
   if (y.dim() < 1) fail(op, "y " + y.str() + " needs at least one dim");
   Tensor dx;
-  if (!inputs_ready({&dy, &y})) {
+  if (Device* dev = device_ops::device_for({&dy, &y})) {
+    dx = device_ops::softmax_backward(*dev, dy, y);
+  } else if (!inputs_ready({&dy, &y})) {
     dx = Tensor::shape_only(y.shape(), y.dtype());
   } else {
     dx = with_compute_type(y.dtype(), [&](auto tag) {
@@ -824,7 +853,12 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
   Shape out_shape = ids.shape();
   out_shape.push_back(H);
   Tensor out;
-  if (!inputs_ready({&ids, &weight})) {
+  Device* dev = is_floating(weight.dtype()) ? device_ops::device_for({&ids, &weight}) : nullptr;
+  if (dev) {
+    const std::vector<std::int64_t> host_ids = ids.to_vector<std::int64_t>();
+    check_ids(op, host_ids.data(), ids.numel(), V);
+    out = device_ops::embedding(*dev, ids, weight);
+  } else if (!inputs_ready({&ids, &weight})) {
     out = Tensor::shape_only(out_shape, weight.dtype());
   } else {
     In<std::int64_t> I(ids);
@@ -860,7 +894,11 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_
   const i64 H = dy.size(-1);
   const Shape w_shape = {num_embeddings, H};
   Tensor dw;
-  if (!inputs_ready({&dy, &ids})) {
+  if (Device* dev = device_ops::device_for({&dy, &ids})) {
+    const std::vector<std::int64_t> host_ids = ids.to_vector<std::int64_t>();
+    check_ids(op, host_ids.data(), ids.numel(), num_embeddings);
+    dw = device_ops::embedding_backward(*dev, dy, ids, num_embeddings);
+  } else if (!inputs_ready({&dy, &ids})) {
     dw = Tensor::shape_only(w_shape, dy.dtype());
   } else {
     dw = with_compute_type(dy.dtype(), [&](auto tag) {
@@ -903,7 +941,14 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
   check_ce_shapes(op, logits, targets);
   const Shape row_shape = targets.shape();
   CrossEntropyResult r;
-  if (!inputs_ready({&logits, &targets})) {
+  if (Device* dev = device_ops::device_for({&logits, &targets})) {
+    const std::vector<std::int64_t> tg = targets.to_vector<std::int64_t>();
+    const i64 V = logits.size(-1);
+    for (std::size_t i = 0; i < tg.size(); ++i) {
+      if (tg[i] != ignore_index) check_target(op, tg[i], static_cast<i64>(i), V);
+    }
+    r = device_ops::cross_entropy(*dev, logits, targets, ignore_index);
+  } else if (!inputs_ready({&logits, &targets})) {
     r.loss = Tensor::shape_only({}, logits.dtype());
     r.lse = Tensor::shape_only(row_shape, compute_dtype(logits.dtype()));
   } else {
@@ -951,7 +996,17 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   require_floating(op, lse, "lse");
   require_shape(op, lse, "lse", targets.shape());
   Tensor dx;
-  if (!inputs_ready({&dloss, &logits, &targets, &lse})) {
+  if (Device* dev = device_ops::device_for({&dloss, &logits, &targets, &lse})) {
+    const std::vector<std::int64_t> tg = targets.to_vector<std::int64_t>();
+    const i64 V = logits.size(-1);
+    i64 n = 0;
+    for (std::size_t i = 0; i < tg.size(); ++i) {
+      if (tg[i] == ignore_index) continue;
+      check_target(op, tg[i], static_cast<i64>(i), V);
+      ++n;
+    }
+    dx = device_ops::cross_entropy_backward(*dev, dloss, logits, targets, lse, ignore_index, n);
+  } else if (!inputs_ready({&dloss, &logits, &targets, &lse})) {
     dx = Tensor::shape_only(logits.shape(), logits.dtype());
   } else {
     dx = with_compute_type(logits.dtype(), [&](auto tag) {

@@ -15,12 +15,22 @@
 namespace ranksim::runtime {
 
 struct Tensor::Storage {
-  std::unique_ptr<std::byte[]> bytes;  // null for shape-only
+  std::unique_ptr<std::byte[]> bytes;  // null for shape-only, and for on_device() until accessed
+  std::size_t nbytes = 0;
   bool has_data = false;
+  bool host_stale = false;  // the mirror has bytes the host has not seen
+  std::uint64_t host_version = 0;
   std::vector<std::shared_ptr<PendingWrite>> pending;  // in the order attached
+  std::shared_ptr<StorageMirror> mirror;
+
+  std::byte* host() {
+    if (!bytes && has_data) bytes.reset(new std::byte[nbytes]());
+    return bytes.get();
+  }
 };
 
 PendingWrite::~PendingWrite() = default;
+StorageMirror::~StorageMirror() = default;
 
 namespace {
 
@@ -188,7 +198,15 @@ std::size_t checked_nbytes(const Shape& shape, DType dtype) {
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   auto storage = std::make_shared<Storage>();
   // Value-initialised: every byte is zero, which is 0 in all six dtypes.
-  storage->bytes.reset(new std::byte[checked_nbytes(shape, dtype)]());
+  storage->nbytes = checked_nbytes(shape, dtype);
+  storage->bytes.reset(new std::byte[storage->nbytes]());
+  storage->has_data = true;
+  return Tensor(std::move(storage), shape, dtype);
+}
+
+Tensor Tensor::on_device(const Shape& shape, DType dtype) {
+  auto storage = std::make_shared<Storage>();
+  storage->nbytes = checked_nbytes(shape, dtype);
   storage->has_data = true;
   return Tensor(std::move(storage), shape, dtype);
 }
@@ -222,7 +240,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DTy
                 " elements)");
   }
   Tensor t = zeros(shape, dtype);
-  convert_elements(values.data(), dtype_of<T>, t.storage_->bytes.get(), dtype, values.size());
+  convert_elements(values.data(), dtype_of<T>, t.storage_->host(), dtype, values.size());
   return t;
 }
 
@@ -287,7 +305,7 @@ Tensor Tensor::from_bytes(const Shape& shape, DType dtype, const void* bytes, st
                 std::to_string(expected));
   }
   Tensor t = zeros(shape, dtype);
-  if (nbytes) std::memcpy(t.storage_->bytes.get(), bytes, nbytes);
+  if (nbytes) std::memcpy(t.storage_->host(), bytes, nbytes);
   return t;
 }
 
@@ -452,8 +470,8 @@ Tensor Tensor::clone() const {
   charge({"copy", 0.0, 2.0 * static_cast<double>(nbytes()), dtype_});
   if (!has_data()) return shape_only(shape_, dtype_);
   Tensor out = zeros(shape_, dtype_);
-  strided_convert(storage_->bytes.get(), dtype_, shape_, strides_, offset_,
-                  out.storage_->bytes.get(), dtype_, out.strides_, 0);
+  strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
+                  out.storage_->host(), dtype_, out.strides_, 0);
   return out;
 }
 
@@ -466,8 +484,8 @@ Tensor Tensor::to(DType dtype) const {
           dtype_});
   if (!has_data()) return shape_only(shape_, dtype);
   Tensor out = zeros(shape_, dtype);
-  strided_convert(storage_->bytes.get(), dtype_, shape_, strides_, offset_,
-                  out.storage_->bytes.get(), dtype, out.strides_, 0);
+  strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
+                  out.storage_->host(), dtype, out.strides_, 0);
   return out;
 }
 
@@ -484,28 +502,30 @@ void Tensor::copy_(const Tensor& src) const {
           dtype_});
   if (!has_data()) return;
   src.require_data("Tensor::copy_ source");
+  ++storage_->host_version;
   // A source sharing this storage could overlap the destination; copy it out first.
   Tensor from = src;
   if (shares_storage(src)) {
     from = zeros(shape_, src.dtype_);
-    strided_convert(src.storage_->bytes.get(), src.dtype_, shape_, src.strides_, src.offset_,
-                    from.storage_->bytes.get(), src.dtype_, from.strides_, 0);
+    strided_convert(src.storage_->host(), src.dtype_, shape_, src.strides_, src.offset_,
+                    from.storage_->host(), src.dtype_, from.strides_, 0);
   }
-  strided_convert(from.storage_->bytes.get(), from.dtype_, shape_, from.strides_, from.offset_,
-                  storage_->bytes.get(), dtype_, strides_, offset_);
+  strided_convert(from.storage_->host(), from.dtype_, shape_, from.strides_, from.offset_,
+                  storage_->host(), dtype_, strides_, offset_);
 }
 
 void Tensor::fill_(double value) const {
   if (!defined()) throw Error("Tensor::fill_: the tensor is undefined");
   wait_pending();
   if (!has_data()) return;
+  ++storage_->host_version;
   // Convert once, then replicate the element's bytes.
   std::byte element[8];
   convert_elements(&value, DType::f64, element, dtype_, 1);
   const std::size_t sz = dtype_size(dtype_);
   Tensor one = from_bytes({}, dtype_, element, sz);
   std::vector<std::int64_t> zero_strides(shape_.size(), 0);
-  strided_convert(one.storage_->bytes.get(), dtype_, shape_, zero_strides, 0, storage_->bytes.get(),
+  strided_convert(one.storage_->host(), dtype_, shape_, zero_strides, 0, storage_->host(),
                   dtype_, strides_, offset_);
 }
 
@@ -541,7 +561,7 @@ double Tensor::at(std::initializer_list<std::int64_t> index) const {
   const std::int64_t off = element_offset(index, "Tensor::at");
   wait_pending();
   double v = 0.0;
-  convert_elements(storage_->bytes.get() + off * static_cast<std::int64_t>(dtype_size(dtype_)),
+  convert_elements(storage_->host() + off * static_cast<std::int64_t>(dtype_size(dtype_)),
                    dtype_, &v, DType::f64, 1);
   return v;
 }
@@ -550,8 +570,9 @@ void Tensor::set(std::initializer_list<std::int64_t> index, double value) const 
   require_data("Tensor::set");
   const std::int64_t off = element_offset(index, "Tensor::set");
   wait_pending();
+  ++storage_->host_version;
   convert_elements(&value, DType::f64,
-                   storage_->bytes.get() + off * static_cast<std::int64_t>(dtype_size(dtype_)),
+                   storage_->host() + off * static_cast<std::int64_t>(dtype_size(dtype_)),
                    dtype_, 1);
 }
 
@@ -560,7 +581,7 @@ std::vector<T> Tensor::to_vector() const {
   require_data("Tensor::to_vector");
   wait_pending();
   std::vector<T> out(static_cast<std::size_t>(numel_));
-  strided_convert(storage_->bytes.get(), dtype_, shape_, strides_, offset_,
+  strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
                   reinterpret_cast<std::byte*>(out.data()), dtype_of<T>, contiguous_strides(shape_),
                   0);
   return out;
@@ -569,21 +590,59 @@ std::vector<T> Tensor::to_vector() const {
 void* Tensor::raw_data() const {
   require_data("Tensor::data");
   wait_pending();
-  return storage_->bytes.get() + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+  ++storage_->host_version;
+  return storage_->host() + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+}
+
+const void* Tensor::raw_read_data() const {
+  require_data("Tensor::read_data");
+  wait_pending();
+  return storage_->host() + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
 void* Tensor::raw_data_unsynchronized() const {
   require_data("Tensor::raw_data_unsynchronized");
-  return storage_->bytes.get() + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+  ++storage_->host_version;
+  return storage_->host() + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
 void Tensor::set_pending_write(std::shared_ptr<PendingWrite> pending) const {
   if (!defined()) throw Error("Tensor::set_pending_write: the tensor is undefined");
+  ++storage_->host_version;
   storage_->pending.push_back(std::move(pending));
+}
+
+std::shared_ptr<StorageMirror> Tensor::mirror() const {
+  return storage_ ? storage_->mirror : nullptr;
+}
+
+void Tensor::set_mirror(std::shared_ptr<StorageMirror> mirror) const {
+  if (!defined()) throw Error("Tensor::set_mirror: the tensor is undefined");
+  storage_->mirror = std::move(mirror);
+}
+
+void Tensor::mark_host_stale() const {
+  if (!storage_ || !storage_->mirror) throw Error("Tensor::mark_host_stale: no mirror is set");
+  storage_->host_stale = true;
+}
+
+bool Tensor::host_stale() const { return storage_ && storage_->host_stale; }
+
+std::uint64_t Tensor::host_version() const { return storage_ ? storage_->host_version : 0; }
+
+std::size_t Tensor::storage_nbytes() const { return storage_ ? storage_->nbytes : 0; }
+
+void* Tensor::storage_bytes_unsynchronized() const {
+  require_data("Tensor::storage_bytes_unsynchronized");
+  return storage_->host();
 }
 
 void Tensor::wait_pending() const {
   if (!storage_) return;
+  if (storage_->host_stale) {
+    storage_->host_stale = false;
+    storage_->mirror->download(storage_->host(), storage_->nbytes);
+  }
   // Each is detached before its wait, so a wait that throws is not repeated by the next access,
   // while the writes after it stay attached.
   while (!storage_->pending.empty()) {

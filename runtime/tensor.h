@@ -16,6 +16,16 @@
 // any Tensor sharing that storage, and every op taking it as input, first calls wait() on each
 // write attached (several may be, e.g. receives into slices of one buffer), in attachment order.
 //
+// Device copies: a storage may also have a copy in a compute device's memory (runtime/device.h),
+// attached as a StorageMirror. The device keeps the two coherent through this header's hooks: a
+// device op that writes a storage attaches a PendingWrite that downloads the bytes, so every host
+// access above sees them; every host access that may write (data(), raw_data(), copy_, fill_,
+// set, a pending write attached) bumps the storage's host_version(), so the device knows its copy
+// is stale. A storage made by Tensor::on_device() allocates its host bytes at the first host
+// access, so tensors that live and die on the device never take host memory. A device that wrote a
+// storage calls mark_host_stale(); the next host access downloads the mirror first, before any
+// pending write.
+//
 // Handles are not synchronised: share a storage across threads only for reading.
 // User errors (bad dims, out-of-range slices, dtype mismatches, data access on shape-only
 // tensors) throw ranksim::Error naming the tensor and the argument.
@@ -43,6 +53,14 @@ class PendingWrite {
   virtual ~PendingWrite();
   // Blocks (for a rank: yields) until the write has landed; rethrows the writer's error.
   virtual void wait() = 0;
+};
+
+// A copy of a storage's bytes held by a compute device (runtime/device.h); see the header comment.
+class StorageMirror {
+ public:
+  virtual ~StorageMirror();
+  // Copies the device's bytes of the whole storage to host (nbytes: Tensor::storage_nbytes()).
+  virtual void download(void* host, std::size_t nbytes) = 0;
 };
 
 // Counter-based random bits: the counter-th output of the splitmix64 sequence started at seed.
@@ -80,6 +98,10 @@ class Tensor {
                       double stddev = 1.0, DType dtype = DType::f32);
   // A tensor with shape and dtype but no storage.
   static Tensor shape_only(const Shape& shape, DType dtype = DType::f32);
+  // A tensor whose bytes are being produced elsewhere (a device): it has data, but its host bytes
+  // are allocated, zeroed, only at the first host access. The producer attaches a StorageMirror and
+  // a PendingWrite that fills the host bytes (see the header comment).
+  static Tensor on_device(const Shape& shape, DType dtype);
   // A copy of nbytes raw little-endian bytes. REQUIRES: nbytes == shape_numel(shape) * dtype_size.
   static Tensor from_bytes(const Shape& shape, DType dtype, const void* bytes, std::size_t nbytes);
 
@@ -136,6 +158,13 @@ class Tensor {
     return static_cast<T*>(raw_data());
   }
   void* raw_data() const;  // untyped data<T>()
+  // Read-only access: the same pointer, without counting as a host write (see host_version()).
+  template <class T>
+  const T* read_data() const {
+    check_dtype(dtype_of<T>);
+    return static_cast<const T*>(raw_read_data());
+  }
+  const void* raw_read_data() const;
 
   // --- Pending writes (see the header comment).
   // Attaches pending to the storage (in addition to any already attached).
@@ -144,6 +173,22 @@ class Tensor {
   void wait_pending() const;
   // The data pointer without waiting: only for the pending writer itself, which fills the storage.
   void* raw_data_unsynchronized() const;
+
+  // --- Device copies (see the header comment; used by runtime/device.cpp).
+  // The storage's mirror, or null. REQUIRES for set_mirror: defined().
+  std::shared_ptr<StorageMirror> mirror() const;
+  void set_mirror(std::shared_ptr<StorageMirror> mirror) const;
+  // The mirror holds bytes the host has not seen: the next host access downloads them.
+  // REQUIRES: a mirror is set.
+  void mark_host_stale() const;
+  bool host_stale() const;
+  // Counts host accesses that may have written the storage (0 for a new storage).
+  std::uint64_t host_version() const;
+  // Bytes of the whole storage (the view's numel times its element size for a fresh tensor).
+  std::size_t storage_nbytes() const;
+  // The storage's first byte, allocating host bytes if need be, without waiting or counting a
+  // write: for a device uploading or downloading the whole storage.
+  void* storage_bytes_unsynchronized() const;
 
  private:
   struct Storage;

@@ -1,0 +1,513 @@
+// The kernels of a compute device (runtime/device.h), written once for two compilers.
+//
+// Each kernel is a struct of device pointers and sizes with one call operator,
+//     template <class Lanes> RANKSIM_HD void operator()(std::int64_t item, const Lanes& lanes);
+// run once for every item in [0, n). The CUDA device (runtime/backends/nccl/cuda_device.cu, nvcc)
+// runs items on GPU threads; the emulated device (runtime/emulated_device.cpp, the host compiler)
+// runs them one after the other on the CPU. So the arithmetic tested by `ctest` on a laptop is the
+// arithmetic the GPU runs; only the launch, the lanes' reductions and cuBLAS differ.
+//
+// Elementwise kernels (kCooperative = false) do one element per item. Row kernels
+// (kCooperative = true) give each item -- a row -- a group of lanes: a warp of 32 threads on the
+// GPU, each taking columns lane, lane + width, ... and combining partial sums with lanes.sum();
+// on the CPU one lane (width 1, sum(x) = x), so every sum runs in increasing index order as in
+// runtime/ops.cpp. Column reductions (bias and LayerNorm weight gradients, embedding gradients) run
+// one item per column, over rows in increasing order, on every device: deterministic, coalesced.
+//
+// Storage dtypes: f32, bf16 and f16, computed in f32 (runtime/ops.h's contract); bf16 and f16 are
+// rounded once, to nearest even, when stored. Index tensors arrive as i64.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/dtype.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define RANKSIM_HD __host__ __device__
+#else
+#define RANKSIM_HD
+#endif
+
+namespace ranksim::runtime::kernels {
+
+using i64 = std::int64_t;
+
+constexpr int kMaxDims = 8;  // of a strided copy
+
+// --- element access -------------------------------------------------------------------------
+
+RANKSIM_HD inline std::uint32_t float_bits(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(v);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+
+RANKSIM_HD inline float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+
+// runtime/dtype.h's f32_to_bf16_bits, for both compilers.
+RANKSIM_HD inline std::uint16_t to_bf16(float value) {
+  const std::uint32_t x = float_bits(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
+  const std::uint32_t lsb = (x >> 16) & 1u;
+  return static_cast<std::uint16_t>((x + 0x7fffu + lsb) >> 16);
+}
+
+RANKSIM_HD inline std::uint16_t to_f16(float value) {
+#if defined(__CUDA_ARCH__)
+  return __half_as_ushort(__float2half_rn(value));
+#else
+  return f32_to_f16_bits(value);
+#endif
+}
+
+RANKSIM_HD inline float from_f16(std::uint16_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(bits));
+#else
+  return f16_bits_to_f32(bits);
+#endif
+}
+
+// Element i of a buffer of dtype dt (f32, bf16 or f16) as f32.
+RANKSIM_HD inline float load(const void* p, DType dt, i64 i) {
+  if (dt == DType::f32) return static_cast<const float*>(p)[i];
+  const std::uint16_t b = static_cast<const std::uint16_t*>(p)[i];
+  if (dt == DType::bf16) return bits_float(static_cast<std::uint32_t>(b) << 16);
+  return from_f16(b);
+}
+
+// Stores v as element i of a buffer of dtype dt, rounded to nearest even.
+RANKSIM_HD inline void store(void* p, DType dt, i64 i, float v) {
+  if (dt == DType::f32) {
+    static_cast<float*>(p)[i] = v;
+  } else if (dt == DType::bf16) {
+    static_cast<std::uint16_t*>(p)[i] = to_bf16(v);
+  } else {
+    static_cast<std::uint16_t*>(p)[i] = to_f16(v);
+  }
+}
+
+RANKSIM_HD inline float exp_f(float x) { return expf(x); }
+RANKSIM_HD inline float log_f(float x) { return logf(x); }
+RANKSIM_HD inline float tanh_f(float x) { return tanhf(x); }
+RANKSIM_HD inline float sqrt_f(float x) { return sqrtf(x); }
+RANKSIM_HD inline float max_f(float a, float b) { return a < b ? b : a; }  // std::max's order
+
+// One lane: the CPU's view of a row kernel.
+struct SerialLanes {
+  static constexpr int lane = 0;
+  static constexpr int width = 1;
+  float sum(float x) const { return x; }
+  float max(float x) const { return x; }
+};
+
+// --- elementwise ----------------------------------------------------------------------------
+
+// dst (strided, dst_dtype) = src (strided, src_dtype): contiguous(), cat, permuted gathers.
+// item: the row-major index into sizes. Any of f32/bf16/f16 on either side; raw copies of 8-byte
+// (i64) elements when both dtypes are i64.
+struct CopyKernel {
+  static constexpr bool kCooperative = false;
+  const void* src;
+  DType src_dtype;
+  void* dst;
+  DType dst_dtype;
+  int ndim;
+  i64 sizes[kMaxDims];
+  i64 src_strides[kMaxDims];
+  i64 dst_strides[kMaxDims];
+  i64 src_offset;
+  i64 dst_offset;
+
+  template <class L>
+  RANKSIM_HD void operator()(i64 item, const L&) const {
+    i64 s = src_offset, d = dst_offset, rest = item;
+    for (int k = ndim - 1; k >= 0; --k) {
+      const i64 idx = rest % sizes[k];
+      rest /= sizes[k];
+      s += idx * src_strides[k];
+      d += idx * dst_strides[k];
+    }
+    if (src_dtype == DType::i64) {
+      static_cast<i64*>(dst)[d] = static_cast<const i64*>(src)[s];
+    } else {
+      store(dst, dst_dtype, d, load(src, src_dtype, s));
+    }
+  }
+};
+
+// c = a + b, b broadcast over a's leading dims (b has inner elements).
+struct AddKernel {
+  static constexpr bool kCooperative = false;
+  const void* a;
+  const void* b;
+  void* c;
+  DType dtype;
+  i64 inner;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    store(c, dtype, i, load(a, dtype, i) + load(b, dtype, i % inner));
+  }
+};
+
+struct ScaleKernel {
+  static constexpr bool kCooperative = false;
+  const void* x;
+  void* y;
+  DType dtype;
+  float alpha;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    store(y, dtype, i, alpha * load(x, dtype, i));
+  }
+};
+
+constexpr float kGeluC = 0.79788456080286535588f;  // sqrt(2 / pi), as runtime/ops.cpp
+constexpr float kGeluA = 0.044715f;
+
+struct GeluKernel {
+  static constexpr bool kCooperative = false;
+  const void* x;
+  void* y;
+  DType dtype;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const float v = load(x, dtype, i);
+    const float t = tanh_f(kGeluC * (v + kGeluA * v * v * v));
+    store(y, dtype, i, 0.5f * v * (1.0f + t));
+  }
+};
+
+struct GeluBackwardKernel {
+  static constexpr bool kCooperative = false;
+  const void* dy;
+  const void* x;
+  void* dx;
+  DType dtype;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const float v = load(x, dtype, i);
+    const float t = tanh_f(kGeluC * (v + kGeluA * v * v * v));
+    const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    store(dx, dtype, i,
+          load(dy, dtype, i) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
+  }
+};
+
+// out [rows, H] (dtype) = weight [V, H] rows picked by ids [rows] (i64, checked by the caller).
+struct EmbeddingKernel {
+  static constexpr bool kCooperative = false;
+  const i64* ids;
+  const void* weight;
+  void* out;
+  DType dtype;
+  i64 hidden;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const i64 r = i / hidden, c = i % hidden;
+    store(out, dtype, i, load(weight, dtype, ids[r] * hidden + c));
+  }
+};
+
+// dlogits [rows, V] = (softmax(row) - onehot(target)) * g, zero on ignored rows: g = dloss / n.
+struct CrossEntropyBackwardKernel {
+  static constexpr bool kCooperative = false;
+  const void* logits;
+  const float* lse;
+  const i64* targets;
+  void* dx;
+  DType dtype;
+  i64 vocab;
+  i64 ignore_index;
+  float g;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const i64 r = i / vocab, j = i % vocab;
+    const i64 t = targets[r];
+    if (t == ignore_index) {
+      store(dx, dtype, i, 0.0f);
+      return;
+    }
+    const float p = exp_f(load(logits, dtype, i) - lse[r]);
+    store(dx, dtype, i, j == t ? (p - 1.0f) * g : p * g);
+  }
+};
+
+// C[b] [m, n] = op(A[b]) op(B[b]), row-major, for the emulated device (the GPU uses cuBLAS).
+// A stored [m, k] ([k, m] when ta), B [k, n] ([n, k] when tb); each element's sum runs over
+// kk = 0 .. k-1 in order, as runtime::matmul's.
+struct GemmKernel {
+  static constexpr bool kCooperative = false;
+  const void* a;
+  const void* b;
+  void* c;
+  DType dtype;
+  i64 m, n, k;
+  bool ta, tb;
+  i64 stride_a, stride_b, stride_c;
+  template <class L>
+  RANKSIM_HD void operator()(i64 item, const L&) const {
+    const i64 batch = item / (m * n), rest = item % (m * n);
+    const i64 i = rest / n, j = rest % n;
+    const i64 ao = batch * stride_a, bo = batch * stride_b;
+    float acc = 0.0f;
+    for (i64 kk = 0; kk < k; ++kk) {
+      const float x = load(a, dtype, ao + (ta ? kk * m + i : i * k + kk));
+      const float y = load(b, dtype, bo + (tb ? j * k + kk : kk * n + j));
+      acc = acc + x * y;
+    }
+    store(c, dtype, batch * stride_c + i * n + j, acc);
+  }
+};
+
+// --- column reductions: one item per column, rows in increasing order -----------------------
+
+// out [inner] = sum over rows of in [rows, inner] (add_backward's bias gradient).
+struct ColumnSumKernel {
+  static constexpr bool kCooperative = false;
+  const void* in;
+  void* out;
+  DType dtype;
+  i64 rows, inner;
+  template <class L>
+  RANKSIM_HD void operator()(i64 c, const L&) const {
+    float acc = 0.0f;
+    for (i64 r = 0; r < rows; ++r) acc += load(in, dtype, r * inner + c);
+    store(out, dtype, c, acc);
+  }
+};
+
+// dweight[c] = sum_r dy[r, c] * xhat[r, c], dbias[c] = sum_r dy[r, c].
+struct LayerNormParamGradKernel {
+  static constexpr bool kCooperative = false;
+  const void* dy;
+  const void* x;
+  const float* mean;
+  const float* rstd;
+  void* dweight;
+  void* dbias;
+  DType dtype;
+  i64 rows, hidden;
+  template <class L>
+  RANKSIM_HD void operator()(i64 c, const L&) const {
+    float dw = 0.0f, db = 0.0f;
+    for (i64 r = 0; r < rows; ++r) {
+      const float g = load(dy, dtype, r * hidden + c);
+      const float xhat = (load(x, dtype, r * hidden + c) - mean[r]) * rstd[r];
+      dw += g * xhat;
+      db += g;
+    }
+    store(dweight, dtype, c, dw);
+    store(dbias, dtype, c, db);
+  }
+};
+
+// acc [V, H] (f32, zeroed) += dy's rows at their ids, tokens in order (embedding_backward).
+struct EmbeddingBackwardKernel {
+  static constexpr bool kCooperative = false;
+  const void* dy;
+  const i64* ids;
+  float* acc;
+  DType dtype;
+  i64 tokens, hidden;
+  template <class L>
+  RANKSIM_HD void operator()(i64 c, const L&) const {
+    for (i64 t = 0; t < tokens; ++t) acc[ids[t] * hidden + c] += load(dy, dtype, t * hidden + c);
+  }
+};
+
+// --- row kernels: one item per row, lanes share its columns ---------------------------------
+
+struct LayerNormKernel {
+  static constexpr bool kCooperative = true;
+  const void* x;
+  const void* weight;
+  const void* bias;
+  void* y;
+  float* mean;
+  float* rstd;
+  DType dtype;
+  i64 hidden;
+  float eps;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * hidden;
+    float s = 0.0f;
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) s += load(x, dtype, o + j);
+    const float mu = lanes.sum(s) / static_cast<float>(hidden);
+    float sq = 0.0f;
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float d = load(x, dtype, o + j) - mu;
+      sq += d * d;
+    }
+    const float rs = 1.0f / sqrt_f(lanes.sum(sq) / static_cast<float>(hidden) + eps);
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float v = (load(x, dtype, o + j) - mu) * rs * load(weight, dtype, j) + load(bias, dtype, j);
+      store(y, dtype, o + j, v);
+    }
+    if (lanes.lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+};
+
+struct LayerNormBackwardKernel {
+  static constexpr bool kCooperative = true;
+  const void* dy;
+  const void* x;
+  const void* weight;
+  const float* mean;
+  const float* rstd;
+  void* dx;
+  DType dtype;
+  i64 hidden;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * hidden;
+    const float mu = mean[r], rs = rstd[r];
+    float sg = 0.0f, sgx = 0.0f;
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float gw = load(dy, dtype, o + j) * load(weight, dtype, j);
+      sg += gw;
+      sgx += gw * ((load(x, dtype, o + j) - mu) * rs);
+    }
+    const float mean_g = lanes.sum(sg) / static_cast<float>(hidden);
+    const float mean_gx = lanes.sum(sgx) / static_cast<float>(hidden);
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float gw = load(dy, dtype, o + j) * load(weight, dtype, j);
+      const float xhat = (load(x, dtype, o + j) - mu) * rs;
+      store(dx, dtype, o + j, rs * ((gw - mean_g) - xhat * mean_gx));
+    }
+  }
+};
+
+struct SoftmaxKernel {
+  static constexpr bool kCooperative = true;
+  const void* x;
+  void* y;
+  DType dtype;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * cols;
+    float m = -INFINITY;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) m = max_f(m, load(x, dtype, o + j));
+    m = lanes.max(m);
+    float s = 0.0f;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) s += exp_f(load(x, dtype, o + j) - m);
+    s = lanes.sum(s);
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) {
+      store(y, dtype, o + j, exp_f(load(x, dtype, o + j) - m) / s);
+    }
+  }
+};
+
+struct SoftmaxBackwardKernel {
+  static constexpr bool kCooperative = true;
+  const void* dy;
+  const void* y;
+  void* dx;
+  DType dtype;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * cols;
+    float dot = 0.0f;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) {
+      dot += load(dy, dtype, o + j) * load(y, dtype, o + j);
+    }
+    dot = lanes.sum(dot);
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) {
+      store(dx, dtype, o + j, load(y, dtype, o + j) * (load(dy, dtype, o + j) - dot));
+    }
+  }
+};
+
+// lse[r] = logsumexp(row r); row_loss[r] = lse - row[target] (0 where ignored). Targets were
+// checked by the caller.
+struct CrossEntropyRowKernel {
+  static constexpr bool kCooperative = true;
+  const void* logits;
+  const i64* targets;
+  float* lse;
+  float* row_loss;
+  DType dtype;
+  i64 vocab;
+  i64 ignore_index;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * vocab;
+    float m = -INFINITY;
+    for (i64 j = lanes.lane; j < vocab; j += lanes.width) m = max_f(m, load(logits, dtype, o + j));
+    m = lanes.max(m);
+    float s = 0.0f;
+    for (i64 j = lanes.lane; j < vocab; j += lanes.width) s += exp_f(load(logits, dtype, o + j) - m);
+    s = lanes.sum(s);
+    if (lanes.lane != 0) return;
+    const float l = vocab > 0 ? m + log_f(s) : -INFINITY;
+    lse[r] = l;
+    const i64 t = targets[r];
+    row_loss[r] = t == ignore_index ? 0.0f : l - load(logits, dtype, o + t);
+  }
+};
+
+// loss (0-d, dtype) = the mean of row_loss over the n rows not ignored, rows in order; NaN for
+// n = 0. One item.
+struct CrossEntropyMeanKernel {
+  static constexpr bool kCooperative = false;
+  const float* row_loss;
+  const i64* targets;
+  void* loss;
+  DType dtype;
+  i64 rows;
+  i64 ignore_index;
+  template <class L>
+  RANKSIM_HD void operator()(i64, const L&) const {
+    float total = 0.0f;
+    i64 n = 0;
+    for (i64 r = 0; r < rows; ++r) {
+      if (targets[r] == ignore_index) continue;
+      total += row_loss[r];
+      ++n;
+    }
+    store(loss, dtype, 0, n == 0 ? NAN : total / static_cast<float>(n));
+  }
+};
+
+// Every kernel, for the Device interface's launch overloads.
+#define RANKSIM_DEVICE_KERNELS(X) \
+  X(CopyKernel)                   \
+  X(AddKernel)                    \
+  X(ScaleKernel)                  \
+  X(GeluKernel)                   \
+  X(GeluBackwardKernel)           \
+  X(EmbeddingKernel)              \
+  X(CrossEntropyBackwardKernel)   \
+  X(GemmKernel)                   \
+  X(ColumnSumKernel)              \
+  X(LayerNormParamGradKernel)     \
+  X(EmbeddingBackwardKernel)      \
+  X(LayerNormKernel)              \
+  X(LayerNormBackwardKernel)      \
+  X(SoftmaxKernel)                \
+  X(SoftmaxBackwardKernel)        \
+  X(CrossEntropyRowKernel)        \
+  X(CrossEntropyMeanKernel)
+
+}  // namespace ranksim::runtime::kernels

@@ -1,0 +1,52 @@
+// The device path of runtime/ops.h (internal to the runtime library): each function runs one op on
+// a Device after runtime/ops.cpp has checked its arguments, and returns tensors that live on the
+// device (runtime/device.h). Index tensors (ids, targets) must already have been range-checked.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/ops.h"
+
+namespace ranksim::runtime::device_ops {
+
+// The installed device when every tensor has data and every floating one is f32, bf16 or f16;
+// else nullptr (the op runs on the CPU).
+Device* device_for(std::initializer_list<const Tensor*> inputs);
+Device* device_for(const std::vector<const Tensor*>& inputs);
+
+// matmul over L leading batches of [M, K] x [K, N]; batched_b: b has a's leading dims.
+struct MatmulShape {
+  std::int64_t L = 1, M = 0, N = 0, K = 0;
+  bool batched_b = false;
+  Shape out;
+};
+Tensor matmul(Device& dev, const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulShape& s);
+MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, const Tensor& b, bool ta,
+                            bool tb, const MatmulShape& s);
+Tensor add(Device& dev, const Tensor& a, const Tensor& b);
+Tensor column_sum(Device& dev, const Tensor& dc, const Shape& b_shape);
+Tensor scale(Device& dev, const Tensor& x, double alpha);
+LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           double eps);
+LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x,
+                                   const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+Tensor gelu(Device& dev, const Tensor& x);
+Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x);
+Tensor softmax(Device& dev, const Tensor& x);
+Tensor softmax_backward(Device& dev, const Tensor& dy, const Tensor& y);
+Tensor embedding(Device& dev, const Tensor& ids, const Tensor& weight);
+Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids,
+                          std::int64_t num_embeddings);
+CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor& targets,
+                                 std::int64_t ignore_index);
+// count: the targets that are not ignore_index (counted on the host by the caller).
+Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
+                              const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
+                              std::int64_t count);
+// xs have equal shapes outside dim (already checked); dim is non-negative.
+Tensor cat(Device& dev, const std::vector<Tensor>& xs, std::int64_t dim, const Shape& out_shape);
+
+}  // namespace ranksim::runtime::device_ops

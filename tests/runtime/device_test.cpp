@@ -1,0 +1,316 @@
+// The device path of runtime/ops.h on the emulated device (runtime/emulated_device.h): every op
+// against the CPU op, bit for bit (the emulated device runs the GPU's kernels in the CPU ops' sum
+// order), in f32, bf16 and f16, on contiguous and strided inputs; residency and coherence between
+// host and device; what stays on the CPU; errors; memory.
+#include "runtime/device.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/cost.h"
+#include "runtime/device_kernels.h"
+#include "runtime/emulated_device.h"
+#include "runtime/ops.h"
+#include "sim/error.h"
+
+namespace ranksim::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr DType kDeviceDTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+Tensor rnd(const Shape& shape, std::uint64_t seed, DType dtype, double lo = -2.0, double hi = 2.0) {
+  return Tensor::uniform(shape, seed, lo, hi, dtype);
+}
+
+// Records every charge, to check that both paths charge the same.
+class Recorder final : public CostSink {
+ public:
+  void charge(const OpCost& c) override { costs.push_back(c); }
+  std::vector<OpCost> costs;
+};
+
+// Runs f on the CPU and on a fresh emulated device; its tensors must be equal bit for bit, and
+// the charges the same. Returns the device for further checks.
+template <class F>
+std::shared_ptr<EmulatedDevice> expect_same(const std::string& what, F&& f) {
+  Recorder cpu_costs, dev_costs;
+  std::vector<Tensor> cpu, dev;
+  {
+    ScopedCostSink sink(&cpu_costs);
+    cpu = f();
+  }
+  auto device = std::make_shared<EmulatedDevice>();
+  {
+    ScopedComputeDevice on(device);
+    ScopedCostSink sink(&dev_costs);
+    dev = f();
+  }
+  EXPECT_GT(device->stats().ops, 0) << what << ": nothing ran on the device";
+  EXPECT_EQ(cpu.size(), dev.size());
+  for (std::size_t i = 0; i < cpu.size() && i < dev.size(); ++i) {
+    EXPECT_TRUE(dev[i].host_stale()) << what << " output " << i << " is not a device tensor";
+    EXPECT_TRUE(bitwise_equal(cpu[i], dev[i]))
+        << what << " output " << i << ": " << cpu[i].str() << " vs " << dev[i].str();
+  }
+  EXPECT_EQ(cpu_costs.costs.size(), dev_costs.costs.size()) << what;
+  for (std::size_t i = 0; i < cpu_costs.costs.size() && i < dev_costs.costs.size(); ++i) {
+    EXPECT_EQ(std::string(cpu_costs.costs[i].op), std::string(dev_costs.costs[i].op)) << what;
+    EXPECT_EQ(cpu_costs.costs[i].flops, dev_costs.costs[i].flops) << what;
+    EXPECT_EQ(cpu_costs.costs[i].bytes, dev_costs.costs[i].bytes) << what;
+  }
+  return device;
+}
+
+class DeviceOps : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DeviceOps, MatmulInEveryTranspositionAndBatchLayout) {
+  const DType dt = GetParam();
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (bool batched : {false, true}) {
+        const std::string what = std::string("matmul ta=") + (ta ? "1" : "0") + " tb=" + (tb ? "1" : "0") +
+                                 " batched=" + (batched ? "1" : "0") + " " + dtype_name(dt);
+        const Shape as = ta ? Shape{3, 2, 13, 7} : Shape{3, 2, 7, 13};  // L = 6, M = 7, K = 13
+        Shape bs = tb ? Shape{5, 13} : Shape{13, 5};
+        if (batched) bs.insert(bs.begin(), {3, 2});
+        const Tensor a = rnd(as, 1, dt), b = rnd(bs, 2, dt), dc = rnd({3, 2, 7, 5}, 3, dt);
+        expect_same(what, [&] {
+          const Tensor c = matmul(a, b, ta, tb);
+          const MatmulGrads g = matmul_backward(dc, a, b, ta, tb);
+          return std::vector<Tensor>{c, g.da, g.db};
+        });
+      }
+    }
+  }
+}
+
+TEST_P(DeviceOps, MatmulOnStridedViews) {
+  const DType dt = GetParam();
+  // A transposed view and a narrowed view: gathered on the device.
+  const Tensor a = rnd({9, 6}, 4, dt).transpose(0, 1);       // [6, 9], strides [1, 6]
+  const Tensor b = rnd({9, 12}, 5, dt).narrow(1, 3, 4);      // [9, 4], row stride 12
+  const Tensor dc = rnd({6, 4}, 6, dt);
+  expect_same("strided matmul", [&] {
+    const MatmulGrads g = matmul_backward(dc, a, b);
+    return std::vector<Tensor>{matmul(a, b), g.da, g.db};
+  });
+}
+
+TEST_P(DeviceOps, ElementwiseOps) {
+  const DType dt = GetParam();
+  const Tensor x = rnd({4, 3, 17}, 7, dt, -4.0, 4.0), bias = rnd({17}, 8, dt), y = rnd({4, 3, 17}, 9, dt);
+  expect_same("add/scale/gelu", [&] {
+    const AddGrads g = add_backward(y, {17});
+    return std::vector<Tensor>{add(x, bias), add(x, y), g.db, scale(x, 0.37), scale_backward(y, -1.5),
+                               gelu(x), gelu_backward(y, x)};
+  });
+}
+
+TEST_P(DeviceOps, LayerNormForwardAndBackward) {
+  const DType dt = GetParam();
+  const Tensor x = rnd({5, 2, 33}, 10, dt, -3.0, 5.0), w = rnd({33}, 11, dt, 0.5, 1.5), b = rnd({33}, 12, dt);
+  const Tensor dy = rnd({5, 2, 33}, 13, dt);
+  expect_same("layer_norm", [&] {
+    const LayerNormResult r = layer_norm(x, w, b, 1e-5);
+    const LayerNormGrads g = layer_norm_backward(dy, x, w, r.mean, r.rstd);
+    return std::vector<Tensor>{r.y, r.mean, r.rstd, g.dx, g.dweight, g.dbias};
+  });
+}
+
+TEST_P(DeviceOps, SoftmaxForwardAndBackward) {
+  const DType dt = GetParam();
+  const Tensor x = rnd({6, 40}, 14, dt, -8.0, 8.0), dy = rnd({6, 40}, 15, dt);
+  expect_same("softmax", [&] {
+    const Tensor y = softmax(x);
+    return std::vector<Tensor>{y, softmax_backward(dy, y)};
+  });
+}
+
+TEST_P(DeviceOps, EmbeddingForwardAndBackwardWithRepeatedIds) {
+  const DType dt = GetParam();
+  const Tensor w = rnd({11, 8}, 16, dt);
+  const Tensor ids = Tensor::from_vector<std::int32_t>({3, 0, 3, 10, 7, 3, 0, 1, 9, 3}, {2, 5});
+  const Tensor dy = rnd({2, 5, 8}, 17, dt);
+  expect_same("embedding", [&] {
+    return std::vector<Tensor>{embedding(ids, w), embedding_backward(dy, ids, 11)};
+  });
+}
+
+TEST_P(DeviceOps, CrossEntropyWithIgnoredRows) {
+  const DType dt = GetParam();
+  const Tensor logits = rnd({3, 4, 29}, 18, dt, -6.0, 6.0);
+  const Tensor targets =
+      Tensor::from_vector<std::int64_t>({5, -100, 28, 0, 13, 13, -100, 2, 27, 1, 6, 9}, {3, 4});
+  const Tensor dloss = Tensor::full({}, 0.75, dt);
+  expect_same("cross_entropy", [&] {
+    const CrossEntropyResult r = cross_entropy(logits, targets);
+    return std::vector<Tensor>{r.loss, r.lse, cross_entropy_backward(dloss, logits, targets, r.lse)};
+  });
+  // Every row ignored: NaN loss, zero gradient, on both paths.
+  const Tensor ignored = Tensor::full({3, 4}, -100, DType::i64);
+  expect_same("cross_entropy all ignored", [&] {
+    const CrossEntropyResult r = cross_entropy(logits, ignored);
+    return std::vector<Tensor>{r.loss, cross_entropy_backward(dloss, logits, ignored, r.lse)};
+  });
+}
+
+TEST_P(DeviceOps, CatAndSplitBackward) {
+  const DType dt = GetParam();
+  const Tensor a = rnd({2, 3, 4}, 19, dt), b = rnd({2, 5, 4}, 20, dt);
+  const Tensor c = rnd({4, 2, 3}, 21, dt).permute({1, 2, 0});  // [2, 3, 4], not contiguous
+  expect_same("cat", [&] {
+    return std::vector<Tensor>{cat({a, b, c}, 1), cat({a, c}, -1), split_backward({a, c}, 0)};
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, DeviceOps, ::testing::ValuesIn(kDeviceDTypes),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// --- residency and coherence ----------------------------------------------------------------
+
+TEST(DeviceResidency, AChainOfOpsStaysOnTheDeviceUntilTheHostReads) {
+  auto device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(device);
+  const Tensor x = rnd({16, 32}, 30, DType::f32), w = rnd({32, 32}, 31, DType::f32);
+  const Tensor ln_w = Tensor::ones({32}), ln_b = Tensor::zeros({32});
+  Tensor h = x;
+  for (int layer = 0; layer < 3; ++layer) h = gelu(matmul(layer_norm(h, ln_w, ln_b).y, w));
+  const DeviceStats& s = device->stats();
+  EXPECT_EQ(s.ops, 9);
+  EXPECT_EQ(s.gemms, 3);
+  EXPECT_EQ(s.uploads, 4) << "x, w, ln_w and ln_b once each";
+  EXPECT_EQ(s.downloads, 0);
+  EXPECT_TRUE(h.host_stale());
+  const std::vector<float> host = h.to_vector<float>();
+  EXPECT_EQ(s.downloads, 1);
+  EXPECT_EQ(s.download_bytes, 16 * 32 * 4);
+  EXPECT_FALSE(h.host_stale());
+  (void)h.to_vector<float>();
+  EXPECT_EQ(s.downloads, 1) << "a second read finds the host current";
+  // A read does not make the device copy stale: the next op uses it in place.
+  (void)gelu(h);
+  EXPECT_EQ(s.uploads, 4);
+}
+
+TEST(DeviceResidency, AHostWriteIsUploadedBeforeTheNextOp) {
+  auto device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(device);
+  const Tensor x = Tensor::full({4}, 1.0);
+  EXPECT_EQ(scale(x, 2.0).to_vector<float>(), std::vector<float>(4, 2.0f));
+  x.fill_(3.0);  // the host writes: the device copy is stale
+  EXPECT_EQ(scale(x, 2.0).to_vector<float>(), std::vector<float>(4, 6.0f));
+  x.set({1}, -1.0);
+  EXPECT_EQ(scale(x, 2.0).to_vector<float>(), (std::vector<float>{6, -2, 6, 6}));
+  x.data<float>()[2] = 5.0f;
+  EXPECT_EQ(scale(x, 2.0).to_vector<float>(), (std::vector<float>{6, -2, 10, 6}));
+  // A device output written by the host through a view: the whole storage is current again.
+  const Tensor y = scale(x, 1.0);
+  y.narrow(0, 0, 2).copy_(Tensor::zeros({2}));
+  EXPECT_EQ(scale(y, 1.0).to_vector<float>(), (std::vector<float>{0, 0, 5, 3}));
+  EXPECT_EQ(device->stats().uploads, 5);
+}
+
+// A write that lands later (as a collective's): the device waits for it before uploading.
+class LateFill final : public PendingWrite {
+ public:
+  LateFill(Tensor t, float v) : t_(std::move(t)), v_(v) {}
+  void wait() override {
+    auto* p = static_cast<float*>(t_.raw_data_unsynchronized());
+    for (std::int64_t i = 0; i < t_.numel(); ++i) p[i] = v_;
+  }
+
+ private:
+  Tensor t_;
+  float v_;
+};
+
+TEST(DeviceResidency, PendingWritesLandBeforeUploadAndAfterADeviceWrite) {
+  auto device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(device);
+  const Tensor x = Tensor::zeros({3});
+  x.set_pending_write(std::make_shared<LateFill>(x, 4.0f));
+  EXPECT_EQ(scale(x, 0.5).to_vector<float>(), std::vector<float>(3, 2.0f));
+  // A device output that a collective then overwrites: download first, then the write.
+  const Tensor y = scale(x, 1.0);
+  y.set_pending_write(std::make_shared<LateFill>(y, 7.0f));
+  EXPECT_EQ(scale(y, 1.0).to_vector<float>(), std::vector<float>(3, 7.0f));
+}
+
+TEST(DeviceResidency, WhatStaysOnTheCpu) {
+  auto device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(device);
+  // f64, shape-only inputs and integer embeddings run on the CPU as before.
+  const Tensor d = rnd({4, 4}, 40, DType::f64);
+  const Tensor r = matmul(d, d);
+  EXPECT_FALSE(r.host_stale());
+  const Tensor s = matmul(Tensor::shape_only({4, 4}), Tensor::shape_only({4, 4}));
+  EXPECT_FALSE(s.has_data());
+  const Tensor table = Tensor::from_vector<std::int64_t>({1, 2, 3, 4}, {2, 2});
+  EXPECT_EQ(embedding(Tensor::from_vector<std::int64_t>({1}, {1}), table).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(device->stats().ops, 0);
+}
+
+TEST(DeviceResidency, MemoryIsReleasedWithTheLastTensor) {
+  auto device = std::make_shared<EmulatedDevice>();
+  {
+    ScopedComputeDevice on(device);
+    const Tensor x = rnd({64, 64}, 41, DType::bf16);
+    const Tensor y = gelu(matmul(x, x));
+    EXPECT_EQ(device->bytes_in_use(), 2u * 64 * 64 * 2);  // x's copy and y (the product is gone)
+  }
+  EXPECT_EQ(device->bytes_in_use(), 0u);
+}
+
+TEST(DeviceErrors, IndexErrorsAreTheCpuOpsErrors) {
+  auto device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(device);
+  const Tensor w = rnd({5, 4}, 42, DType::f32);
+  try {
+    (void)embedding(Tensor::from_vector<std::int64_t>({1, 5}, {2}), w);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("embedding: id 5 at position 1 is outside the table of 5 rows"));
+  }
+  try {
+    (void)cross_entropy(w, Tensor::from_vector<std::int64_t>({0, 1, 3, 9, 2}, {5}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cross_entropy: target 9 of row 3 is outside [0, 4)"));
+  }
+  EXPECT_THROW((void)matmul(w, w), Error);  // shapes are checked before dispatch
+}
+
+// --- the kernels' conversions ---------------------------------------------------------------
+
+TEST(DeviceKernels, HalfPrecisionConversionsMatchTheHostsForEveryPattern) {
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+    const auto b = static_cast<std::uint16_t>(bits);
+    const std::uint16_t bf = b;
+    float host = bf16_bits_to_f32(bf);
+    float dev = kernels::load(&bf, DType::bf16, 0);
+    ASSERT_EQ(kernels::float_bits(host), kernels::float_bits(dev)) << "bf16 " << bits;
+    host = f16_bits_to_f32(b);
+    dev = kernels::load(&b, DType::f16, 0);
+    ASSERT_EQ(kernels::float_bits(host), kernels::float_bits(dev)) << "f16 " << bits;
+  }
+  // Narrowing: every f32 whose top 20 bits vary (ties, carries, subnormals, inf, NaN).
+  for (std::uint32_t hi = 0; hi < (1u << 20); ++hi) {
+    const std::uint32_t x = (hi << 12) | (hi & 0xfffu);
+    const float v = kernels::bits_float(x);
+    std::uint16_t out = 0;
+    kernels::store(&out, DType::bf16, 0, v);
+    ASSERT_EQ(out, f32_to_bf16_bits(v)) << std::hex << x;
+    kernels::store(&out, DType::f16, 0, v);
+    ASSERT_EQ(out, f32_to_f16_bits(v)) << std::hex << x;
+  }
+}
+
+}  // namespace
+}  // namespace ranksim::runtime
