@@ -12,6 +12,9 @@
 #include "models/train.h"
 #include "app/topo.h"
 #include "runtime/backends/mpi/mpi.h"
+#if RANKSIM_HAVE_CUDA_DEVICE
+#include "runtime/backends/nccl/cuda_device.h"
+#endif
 #if RANKSIM_HAVE_NCCL_BACKEND
 #include "runtime/backends/nccl/nccl_collectives.h"
 #endif
@@ -50,6 +53,9 @@ std::ostream& null_out() {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+#if RANKSIM_HAVE_CUDA_DEVICE
+  runtime::gpu::install_cuda_device();  // --device gpu
+#endif
 #if RANKSIM_HAVE_NCCL_BACKEND
   runtime::gpu::install_nccl_backend();  // --backend nccl; without it, that backend says it is missing
 #endif
@@ -97,6 +103,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                       "sim (default); mpi: one process per rank, started by mpirun -np <ranks>; nccl: as mpi, "
                       "with the collectives on each process's GPU through NCCL")
       ->check(CLI::IsMember({"sim", "mpi", "nccl"}));
+  run_cmd->add_option("--device", run_flags.device,
+                      "Where ops compute: cpu (default; gpu with --backend nccl), gpu (CUDA: the process's GPU), "
+                      "emulated (the GPU kernels run on the CPU, for checking the device path)")
+      ->check(CLI::IsMember({"cpu", "gpu", "emulated"}));
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");

@@ -22,6 +22,7 @@
 #include "cp/context_parallel.h"
 #include "cp/partition.h"
 #include "runtime/cost.h"
+#include "runtime/device.h"
 #include "runtime/distributed.h"
 #include "runtime/spawn.h"
 #include "sim/error.h"
@@ -983,11 +984,15 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   const std::string trace_path = !flags.trace.empty() ? flags.trace : sc.out_trace;
   const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
   const std::string report_path = !flags.report.empty() ? flags.report : sc.out_report;
+  const std::string device_kind = !flags.device.empty() ? flags.device : flags.backend == "nccl" ? "gpu" : "cpu";
+  const std::shared_ptr<runtime::Device> device = runtime::make_device(device_kind);
+  const runtime::ScopedComputeDevice on_device(device);
   out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp
       << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << ", "
       << (sc.real_data ? "real data" : "shape-only") << "\n";
   if (!sc.description.empty()) out << "  " << sc.description << "\n";
+  if (device) out << "  ops compute on the " << device->name() << " device\n";
   out << "\n";
 
   sim::Time makespan;
@@ -1358,6 +1363,12 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   for (const auto& r : sweep)
     if (r.wrong > 0) all_passed = false;
   out << (backend != runtime::BackendKind::sim ? "\nwall time: " : "\nvirtual time: ") << makespan << "\n";
+  if (device) {
+    const runtime::DeviceStats& ds = device->stats();
+    out << "device " << device->name() << ": " << ds.ops << " ops (" << ds.kernels << " kernels, " << ds.gemms
+        << " GEMMs); " << ds.uploads << " uploads (" << sim::units::format_bytes(static_cast<uint64_t>(ds.upload_bytes))
+        << "), " << ds.downloads << " downloads (" << sim::units::format_bytes(static_cast<uint64_t>(ds.download_bytes)) << ")\n";
+  }
   if (!results.empty()) out << "checks:\n";
   for (const CheckResult& c : results) {
     out << "  [" << (c.passed ? "pass" : "FAIL") << "] " << c.text << " (measured " << c.measured << ")\n";
@@ -1380,7 +1391,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     out << "shards: " << sc.model->train->shards << " (one file per tp x pp rank; ranksim consolidate joins them)\n";
   if (!json_path.empty()) {
     sim::write_file_atomically(json_path, [&](std::ostream& j) {
-      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"backend\": \"" << flags.backend << "\",\n  \"topology\": \"" << topo.name()
+      j << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"backend\": \"" << flags.backend << "\",\n  \"device\": \"" << device_kind << "\",\n  \"topology\": \"" << topo.name()
         << "\",\n  \"ranks\": " << sc.ranks << ",\n  \"layout\": {\"tp\": " << sc.tp << ", \"cp\": " << sc.cp
         << ", \"dp\": " << sc.dp << ", \"pp\": " << sc.pp << "},\n  \"virtual_time_us\": "
         << sim::format_us(makespan) << ",\n  \"ranks_detail\": [";

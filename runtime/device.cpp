@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "runtime/emulated_device.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
@@ -57,6 +58,31 @@ std::byte* element(void* base, const Tensor& t) {
 }
 
 }  // namespace
+
+namespace {
+std::function<std::shared_ptr<Device>()>& gpu_factory() {
+  static std::function<std::shared_ptr<Device>()> f;
+  return f;
+}
+}  // namespace
+
+void set_gpu_device_factory(std::function<std::shared_ptr<Device>()> factory) {
+  gpu_factory() = std::move(factory);
+}
+
+std::shared_ptr<Device> make_device(const std::string& kind) {
+  if (kind == "cpu") return nullptr;
+  if (kind == "emulated") return std::make_shared<EmulatedDevice>();
+  if (kind == "gpu") {
+    if (!gpu_factory()) {
+      throw Error("--device gpu: this ranksim was built without the GPU backend (RANKSIM_WITH_CUDA is OFF: "
+                  "nvcc, the CUDA toolkit or NCCL was not found, or a sanitizer build); use --device cpu or "
+                  "emulated, or rebuild where CUDA is installed (docs/gpu.md)");
+    }
+    return gpu_factory()();
+  }
+  throw Error("unknown device '" + kind + "': use cpu, emulated or gpu");
+}
 
 void set_compute_device(std::shared_ptr<Device> device) { installed() = std::move(device); }
 Device* compute_device() { return installed().get(); }

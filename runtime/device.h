@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -86,6 +87,13 @@ class Device {
 // The process's compute device (nullptr: the CPU). Not owned by the caller of compute_device().
 void set_compute_device(std::shared_ptr<Device> device);
 Device* compute_device();
+
+// A device by the name users give it (`ranksim run --device`): "cpu" (nullptr: no device),
+// "emulated" (runtime/emulated_device.h) or "gpu" (the CUDA device registered by a build with
+// RANKSIM_WITH_CUDA; an Error naming what is missing otherwise). Error for other names.
+std::shared_ptr<Device> make_device(const std::string& kind);
+// Registers what make_device("gpu") returns (runtime/backends/nccl/cuda_device.h does).
+void set_gpu_device_factory(std::function<std::shared_ptr<Device>()> factory);
 
 class ScopedComputeDevice {
  public:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/cost.h"
+#include "runtime/device_cases.h"
 #include "runtime/device_kernels.h"
 #include "runtime/emulated_device.h"
 #include "runtime/ops.h"
@@ -69,104 +70,8 @@ std::shared_ptr<EmulatedDevice> expect_same(const std::string& what, F&& f) {
 
 class DeviceOps : public ::testing::TestWithParam<DType> {};
 
-TEST_P(DeviceOps, MatmulInEveryTranspositionAndBatchLayout) {
-  const DType dt = GetParam();
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      for (bool batched : {false, true}) {
-        const std::string what = std::string("matmul ta=") + (ta ? "1" : "0") + " tb=" + (tb ? "1" : "0") +
-                                 " batched=" + (batched ? "1" : "0") + " " + dtype_name(dt);
-        const Shape as = ta ? Shape{3, 2, 13, 7} : Shape{3, 2, 7, 13};  // L = 6, M = 7, K = 13
-        Shape bs = tb ? Shape{5, 13} : Shape{13, 5};
-        if (batched) bs.insert(bs.begin(), {3, 2});
-        const Tensor a = rnd(as, 1, dt), b = rnd(bs, 2, dt), dc = rnd({3, 2, 7, 5}, 3, dt);
-        expect_same(what, [&] {
-          const Tensor c = matmul(a, b, ta, tb);
-          const MatmulGrads g = matmul_backward(dc, a, b, ta, tb);
-          return std::vector<Tensor>{c, g.da, g.db};
-        });
-      }
-    }
-  }
-}
-
-TEST_P(DeviceOps, MatmulOnStridedViews) {
-  const DType dt = GetParam();
-  // A transposed view and a narrowed view: gathered on the device.
-  const Tensor a = rnd({9, 6}, 4, dt).transpose(0, 1);       // [6, 9], strides [1, 6]
-  const Tensor b = rnd({9, 12}, 5, dt).narrow(1, 3, 4);      // [9, 4], row stride 12
-  const Tensor dc = rnd({6, 4}, 6, dt);
-  expect_same("strided matmul", [&] {
-    const MatmulGrads g = matmul_backward(dc, a, b);
-    return std::vector<Tensor>{matmul(a, b), g.da, g.db};
-  });
-}
-
-TEST_P(DeviceOps, ElementwiseOps) {
-  const DType dt = GetParam();
-  const Tensor x = rnd({4, 3, 17}, 7, dt, -4.0, 4.0), bias = rnd({17}, 8, dt), y = rnd({4, 3, 17}, 9, dt);
-  expect_same("add/scale/gelu", [&] {
-    const AddGrads g = add_backward(y, {17});
-    return std::vector<Tensor>{add(x, bias), add(x, y), g.db, scale(x, 0.37), scale_backward(y, -1.5),
-                               gelu(x), gelu_backward(y, x)};
-  });
-}
-
-TEST_P(DeviceOps, LayerNormForwardAndBackward) {
-  const DType dt = GetParam();
-  const Tensor x = rnd({5, 2, 33}, 10, dt, -3.0, 5.0), w = rnd({33}, 11, dt, 0.5, 1.5), b = rnd({33}, 12, dt);
-  const Tensor dy = rnd({5, 2, 33}, 13, dt);
-  expect_same("layer_norm", [&] {
-    const LayerNormResult r = layer_norm(x, w, b, 1e-5);
-    const LayerNormGrads g = layer_norm_backward(dy, x, w, r.mean, r.rstd);
-    return std::vector<Tensor>{r.y, r.mean, r.rstd, g.dx, g.dweight, g.dbias};
-  });
-}
-
-TEST_P(DeviceOps, SoftmaxForwardAndBackward) {
-  const DType dt = GetParam();
-  const Tensor x = rnd({6, 40}, 14, dt, -8.0, 8.0), dy = rnd({6, 40}, 15, dt);
-  expect_same("softmax", [&] {
-    const Tensor y = softmax(x);
-    return std::vector<Tensor>{y, softmax_backward(dy, y)};
-  });
-}
-
-TEST_P(DeviceOps, EmbeddingForwardAndBackwardWithRepeatedIds) {
-  const DType dt = GetParam();
-  const Tensor w = rnd({11, 8}, 16, dt);
-  const Tensor ids = Tensor::from_vector<std::int32_t>({3, 0, 3, 10, 7, 3, 0, 1, 9, 3}, {2, 5});
-  const Tensor dy = rnd({2, 5, 8}, 17, dt);
-  expect_same("embedding", [&] {
-    return std::vector<Tensor>{embedding(ids, w), embedding_backward(dy, ids, 11)};
-  });
-}
-
-TEST_P(DeviceOps, CrossEntropyWithIgnoredRows) {
-  const DType dt = GetParam();
-  const Tensor logits = rnd({3, 4, 29}, 18, dt, -6.0, 6.0);
-  const Tensor targets =
-      Tensor::from_vector<std::int64_t>({5, -100, 28, 0, 13, 13, -100, 2, 27, 1, 6, 9}, {3, 4});
-  const Tensor dloss = Tensor::full({}, 0.75, dt);
-  expect_same("cross_entropy", [&] {
-    const CrossEntropyResult r = cross_entropy(logits, targets);
-    return std::vector<Tensor>{r.loss, r.lse, cross_entropy_backward(dloss, logits, targets, r.lse)};
-  });
-  // Every row ignored: NaN loss, zero gradient, on both paths.
-  const Tensor ignored = Tensor::full({3, 4}, -100, DType::i64);
-  expect_same("cross_entropy all ignored", [&] {
-    const CrossEntropyResult r = cross_entropy(logits, ignored);
-    return std::vector<Tensor>{r.loss, cross_entropy_backward(dloss, logits, ignored, r.lse)};
-  });
-}
-
-TEST_P(DeviceOps, CatAndSplitBackward) {
-  const DType dt = GetParam();
-  const Tensor a = rnd({2, 3, 4}, 19, dt), b = rnd({2, 5, 4}, 20, dt);
-  const Tensor c = rnd({4, 2, 3}, 21, dt).permute({1, 2, 0});  // [2, 3, 4], not contiguous
-  expect_same("cat", [&] {
-    return std::vector<Tensor>{cat({a, b, c}, 1), cat({a, c}, -1), split_backward({a, c}, 0)};
-  });
+TEST_P(DeviceOps, EveryOpEqualsTheCpuOpBitForBit) {
+  testing::device_op_cases(GetParam(), [](const std::string& what, const testing::OpOutputs& f) { expect_same(what, f); });
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, DeviceOps, ::testing::ValuesIn(kDeviceDTypes),

@@ -1,0 +1,119 @@
+// `ranksim run --device`: shipped scenarios with their ops on the emulated device write the same
+// dump bytes and the same summary as on the CPU (the emulated device runs the GPU kernels in the
+// CPU ops' order); a device that is not there is a clear error with no output written.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "runtime/device.h"
+
+namespace ranksim::app {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  args.insert(args.begin(), "ranksim");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string scenario(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/scenarios/" + name; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The summary without the line that names the device.
+std::string without_device(const std::string& json) {
+  std::string out;
+  std::istringstream in(json);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"device\"") == std::string::npos) out += line + "\n";
+  }
+  return out;
+}
+
+class DeviceRun : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(DeviceRun, EmulatedDeviceWritesTheCpuRunsBytes) {
+  const std::vector<std::string> args = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("ranksim_device_itest_" + fs::path(args[0]).stem().string());
+  fs::create_directories(dir);
+  std::string dumps[2], summaries[2];
+  const char* devices[2] = {"cpu", "emulated"};
+  for (int i = 0; i < 2; ++i) {
+    const fs::path dump = dir / (std::string(devices[i]) + ".safetensors"), json = dir / (std::string(devices[i]) + ".json");
+    std::vector<std::string> cmd = {"run", scenario(args[0]), "--device", devices[i], "--json", json.string(),
+                                    "--set", "dump=" + dump.string()};
+    for (std::size_t j = 1; j < args.size(); ++j) cmd.insert(cmd.end(), {"--set", args[j]});
+    const Result r = run(cmd);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    if (i == 1) {
+      EXPECT_THAT(r.out, HasSubstr("ops compute on the emulated device"));
+      EXPECT_THAT(r.out, HasSubstr("device emulated: "));
+    }
+    dumps[i] = slurp(dump);
+    summaries[i] = slurp(json);
+  }
+  ASSERT_FALSE(dumps[0].empty());
+  EXPECT_TRUE(dumps[0] == dumps[1]) << "the dumps differ";
+  EXPECT_THAT(summaries[1], HasSubstr("\"device\": \"emulated\""));
+  EXPECT_EQ(without_device(summaries[0]), without_device(summaries[1]));
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scenarios, DeviceRun,
+    ::testing::Values(std::vector<std::string>{"cp-validation-bshd.yaml"}, std::vector<std::string>{"cp-validation-thd.yaml"},
+                      std::vector<std::string>{"train-tp2-cp2-dp2-dgx-h100.yaml", "train.steps=2"}),
+    [](const auto& p) {
+      std::string n = fs::path(p.param[0]).stem().string();
+      for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return n;
+    });
+
+TEST(DeviceRunErrors, AGpuThatIsNotThereIsAClearErrorAndWritesNothing) {
+  const fs::path dump = fs::temp_directory_path() / "ranksim_device_itest_nogpu.safetensors";
+  fs::remove(dump);
+  std::shared_ptr<runtime::Device> gpu;
+  try {
+    gpu = runtime::make_device("gpu");
+  } catch (const std::exception&) {
+  }
+  if (gpu) GTEST_SKIP() << "this machine has a GPU (" << gpu->name() << ")";
+  const Result r = run({"run", scenario("cp-validation-thd.yaml"), "--device", "gpu", "--set", "dump=" + dump.string()});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--device gpu"));
+  EXPECT_THAT(r.err, HasSubstr("--device cpu"));
+  EXPECT_EQ(r.out, "");
+  EXPECT_FALSE(fs::exists(dump));
+}
+
+TEST(DeviceRunErrors, AnUnknownDeviceIsRefused) {
+  const Result r = run({"run", scenario("cp-validation-thd.yaml"), "--device", "tpu"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--device"));
+  EXPECT_THROW((void)runtime::make_device("tpu"), std::exception);
+}
+
+}  // namespace
+}  // namespace ranksim::app
