@@ -6,9 +6,11 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::cp {
@@ -392,6 +394,29 @@ void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& q
   }
 }
 
+// The device call of one attention block (runtime/device_ops.h).
+runtime::device_ops::AttentionCall device_call(const Dims& g, const AttentionOptions& opts,
+                                               const TokenInfo& qt, const TokenInfo& kt) {
+  const Window w = window_of(opts);
+  return {&qt.position, &qt.segment, &kt.position, &kt.segment, w.left, w.right, scale_of(opts, g.d),
+          g.tq, g.tk, g.hq, g.hkv, g.d, g.dv};
+}
+
+bool device_dtype(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
+
+// The device for an in-place merge: rows distinct (a GPU writes them in parallel), views the
+// device kernels address, every operand with data in a device dtype.
+runtime::Device* merge_device(std::initializer_list<const Tensor*> ts, const std::vector<i64>& rows) {
+  if (!runtime::compute_device()) return nullptr;
+  for (const Tensor* t : ts) {
+    if (t->dim() > runtime::kernels::kMaxDims) return nullptr;
+  }
+  std::vector<i64> sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return nullptr;
+  return runtime::device_ops::device_for(ts);
+}
+
 template <class T>
 T merge_two(T a, T b) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -484,7 +509,11 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
   const Shape out_shape{g.tq, g.hq, g.dv}, lse_shape{g.hq, g.tq};
   const i64 pairs = attention_visible_pairs(q_tokens, kv_tokens, opts);
   AttentionResult r;
-  if (!ready({&q, &k, &v})) {
+  runtime::Device* dev = device_dtype(out_dtype) ? runtime::device_ops::device_for({&q, &k, &v}) : nullptr;
+  if (dev) {
+    std::tie(r.out, r.lse) =
+        runtime::device_ops::attention_forward(*dev, q, k, v, device_call(g, opts, q_tokens, kv_tokens), out_dtype);
+  } else if (!ready({&q, &k, &v})) {
     r.out = Tensor::shape_only(out_shape, out_dtype);
     r.lse = Tensor::shape_only(lse_shape, lse_dtype);
   } else {
@@ -522,7 +551,16 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   const DType dq_dtype = opts.output_dtype.value_or(q.dtype());
   const DType dk_dtype = opts.output_dtype.value_or(k.dtype());
   const DType dv_dtype = opts.output_dtype.value_or(v.dtype());
-  if (!ready({&dout, &q, &k, &v, &out, &lse})) {
+  runtime::Device* dev = device_dtype(dq_dtype) && device_dtype(dk_dtype) && device_dtype(dv_dtype)
+                             ? runtime::device_ops::device_for({&dout, &q, &k, &v, &out, &lse})
+                             : nullptr;
+  if (dev) {
+    const auto grads = runtime::device_ops::attention_backward(
+        *dev, dout, q, k, v, out, lse, device_call(g, opts, q_tokens, kv_tokens), dq_dtype, dk_dtype, dv_dtype);
+    r.dq = grads.dq;
+    r.dk = grads.dk;
+    r.dv = grads.dv;
+  } else if (!ready({&dout, &q, &k, &v, &out, &lse})) {
     r.dq = Tensor::shape_only(q.shape(), dq_dtype);
     r.dk = Tensor::shape_only(k.shape(), dk_dtype);
     r.dv = Tensor::shape_only(v.shape(), dv_dtype);
@@ -601,7 +639,9 @@ void merge_lse_(const Tensor& lse, const Tensor& part_lse, const Rows& rows) {
   const std::vector<i64> sel = rows.resolve(n, fn);
   const i64 m = static_cast<i64>(sel.size());
   require_shape(fn, part_lse, "part_lse", {h, m});
-  if (ready({&lse, &part_lse})) {
+  if (runtime::Device* dev = merge_device({&lse, &part_lse}, sel)) {
+    runtime::device_ops::merge_lse_(*dev, lse, part_lse, sel);
+  } else if (ready({&lse, &part_lse})) {
     with_compute_type(any_f64({&lse, &part_lse}), [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> acc = lse.to_vector<T>();
@@ -634,7 +674,9 @@ void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part
   const i64 m = static_cast<i64>(sel.size());
   require_shape(fn, part_out, "part_out", {m, h, dv});
   require_shape(fn, part_lse, "part_lse", {h, m});
-  if (ready({&out, &lse, &part_out, &part_lse})) {
+  if (runtime::Device* dev = merge_device({&out, &lse, &part_out, &part_lse}, sel)) {
+    runtime::device_ops::add_corrected_out_(*dev, out, lse, part_out, part_lse, sel);
+  } else if (ready({&out, &lse, &part_out, &part_lse})) {
     with_compute_type(any_f64({&out, &lse, &part_out, &part_lse}), [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> acc = out.to_vector<T>();
@@ -700,7 +742,9 @@ void add_rows_(const Tensor& acc, const Tensor& part, const Rows& rows) {
   want[0] = m;
   require_shape(fn, part, "part", want);
   const i64 inner = n == 0 ? 0 : acc.numel() / n;
-  if (ready({&acc, &part})) {
+  if (runtime::Device* dev = merge_device({&acc, &part}, sel)) {
+    runtime::device_ops::add_rows_(*dev, acc, part, sel);
+  } else if (ready({&acc, &part})) {
     with_compute_type(any_f64({&acc, &part}), [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> a = acc.to_vector<T>();

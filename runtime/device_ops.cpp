@@ -360,6 +360,190 @@ Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& lo
   return DX.t;
 }
 
+// --- attention ------------------------------------------------------------------------------
+
+namespace {
+
+// The token arrays on the device, for one call.
+struct Tokens {
+  Tokens(Device& dev, const AttentionCall& c)
+      : qp(Tensor::from_vector(*c.q_pos, {c.tq})),
+        qs(Tensor::from_vector(*c.q_seg, {c.tq})),
+        kp(Tensor::from_vector(*c.k_pos, {c.tk})),
+        ks(Tensor::from_vector(*c.k_seg, {c.tk})) {
+    tok.q_pos = static_cast<const i64*>(device_pointer(dev, qp));
+    tok.q_seg = static_cast<const i64*>(device_pointer(dev, qs));
+    tok.k_pos = static_cast<const i64*>(device_pointer(dev, kp));
+    tok.k_seg = static_cast<const i64*>(device_pointer(dev, ks));
+    tok.window_left = c.window_left;
+    tok.window_right = c.window_right;
+  }
+  Tensor qp, qs, kp, ks;
+  k::AttentionTokens tok{};
+};
+
+k::AttentionDims dims_of(const AttentionCall& c) {
+  return {c.tq, c.tk, c.hq, c.hkv, c.d, c.dv, static_cast<float>(c.scale)};
+}
+
+// An f32 device tensor converted into dtype on the device (itself when dtype is f32).
+Tensor to_dtype(Device& dev, const Out& f32, DType dtype) {
+  if (dtype == DType::f32) return f32.t;
+  Out o(dev, f32.t.shape(), dtype);
+  k::CopyKernel c{};
+  c.src = f32.ptr;
+  c.src_dtype = DType::f32;
+  c.dst = o.ptr;
+  c.dst_dtype = dtype;
+  c.ndim = 1;
+  c.sizes[0] = f32.t.numel();
+  c.src_strides[0] = 1;
+  c.dst_strides[0] = 1;
+  run(dev, c, f32.t.numel());
+  return o.t;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> attention_forward(Device& dev, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const AttentionCall& call, DType out_dtype) {
+  In Q(dev, q), K(dev, k), V(dev, v);
+  const Tokens t(dev, call);
+  Out O(dev, {call.tq, call.hq, call.dv}, DType::f32), L(dev, {call.hq, call.tq}, DType::f32);
+  run(dev, k::AttentionForwardKernel{Q.get(), K.get(), V.get(), q.dtype(), t.tok, dims_of(call), O.as<float>(),
+                                     L.as<float>()},
+      call.tq * call.hq);
+  return {to_dtype(dev, O, out_dtype), L.t};
+}
+
+AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& out, const Tensor& lse,
+                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
+                                        DType dv_dtype) {
+  Tensor lse32;
+  {
+    ScopedCostSink quiet(nullptr);  // part of the op's traffic
+    lse32 = lse.to(DType::f32);
+  }
+  In dO(dev, dout), Q(dev, q), K(dev, k), V(dev, v), O(dev, out), Ls(dev, lse32);
+  const Tokens t(dev, call);
+  const k::AttentionBackwardInputs in{Q.get(), K.get(), V.get(), q.dtype(), O.get(), out.dtype(), dO.get(),
+                                      dout.dtype(), Ls.as<float>(), t.tok, dims_of(call)};
+  Out delta(dev, {call.hq, call.tq}, DType::f32), dq_acc(dev, q.shape(), DType::f32);
+  Out dQ(dev, q.shape(), dq_dtype);
+  run(dev, k::AttentionBackwardQueryKernel{in, delta.as<float>(), dq_acc.as<float>(), dQ.ptr, dq_dtype},
+      call.tq * call.hq);
+  Out head_dk(dev, k.shape(), DType::f32), head_dv(dev, v.shape(), DType::f32);
+  Out dk_acc(dev, k.shape(), DType::f32), dv_acc(dev, v.shape(), DType::f32);
+  Out dK(dev, k.shape(), dk_dtype), dV(dev, v.shape(), dv_dtype);
+  run(dev,
+      k::AttentionBackwardKeyKernel{in, delta.as<float>(), head_dk.as<float>(), head_dv.as<float>(),
+                                    dk_acc.as<float>(), dv_acc.as<float>(), dK.ptr, dk_dtype, dV.ptr, dv_dtype},
+      call.tk * call.hkv);
+  return {dQ.t, dK.t, dV.t};
+}
+
+// --- in-place merges ------------------------------------------------------------------------
+
+namespace {
+// The device address of a view that a kernel will write in place.
+void* writable(Device& dev, const Tensor& t) { return const_cast<void*>(device_pointer(dev, t)); }
+i64 stride(const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(d)]; }
+}  // namespace
+
+void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<i64>& rows) {
+  const i64 h = lse.size(0), m = static_cast<i64>(rows.size());
+  In P(dev, part_lse);
+  const Ids S(dev, Tensor::from_vector(rows, {m}));
+  void* base = writable(dev, lse);
+  run(dev, k::MergeLseKernel{base, lse.dtype(), stride(lse, 0), stride(lse, 1), P.get(), part_lse.dtype(), S.get(), m},
+      h * m);
+  mark_device_written(dev, lse);
+}
+
+void add_corrected_out_(Device& dev, const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                        const Tensor& part_lse, const std::vector<i64>& rows) {
+  const i64 h = out.size(1), dv = out.size(2), m = static_cast<i64>(rows.size());
+  In PO(dev, part_out), PL(dev, part_lse);
+  const Ids S(dev, Tensor::from_vector(rows, {m}));
+  const void* l = device_pointer(dev, lse);
+  void* base = writable(dev, out);
+  run(dev,
+      k::CorrectOutKernel{base, out.dtype(), stride(out, 0), stride(out, 1), stride(out, 2), l, lse.dtype(),
+                          stride(lse, 0), stride(lse, 1), PO.get(), part_out.dtype(), PL.get(), part_lse.dtype(),
+                          S.get(), m, h, dv},
+      m * h * dv);
+  mark_device_written(dev, out);
+}
+
+void add_rows_(Device& dev, const Tensor& acc, const Tensor& part, const std::vector<i64>& rows) {
+  const i64 n = acc.size(0), m = static_cast<i64>(rows.size());
+  const i64 inner = n == 0 ? 0 : acc.numel() / n;
+  In P(dev, part);
+  const Ids S(dev, Tensor::from_vector(rows, {m}));
+  k::AddRowsKernel a{};
+  a.acc = writable(dev, acc);
+  a.acc_dtype = acc.dtype();
+  a.ndim = static_cast<int>(acc.dim());
+  for (int d = 0; d < a.ndim; ++d) {
+    a.sizes[d] = acc.size(d);
+    a.strides[d] = stride(acc, d);
+  }
+  a.part = P.get();
+  a.part_dtype = part.dtype();
+  a.sel = S.get();
+  a.inner = inner;
+  if (inner > 0) run(dev, a, m * inner);
+  mark_device_written(dev, acc);
+}
+
+// --- tensor copies --------------------------------------------------------------------------
+
+Device* device_for_copy(std::initializer_list<const Tensor*> tensors,
+                        std::initializer_list<const Tensor*> need_resident) {
+  Device* dev = compute_device();
+  if (!dev) return nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->has_data() || !device_dtype(t->dtype()) || t->dim() > k::kMaxDims) return nullptr;
+  }
+  bool resident = false;
+  for (const Tensor* t : need_resident) resident = resident || resident_on(*dev, *t);
+  if (!resident) return nullptr;
+  ++dev->stats().ops;
+  return dev;
+}
+
+namespace {
+k::CopyKernel strided_copy(const void* src, const Tensor& s, void* dst, const Tensor& d) {
+  k::CopyKernel c{};
+  c.src = src;
+  c.src_dtype = s.dtype();
+  c.dst = dst;
+  c.dst_dtype = d.dtype();
+  c.ndim = static_cast<int>(s.dim());
+  for (int i = 0; i < c.ndim; ++i) {
+    c.sizes[i] = s.size(i);
+    c.src_strides[i] = s.strides()[static_cast<std::size_t>(i)];
+    c.dst_strides[i] = d.strides()[static_cast<std::size_t>(i)];
+  }
+  return c;
+}
+}  // namespace
+
+Tensor copy_to_new(Device& dev, const Tensor& src, DType dtype) {
+  const void* from = device_pointer(dev, src);
+  Out O(dev, src.shape(), dtype);
+  run(dev, strided_copy(from, src, O.ptr, O.t), src.numel());
+  return O.t;
+}
+
+void copy_into(Device& dev, const Tensor& dst, const Tensor& src) {
+  const void* from = device_pointer(dev, src);
+  void* to = writable(dev, dst);
+  run(dev, strided_copy(from, src, to, dst), src.numel());
+  mark_device_written(dev, dst);
+}
+
 // --- cat ------------------------------------------------------------------------------------
 
 Tensor cat(Device& dev, const std::vector<Tensor>& xs, std::int64_t dim, const Shape& out_shape) {

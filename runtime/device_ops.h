@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "runtime/device.h"
@@ -46,6 +47,44 @@ CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor
 Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
                               std::int64_t count);
+// Block attention (cp/attention.h) after cp's checks: token positions and segments per query and
+// key, the window (-1: unbounded; causal already folded into window_right), the scale.
+struct AttentionCall {
+  const std::vector<std::int64_t>* q_pos;
+  const std::vector<std::int64_t>* q_seg;
+  const std::vector<std::int64_t>* k_pos;
+  const std::vector<std::int64_t>* k_seg;
+  std::int64_t window_left, window_right;
+  double scale;
+  std::int64_t tq, tk, hq, hkv, d, dv;
+};
+// out [tq, hq, dv] in out_dtype and lse [hq, tq] f32.
+std::pair<Tensor, Tensor> attention_forward(Device& dev, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const AttentionCall& call, DType out_dtype);
+struct AttentionGradTensors {
+  Tensor dq, dk, dv;
+};
+AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& out, const Tensor& lse,
+                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
+                                        DType dv_dtype);
+
+// The in-place merges of cp/attention.h after cp's checks; rows: the accumulator rows covered,
+// distinct. lse, out and acc may be any views of at most kernels::kMaxDims dims.
+void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<std::int64_t>& rows);
+void add_corrected_out_(Device& dev, const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                        const Tensor& part_lse, const std::vector<std::int64_t>& rows);
+void add_rows_(Device& dev, const Tensor& acc, const Tensor& part, const std::vector<std::int64_t>& rows);
+
+// Tensor copies (runtime/tensor.cpp) on the device: the device when it is installed, every tensor
+// has data in a device dtype and at most kernels::kMaxDims dims, and one of them (need_resident)
+// already lives there; else nullptr (the copy runs on the host).
+Device* device_for_copy(std::initializer_list<const Tensor*> tensors, std::initializer_list<const Tensor*> need_resident);
+// A new contiguous device tensor of src's shape in dtype (clone, contiguous, to).
+Tensor copy_to_new(Device& dev, const Tensor& src, DType dtype);
+// dst = src, elementwise with conversion, dst any view (REQUIRES: equal shapes, no shared storage).
+void copy_into(Device& dev, const Tensor& dst, const Tensor& src);
+
 // xs have equal shapes outside dim (already checked); dim is non-negative.
 Tensor cat(Device& dev, const std::vector<Tensor>& xs, std::int64_t dim, const Shape& out_shape);
 

@@ -10,6 +10,7 @@
 #include <malloc.h>
 
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
@@ -466,6 +467,10 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   if (!defined()) throw Error("Tensor::clone: the tensor is undefined");
+  if (Device* dev = device_ops::device_for_copy({this}, {this})) {  // stays on the device
+    charge({"copy", 0.0, 2.0 * static_cast<double>(nbytes()), dtype_});
+    return device_ops::copy_to_new(*dev, *this, dtype_);
+  }
   wait_pending();
   charge({"copy", 0.0, 2.0 * static_cast<double>(nbytes()), dtype_});
   if (!has_data()) return shape_only(shape_, dtype_);
@@ -478,10 +483,17 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(DType dtype) const {
   if (!defined()) throw Error("Tensor::to: the tensor is undefined");
   if (dtype == dtype_) return *this;
+  const OpCost cost{"convert", static_cast<double>(numel_),
+                    static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(dtype)),
+                    dtype_};
+  if (Device* dev = dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16
+                        ? device_ops::device_for_copy({this}, {this})
+                        : nullptr) {
+    charge(cost);
+    return device_ops::copy_to_new(*dev, *this, dtype);
+  }
   wait_pending();
-  charge({"convert", static_cast<double>(numel_),
-          static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(dtype)),
-          dtype_});
+  charge(cost);
   if (!has_data()) return shape_only(shape_, dtype);
   Tensor out = zeros(shape_, dtype);
   strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
@@ -494,12 +506,17 @@ void Tensor::copy_(const Tensor& src) const {
   if (src.shape_ != shape_) {
     throw Error("Tensor::copy_: source " + src.str() + " does not match destination " + str());
   }
+  const OpCost cost{"copy", 0.0,
+                    static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(src.dtype_)),
+                    dtype_};
+  if (Device* dev = shares_storage(src) ? nullptr : device_ops::device_for_copy({this, &src}, {this, &src})) {
+    charge(cost);
+    device_ops::copy_into(*dev, *this, src);
+    return;
+  }
   src.wait_pending();
   wait_pending();
-  charge({"copy", 0.0,
-          static_cast<double>(numel_) *
-              static_cast<double>(dtype_size(dtype_) + dtype_size(src.dtype_)),
-          dtype_});
+  charge(cost);
   if (!has_data()) return;
   src.require_data("Tensor::copy_ source");
   ++storage_->host_version;

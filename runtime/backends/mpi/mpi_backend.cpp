@@ -17,6 +17,8 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -39,6 +41,63 @@ void check(int rc, const char* what) {
   MPI_Error_string(rc, text, &len);
   throw Error(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<size_t>(len)));
 }
+
+// How long a blocked collective or receive waits for its peers before the run is declared hung:
+// RANKSIM_COLLECTIVE_TIMEOUT seconds (default 600, as torch.distributed's NCCL default; 0 waits
+// forever).
+double collective_timeout() {
+  static const double seconds = [] {
+    const char* v = std::getenv("RANKSIM_COLLECTIVE_TIMEOUT");
+    if (v == nullptr || *v == '\0') return 600.0;
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(t >= 0)) {
+      throw Error(std::string("RANKSIM_COLLECTIVE_TIMEOUT='") + v +
+                  "' is not a number of seconds (>= 0; 0 waits forever)");
+    }
+    return t;
+  }();
+  return seconds;
+}
+
+// MPI_Waitall that gives up: polls the requests, and after collective_timeout() seconds calls
+// timed_out(indices of the requests still pending, seconds waited), which throws.
+template <class F>
+int wait_all(std::vector<MPI_Request>& reqs, MPI_Status* st, F&& timed_out) {
+  if (reqs.empty()) return MPI_SUCCESS;
+  const double limit = collective_timeout();
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int flag = 0;
+    const int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, st);
+    if (flag || rc != MPI_SUCCESS) return rc;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (limit > 0 && waited > limit) {
+      std::vector<size_t> pending;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        int done = 0;
+        MPI_Request_get_status(reqs[i], &done, MPI_STATUS_IGNORE);
+        if (!done) pending.push_back(i);
+      }
+      timed_out(pending, waited);
+    }
+    // Spin while the peers are likely close (a collective step), then let them have the core.
+    if (waited < 0.01) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+std::string seconds_str(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f", s);
+  return buf;
+}
+
+const char* kTimeoutAdvice =
+    "; set RANKSIM_COLLECTIVE_TIMEOUT=SECONDS to wait longer (0: forever)";
 
 void finalize_at_exit() {
   int initialized = 0, finalized = 0;
@@ -326,7 +385,19 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
           "MPI_Isend");
   }
   std::vector<MPI_Status> st(reqs.size());
-  const int rc = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), st.data());
+  const int rc = wait_all(reqs, st.data(), [&](const std::vector<size_t>& pending, double waited) {
+    std::string missing;
+    for (size_t k : pending) {
+      const int p = k < from.size() ? from[k] : -1;
+      if (p < 0) continue;  // a send: its receiver is named by the receives
+      missing += (missing.empty() ? "" : ", ") + std::to_string(g.ranks[static_cast<size_t>(p)]);
+    }
+    if (missing.empty()) missing = "its peers (they have not taken this rank's messages)";
+    throw Error("collective " + sig.describe() + " on " + g.name + " at call #" + std::to_string(call) +
+                " has waited " + seconds_str(waited) + " s for rank " + missing +
+                ", which never joined it: a deadlock (a rank skipped this collective or issued another one "
+                "first) or a rank stuck elsewhere" + kTimeoutAdvice);
+  });
   for (size_t k = 0; k < from.size(); ++k) {
     const int p = from[k];
     const size_t expected = sizeof(Header) + expect_[static_cast<size_t>(p)];
@@ -571,7 +642,21 @@ void MpiBackend::complete(MpiWork& w, bool block) {
   MPI_Status st;
   int flag = 1;
   const sim::Time begin = sync_clock();
-  const int rc = block ? MPI_Wait(&w.request, &st) : MPI_Test(&w.request, &flag, &st);
+  int rc = MPI_SUCCESS;
+  if (block) {
+    std::vector<MPI_Request> one{w.request};
+    rc = wait_all(one, &st, [&](const std::vector<size_t>&, double waited) {
+      throw Error(std::string(w.is_send ? "send to rank " : "recv from rank ") + std::to_string(w.peer) + " (tag " +
+                  std::to_string(w.tag) + ", " + std::to_string(w.bytes) + " bytes) on rank " + std::to_string(rank_) +
+                  " has waited " + seconds_str(waited) + " s: rank " + std::to_string(w.peer) + " never posted the " +
+                  (w.is_send ? "matching recv" : "matching send") + " (a deadlock, or a rank stuck elsewhere)" +
+                  kTimeoutAdvice);
+    });
+    w.request = one[0];
+    if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;  // MPI_Wait's code for the one request
+  } else {
+    rc = MPI_Test(&w.request, &flag, &st);
+  }
   if (!flag) return;
   w.request = MPI_REQUEST_NULL;
   w.matched = true;

@@ -28,6 +28,7 @@ struct WarpLanes {
     for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
   }
+  __device__ float broadcast(float x, int src) const { return __shfl_sync(0xffffffffu, x, src); }
   __device__ float max(float x) const {
     for (int o = kWarp / 2; o > 0; o >>= 1) x = kernels::max_f(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
