@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::models {
@@ -13,7 +15,18 @@ using runtime::Tensor;
 
 namespace {
 
-// direction +1: forward rotation by theta; -1: the inverse (the backward).
+// The cosines and signed sines of a token's d / 2 angles: direction +1 rotates forward by theta,
+// -1 is the inverse (the backward).
+template <class T>
+void angles(std::int64_t position, double base, std::int64_t d, int direction, T* c, T* s) {
+  const double p = static_cast<double>(position);
+  for (std::int64_t i = 0; i < d / 2; ++i) {
+    const double theta = p * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    c[i] = static_cast<T>(std::cos(theta));
+    s[i] = static_cast<T>(direction * std::sin(theta));
+  }
+}
+
 template <class T>
 void rotate(const Tensor& in, const Tensor& out, const std::vector<std::int64_t>& positions,
             double base, int direction) {
@@ -22,13 +35,7 @@ void rotate(const Tensor& in, const Tensor& out, const std::vector<std::int64_t>
   T* y = out.data<T>();
   std::vector<T> c(static_cast<std::size_t>(half)), s(static_cast<std::size_t>(half));
   for (std::int64_t t = 0; t < n; ++t) {
-    const double p = static_cast<double>(positions[static_cast<std::size_t>(t)]);
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double theta =
-          p * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-      c[static_cast<std::size_t>(i)] = static_cast<T>(std::cos(theta));
-      s[static_cast<std::size_t>(i)] = static_cast<T>(direction * std::sin(theta));
-    }
+    angles<T>(positions[static_cast<std::size_t>(t)], base, d, direction, c.data(), s.data());
     for (std::int64_t j = 0; j < h; ++j) {
       const T* xr = x + (t * h + j) * d;
       T* yr = y + (t * h + j) * d;
@@ -73,6 +80,17 @@ Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& p
     return out;
   }
   const Tensor in = x.to(DType::f32).contiguous();
+  if (runtime::Device* dev = runtime::device_ops::device_for({&in})) {
+    // The angle tables on the host, as the loop below makes them; the rotation on the device.
+    const std::int64_t n = x.size(0), d = x.size(2), half = d / 2;
+    std::vector<float> c(static_cast<std::size_t>(n * half)), s(c.size());
+    for (std::int64_t t = 0; t < n; ++t) {
+      angles<float>(positions[static_cast<std::size_t>(t)], base, d, direction, c.data() + t * half,
+                    s.data() + t * half);
+    }
+    return runtime::device_ops::rope(*dev, in, Tensor::from_vector(c, {n, half}), Tensor::from_vector(s, {n, half}))
+        .to(x.dtype());
+  }
   Tensor out = Tensor::zeros(x.shape(), DType::f32);
   rotate<float>(in, out, positions, base, direction);
   return out.to(x.dtype());

@@ -10,6 +10,7 @@
 #include "cp/partition.h"
 #include "models/rope.h"
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "runtime/ops.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
@@ -729,10 +730,29 @@ LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double t
     r.dlogits = Tensor::shape_only(logits.shape(), logits.dtype());
     return r;
   }
+  for (std::size_t row = 0; row < labels.size(); ++row) {
+    const i64 label = labels[row];
+    if (label != kIgnoreIndex && (label < 0 || label >= vocab)) {
+      throw Error("cross-entropy: label " + std::to_string(label) + " of token row " + std::to_string(row) +
+                  " is outside the vocabulary [0, " + std::to_string(vocab) + "); labels are token ids or " +
+                  std::to_string(kIgnoreIndex) + " (ignored)");
+    }
+  }
+  const double inv = total_tokens > 0 ? 1.0 / total_tokens : 0.0;
+  if (runtime::Device* dev = runtime::device_ops::device_for({&lf, &labels_t})) {
+    // The same f64 row loop as device kernels; the row losses are added here, in row order.
+    const runtime::device_ops::LossRows rows =
+        runtime::device_ops::loss_sum_rows(*dev, lf, labels_t, kIgnoreIndex, inv, DType::f32);
+    const std::vector<double> row_loss = rows.row_loss.to_vector<double>();
+    for (std::size_t row = 0; row < labels.size(); ++row) {
+      if (labels[row] != kIgnoreIndex) r.sum += row_loss[row];
+    }
+    r.dlogits = rows.dx.to(logits.dtype());
+    return r;
+  }
   Tensor d = Tensor::zeros(lf.shape(), DType::f32);
   float* dp = d.data<float>();
   const float* x = lf.data<float>();
-  const double inv = total_tokens > 0 ? 1.0 / total_tokens : 0.0;
   for (i64 row = 0; row < n; ++row) {
     const i64 label = labels[static_cast<std::size_t>(row)];
     if (label == kIgnoreIndex) continue;

@@ -109,13 +109,19 @@ RANKSIM_HD inline float sqrt_f(float x) { return sqrtf(x); }
 RANKSIM_HD inline float max_f(float a, float b) { return a < b ? b : a; }  // std::max's order
 RANKSIM_HD inline float min_f(float a, float b) { return b < a ? b : a; }  // std::min's order
 RANKSIM_HD inline float log1p_f(float x) { return log1pf(x); }
+RANKSIM_HD inline float fmax_f(float a, float b) { return fmaxf(a, b); }  // std::fmax: NaN ignored
+RANKSIM_HD inline double exp_d(double x) { return exp(x); }
+RANKSIM_HD inline double log_d(double x) { return log(x); }
+RANKSIM_HD inline double max_d(double a, double b) { return a < b ? b : a; }  // std::max's order
 
 // One lane: the CPU's view of a row kernel.
 struct SerialLanes {
   static constexpr int lane = 0;
   static constexpr int width = 1;
   RANKSIM_HD float sum(float x) const { return x; }
+  RANKSIM_HD double sum(double x) const { return x; }
   RANKSIM_HD float max(float x) const { return x; }
+  RANKSIM_HD double max(double x) const { return x; }
   // Lane src's x, for every lane (src < width).
   RANKSIM_HD float broadcast(float x, int) const { return x; }
 };
@@ -797,6 +803,165 @@ struct AddRowsKernel {
   }
 };
 
+// --- the losses of tp/cross_entropy.cpp and models/transformer.cpp --------------------------
+//
+// Logits x [rows, cols] in dtype (f32, bf16 or f16), read as f32 as the CPU loops' x.to(f32)
+// does; per-row results are f32 (vocab-parallel) or f64 (the model's loss), as on the CPU.
+
+// Vocab-parallel, step 1: m[r] = the max of row r's local logits, NaNs skipped as std::fmax does
+// (so a lane's partial max is never NaN, and combining partials with max is exact).
+struct VocabMaxKernel {
+  static constexpr bool kCooperative = true;
+  const void* x;
+  float* m;
+  DType dtype;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    float v = -INFINITY;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) v = fmax_f(v, load(x, dtype, r * cols + j));
+    v = lanes.max(v);
+    if (lanes.lane == 0) m[r] = v;
+  }
+};
+
+// Step 2, one item a row: pred[r] = x[r, t] - m[r] for the local target column t = local[r] when
+// this rank owns it (t >= 0), else 0.
+struct VocabPredKernel {
+  static constexpr bool kCooperative = false;
+  const void* x;
+  const float* m;
+  const i64* local;
+  float* pred;
+  DType dtype;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L&) const {
+    const i64 t = local[r];
+    pred[r] = t >= 0 ? load(x, dtype, r * cols + t) - m[r] : 0.0f;
+  }
+};
+
+// Step 3: e[r, j] = exp(x[r, j] - m[r]) (f32) and se[r] = the row's sum, columns in order.
+struct VocabExpKernel {
+  static constexpr bool kCooperative = true;
+  const void* x;
+  const float* m;
+  float* e;
+  float* se;
+  DType dtype;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    float s = 0.0f;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) {
+      const float v = exp_f(load(x, dtype, r * cols + j) - m[r]);
+      e[r * cols + j] = v;
+      s += v;
+    }
+    s = lanes.sum(s);
+    if (lanes.lane == 0) se[r] = s;
+  }
+};
+
+// Step 4, after se is summed over the group: loss[r] = log(se[r]) - pred[r], and
+// softmax[r, j] = e[r, j] / se[r]; item = r * cols + j (the loss written by column 0's item,
+// also for rows of no columns: item r of a launch over max(cols, 1) items a row).
+struct VocabSoftmaxKernel {
+  static constexpr bool kCooperative = false;
+  const float* e;
+  const float* se;
+  const float* pred;
+  float* softmax;
+  float* loss;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 item, const L&) const {
+    const i64 width = cols > 0 ? cols : 1;
+    const i64 r = item / width, j = item % width;
+    if (j == 0) loss[r] = log_f(se[r]) - pred[r];
+    if (cols > 0) softmax[item] = e[item] / se[r];
+  }
+};
+
+// Backward: dx[r, j] = (softmax[r, j] - (j == local[r])) * dloss[r], stored in dx's dtype.
+struct VocabBackwardKernel {
+  static constexpr bool kCooperative = false;
+  const float* softmax;
+  const i64* local;
+  const void* dloss;
+  DType dloss_dtype;
+  void* dx;
+  DType dtype;
+  i64 cols;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const i64 r = i / cols, j = i % cols;
+    const float s = softmax[i];
+    const float v = j == local[r] ? s - 1.0f : s;
+    store(dx, dtype, i, v * load(dloss, dloss_dtype, r));
+  }
+};
+
+// The model's loss, in f64 as the CPU loop: for a labelled row, lse = m + log(sum exp(x - m)),
+// row_loss[r] = lse - x[r, label], dx[r, j] = (exp(x[r, j] - lse) - (j == label)) * inv rounded to
+// f32 and then to dx's dtype; an ignored row has loss 0 and dx 0. Labels were range-checked.
+struct LossSumRowKernel {
+  static constexpr bool kCooperative = true;
+  const void* x;
+  DType dtype;
+  const i64* labels;
+  double* row_loss;
+  void* dx;
+  DType dx_dtype;
+  i64 cols;
+  i64 ignore_index;
+  double inv;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * cols, label = labels[r];
+    if (label == ignore_index) {
+      for (i64 j = lanes.lane; j < cols; j += lanes.width) store(dx, dx_dtype, o + j, 0.0f);
+      if (lanes.lane == 0) row_loss[r] = 0.0;
+      return;
+    }
+    double m = -INFINITY;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) m = max_d(m, static_cast<double>(load(x, dtype, o + j)));
+    m = lanes.max(m);
+    double z = 0.0;
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) z += exp_d(static_cast<double>(load(x, dtype, o + j)) - m);
+    z = lanes.sum(z);
+    const double lse = m + log_d(z);
+    if (lanes.lane == 0) row_loss[r] = lse - static_cast<double>(load(x, dtype, o + label));
+    for (i64 j = lanes.lane; j < cols; j += lanes.width) {
+      const double p = exp_d(static_cast<double>(load(x, dtype, o + j)) - lse);
+      store(dx, dx_dtype, o + j, static_cast<float>((p - (j == label ? 1.0 : 0.0)) * inv));
+    }
+  }
+};
+
+// Rotate-half RoPE (models/rope.h) of x [tokens, heads, 2 * half] (f32, contiguous) with the
+// host's tables c, s [tokens, half] (cos and signed sin of each token's angles, rounded to f32):
+// y[i] = x[i] c - x[i + half] s, y[i + half] = x[i + half] c + x[i] s; item = (t * heads + j) *
+// half + i.
+struct RopeKernel {
+  static constexpr bool kCooperative = false;
+  const float* x;
+  const float* c;
+  const float* s;
+  float* y;
+  i64 heads, half;
+  template <class L>
+  RANKSIM_HD void operator()(i64 item, const L&) const {
+    const i64 i = item % half, tj = item / half, t = tj / heads;
+    const i64 o = tj * 2 * half;
+    const float a = x[o + i], b = x[o + i + half];
+    const float ci = c[t * half + i], si = s[t * half + i];
+    y[o + i] = a * ci - b * si;
+    y[o + i + half] = b * ci + a * si;
+  }
+};
+
 // Every kernel, for the Device interface's launch overloads.
 #define RANKSIM_DEVICE_KERNELS(X) \
   X(CopyKernel)                   \
@@ -821,6 +986,13 @@ struct AddRowsKernel {
   X(AttentionBackwardKeyKernel)   \
   X(MergeLseKernel)               \
   X(CorrectOutKernel)             \
-  X(AddRowsKernel)
+  X(AddRowsKernel)                \
+  X(VocabMaxKernel)               \
+  X(VocabPredKernel)              \
+  X(VocabExpKernel)               \
+  X(VocabSoftmaxKernel)           \
+  X(VocabBackwardKernel)          \
+  X(LossSumRowKernel)             \
+  X(RopeKernel)
 
 }  // namespace ranksim::runtime::kernels

@@ -360,6 +360,82 @@ Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& lo
   return DX.t;
 }
 
+// --- the losses of tp/cross_entropy.cpp and models/transformer.cpp -------------------------
+
+namespace {
+Shape row_shape_of(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
+}  // namespace
+
+Tensor vocab_max(Device& dev, const Tensor& x) {
+  In X(dev, x);
+  Out M(dev, row_shape_of(x), DType::f32);
+  run(dev, k::VocabMaxKernel{X.get(), M.as<float>(), x.dtype(), x.size(-1)}, M.t.numel());
+  return M.t;
+}
+
+Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& local) {
+  In X(dev, x), M(dev, m);
+  Ids L(dev, local);
+  Out P(dev, m.shape(), DType::f32);
+  run(dev, k::VocabPredKernel{X.get(), M.as<float>(), L.get(), P.as<float>(), x.dtype(), x.size(-1)},
+      m.numel());
+  return P.t;
+}
+
+std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& m) {
+  In X(dev, x), M(dev, m);
+  Out E(dev, x.shape(), DType::f32), S(dev, m.shape(), DType::f32);
+  run(dev, k::VocabExpKernel{X.get(), M.as<float>(), E.as<float>(), S.as<float>(), x.dtype(), x.size(-1)},
+      m.numel());
+  return {E.t, S.t};
+}
+
+std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tensor& se, const Tensor& pred) {
+  In E(dev, e), S(dev, se), P(dev, pred);
+  Out Sm(dev, e.shape(), DType::f32), Loss(dev, se.shape(), DType::f32);
+  const i64 cols = e.size(-1);
+  run(dev, k::VocabSoftmaxKernel{E.as<float>(), S.as<float>(), P.as<float>(), Sm.as<float>(), Loss.as<float>(), cols},
+      se.numel() * (cols > 0 ? cols : 1));
+  return {Sm.t, Loss.t};
+}
+
+Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
+                      DType dx_dtype) {
+  In Sm(dev, softmax), D(dev, dloss);
+  Ids L(dev, local);
+  Out DX(dev, softmax.shape(), dx_dtype);
+  const i64 cols = softmax.size(-1);
+  if (cols > 0) {
+    run(dev, k::VocabBackwardKernel{Sm.as<float>(), L.get(), D.get(), dloss.dtype(), DX.ptr, dx_dtype, cols},
+        softmax.numel());
+  }
+  return DX.t;
+}
+
+LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index,
+                       double inv, DType dx_dtype) {
+  In X(dev, x);
+  Ids Lb(dev, labels);
+  const i64 rows = x.size(0), cols = x.size(1);
+  Out Row(dev, {rows}, DType::f64), DX(dev, x.shape(), dx_dtype);
+  run(dev,
+      k::LossSumRowKernel{X.get(), x.dtype(), Lb.get(), Row.as<double>(), DX.ptr, dx_dtype, cols, ignore_index,
+                          inv},
+      rows);
+  return {Row.t, DX.t};
+}
+
+Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s) {
+  In X(dev, x), C(dev, c), S(dev, s);
+  Out Y(dev, x.shape(), DType::f32);
+  const i64 half = c.size(1);
+  if (half > 0) {
+    run(dev, k::RopeKernel{X.as<float>(), C.as<float>(), S.as<float>(), Y.as<float>(), x.size(1), half},
+        x.numel() / 2);
+  }
+  return Y.t;
+}
+
 // --- attention ------------------------------------------------------------------------------
 
 namespace {

@@ -69,6 +69,28 @@ AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const T
                                         const AttentionCall& call, DType dq_dtype, DType dk_dtype,
                                         DType dv_dtype);
 
+// tp/cross_entropy.cpp's vocab-parallel cross-entropy, in the steps between its all-reduces, after
+// its checks. x: the local logits [..., cols] in a device dtype; row tensors have x's leading
+// shape, f32; local: the target's local column per row (i64, -1 when not owned).
+Tensor vocab_max(Device& dev, const Tensor& x);                                        // m
+Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& local);  // pred
+std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& m);   // e, se
+std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tensor& se,
+                                        const Tensor& pred);                           // softmax, loss
+Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
+                      DType dx_dtype);
+// models/transformer.cpp's cross_entropy_sum after its checks: x [rows, cols], labels [rows] in
+// range or ignore_index. Returns each row's loss (f64, 0 where ignored) and dx in dx_dtype.
+struct LossRows {
+  Tensor row_loss, dx;
+};
+LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index,
+                       double inv, DType dx_dtype);
+
+// models/rope.cpp's rotation of x [tokens, heads, 2 * half] (f32) with its tables c, s
+// [tokens, half] (f32); returns f32.
+Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s);
+
 // The in-place merges of cp/attention.h after cp's checks; rows: the accumulator rows covered,
 // distinct. lse, out and acc may be any views of at most kernels::kMaxDims dims.
 void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<std::int64_t>& rows);

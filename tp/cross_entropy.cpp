@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::tp {
@@ -43,38 +46,39 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   ctx.logits_dtype = logits.dtype();
   const Tensor x = logits.to(DType::f32).contiguous();
   const bool data = x.has_data() && targets.has_data();
-  const Tensor m = data ? Tensor::zeros(row_shape) : Tensor::shape_only(row_shape);
-  const Tensor pred = data ? Tensor::zeros(row_shape) : Tensor::shape_only(row_shape);
-  const Tensor se = data ? Tensor::zeros(row_shape) : Tensor::shape_only(row_shape);
-  const Tensor loss = data ? Tensor::zeros(row_shape) : Tensor::shape_only(row_shape);
-  ctx.softmax = data ? Tensor::zeros(x.shape()) : Tensor::shape_only(x.shape());
   const double bytes = 2.0 * static_cast<double>(x.nbytes());
   const double elems = static_cast<double>(x.numel());
   if (!data) {
     ctx.local_target.clear();
+    ctx.softmax = Tensor::shape_only(x.shape());
     for (runtime::ReduceOp op : {runtime::ReduceOp::MAX, runtime::ReduceOp::SUM,
                                  runtime::ReduceOp::SUM}) {
       runtime::charge({"vocab_parallel_cross_entropy", 2.0 * elems, bytes, DType::f32});
-      all_reduce(m, tp, op);
+      all_reduce(Tensor::shape_only(row_shape), tp, op);
     }
-    return loss;
+    return Tensor::shape_only(row_shape);
   }
-  const float* xs = x.data<float>();
-  float* mx = m.data<float>();
-  float* pr = pred.data<float>();
-  float* s = se.data<float>();
-  float* ls = loss.data<float>();
-  float* sm = ctx.softmax.data<float>();
-  const std::vector<std::int64_t> tg = targets.to_vector<std::int64_t>();
+  // On a compute device the four steps between the all-reduces run as device kernels
+  // (runtime/device_kernels.h), in this loop's order; the collectives and charges are the same.
+  runtime::Device* dev = runtime::device_ops::device_for({&x, &targets});
 
-  for (std::int64_t i = 0; i < n; ++i) {
-    float v = -INFINITY;
-    for (std::int64_t j = 0; j < vp; ++j) v = std::fmax(v, xs[i * vp + j]);
-    mx[i] = v;
+  Tensor m;
+  if (dev) {
+    m = runtime::device_ops::vocab_max(*dev, x);
+  } else {
+    m = Tensor::zeros(row_shape);
+    const float* xs = x.data<float>();
+    float* mx = m.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      float v = -INFINITY;
+      for (std::int64_t j = 0; j < vp; ++j) v = std::fmax(v, xs[i * vp + j]);
+      mx[i] = v;
+    }
   }
   runtime::charge({"vocab_parallel_cross_entropy_max", elems, bytes / 2, DType::f32});
   all_reduce(m, tp, runtime::ReduceOp::MAX);
 
+  const std::vector<std::int64_t> tg = targets.to_vector<std::int64_t>();
   ctx.local_target.assign(static_cast<std::size_t>(n), -1);
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t t = tg[static_cast<std::size_t>(i)];
@@ -82,27 +86,61 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
       throw Error(who + ": target " + std::to_string(t) + " of row " + std::to_string(i) +
                   " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
-    const bool owned = t >= start && t < start + vp;
-    if (owned) ctx.local_target[static_cast<std::size_t>(i)] = t - start;
-    pr[i] = owned ? xs[i * vp + (t - start)] - mx[i] : 0.0f;
+    if (t >= start && t < start + vp) ctx.local_target[static_cast<std::size_t>(i)] = t - start;
+  }
+  const Tensor local = Tensor::from_vector(ctx.local_target, row_shape);
+
+  Tensor pred, e, se;
+  if (dev) {
+    pred = runtime::device_ops::vocab_pred(*dev, x, m, local);
+  } else {
+    pred = Tensor::zeros(row_shape);
+    const float* xs = x.data<float>();
+    const float* mx = m.data<float>();
+    float* pr = pred.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t t = ctx.local_target[static_cast<std::size_t>(i)];
+      pr[i] = t >= 0 ? xs[i * vp + t] - mx[i] : 0.0f;
+    }
   }
   all_reduce(pred, tp, runtime::ReduceOp::SUM);
 
-  for (std::int64_t i = 0; i < n; ++i) {
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < vp; ++j) {
-      const float e = std::exp(xs[i * vp + j] - mx[i]);
-      sm[i * vp + j] = e;
-      sum += e;
+  if (dev) {
+    std::tie(e, se) = runtime::device_ops::vocab_exp(*dev, x, m);
+  } else {
+    e = Tensor::zeros(x.shape());
+    se = Tensor::zeros(row_shape);
+    const float* xs = x.data<float>();
+    const float* mx = m.data<float>();
+    float* ex = e.data<float>();
+    float* s = se.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < vp; ++j) {
+        const float v = std::exp(xs[i * vp + j] - mx[i]);
+        ex[i * vp + j] = v;
+        sum += v;
+      }
+      s[i] = sum;
     }
-    s[i] = sum;
   }
   runtime::charge({"vocab_parallel_cross_entropy_exp", 3.0 * elems, bytes, DType::f32});
   all_reduce(se, tp, runtime::ReduceOp::SUM);
 
-  for (std::int64_t i = 0; i < n; ++i) {
-    ls[i] = std::log(s[i]) - pr[i];
-    for (std::int64_t j = 0; j < vp; ++j) sm[i * vp + j] = sm[i * vp + j] / s[i];
+  Tensor loss;
+  if (dev) {
+    std::tie(ctx.softmax, loss) = runtime::device_ops::vocab_softmax(*dev, e, se, pred);
+  } else {
+    loss = Tensor::zeros(row_shape);
+    ctx.softmax = e;  // normalised in place
+    const float* s = se.data<float>();
+    const float* pr = pred.data<float>();
+    float* ls = loss.data<float>();
+    float* sm = ctx.softmax.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      ls[i] = std::log(s[i]) - pr[i];
+      for (std::int64_t j = 0; j < vp; ++j) sm[i * vp + j] = sm[i * vp + j] / s[i];
+    }
   }
   runtime::charge({"vocab_parallel_cross_entropy_softmax", elems, bytes, DType::f32});
   return loss;
@@ -124,6 +162,10 @@ Tensor vocab_parallel_cross_entropy_backward(const Tensor& dloss, const CrossEnt
   }
   const std::int64_t vp = ctx.softmax.size(-1);
   const std::int64_t n = runtime::shape_numel(row_shape);
+  if (runtime::Device* dev = runtime::device_ops::device_for({&ctx.softmax, &dloss})) {
+    const Tensor local = Tensor::from_vector(ctx.local_target, row_shape);
+    return runtime::device_ops::vocab_backward(*dev, ctx.softmax, local, dloss, DType::f32).to(ctx.logits_dtype);
+  }
   const Tensor grad = Tensor::zeros(ctx.softmax.shape());
   const float* sm = ctx.softmax.data<float>();
   float* g = grad.data<float>();

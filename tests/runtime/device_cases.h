@@ -2,7 +2,7 @@
 // contiguous and strided inputs, with the awkward cases (batched and shared GEMM operands in every
 // transposition, repeated embedding ids, ignored cross-entropy rows, non-contiguous cat pieces;
 // block attention with GQA, d != dv, packed segments with padding, causal and sliding windows,
-// and a block where no query sees a key).
+// and a block where no query sees a key), and the model's and the vocab-parallel losses.
 // check(what, f) runs f -- which returns the op's outputs -- on the CPU and on the device under
 // test, and compares (tests/runtime/device_test.cpp: the emulated device, bit for bit;
 // tests/gpu/gpu_gputest.cpp: the CUDA device, to rounding).
@@ -14,8 +14,12 @@
 #include <vector>
 
 #include "cp/attention.h"
+#include "models/rope.h"
+#include "models/transformer.h"
 #include "runtime/ops.h"
+#include "runtime/spawn.h"
 #include "runtime/tensor.h"
+#include "tp/cross_entropy.h"
 
 namespace ranksim::runtime::testing {
 
@@ -106,6 +110,34 @@ inline void device_op_cases(DType dt, const DeviceCheck& check) {
     check("cross_entropy all ignored", [&] {
       const CrossEntropyResult r = cross_entropy(logits, ignored);
       return std::vector<Tensor>{r.loss, cross_entropy_backward(dloss, logits, ignored, r.lse)};
+    });
+  }
+  {  // The losses outside runtime/ops.h: the model's (f64 rows) and the vocab-parallel one, one rank
+    const Tensor logits = rnd({7, 50}, 60, dt, -6.0, 6.0);
+    const Tensor labels = Tensor::from_vector<std::int64_t>({3, -100, 49, 0, 17, -100, 22}, {7});
+    check("models::cross_entropy_sum", [&] {
+      return std::vector<Tensor>{models::cross_entropy_sum(logits, labels, 5.0).dlogits};
+    });
+    const Tensor targets = Tensor::from_vector<std::int64_t>({3, 8, 49, 0, 17, 31, 22}, {7});
+    const Tensor dloss = rnd({7}, 61, dt);
+    check("tp::vocab_parallel_cross_entropy on one rank", [&] {
+      std::vector<Tensor> out;
+      spawn(
+          [&](int) {
+            tp::CrossEntropyContext c;
+            const Tensor loss = tp::vocab_parallel_cross_entropy(logits, targets, ProcessGroup(), c);
+            out = {loss, c.softmax, tp::vocab_parallel_cross_entropy_backward(dloss, c)};
+          },
+          1);
+      return out;
+    });
+  }
+  {  // RoPE (models/rope.h) forward and backward, on a strided view
+    const Tensor x = rnd({6, 9, 10}, 62, dt).narrow(1, 2, 6);  // [6, 6, 10], token stride 90
+    const Tensor dy = rnd({6, 6, 10}, 63, dt);
+    const std::vector<std::int64_t> pos = {0, 7, 3, 1000, 12, 5};
+    check("models::rope", [&] {
+      return std::vector<Tensor>{models::rope(x, pos), models::rope_backward(dy, pos, 500000.0)};
     });
   }
   {  // CatAndSplitBackward

@@ -8,15 +8,20 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/cost.h"
 #include "runtime/device_cases.h"
 #include "runtime/device_kernels.h"
 #include "runtime/emulated_device.h"
+#include "models/transformer.h"
 #include "runtime/ops.h"
+#include "runtime/spawn.h"
 #include "sim/error.h"
+#include "tp/cross_entropy.h"
 
 namespace ranksim::runtime {
 namespace {
@@ -190,6 +195,106 @@ TEST(DeviceErrors, IndexErrorsAreTheCpuOpsErrors) {
     EXPECT_THAT(e.what(), HasSubstr("cross_entropy: target 9 of row 3 is outside [0, 4)"));
   }
   EXPECT_THROW((void)matmul(w, w), Error);  // shapes are checked before dispatch
+}
+
+// --- the losses outside runtime/ops.h ---------------------------------------------------------
+
+// tp's vocab-parallel cross-entropy over p ranks, each with its slice of the vocabulary: the
+// device runs the steps between the three all-reduces; losses, softmax, gradients and the
+// virtual time are the CPU run's, bit for bit.
+class DeviceVocabCrossEntropy : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(DeviceVocabCrossEntropy, EveryRankMatchesTheCpuRun) {
+  const auto [p, dt] = GetParam();
+  const std::int64_t n = 9, V = 48, vp = V / p;
+  const Tensor logits = rnd({n, V}, 70, dt, -7.0, 7.0);
+  // Targets on partition edges (first and last column of a slice) and inside.
+  const Tensor targets = Tensor::from_vector<std::int64_t>({0, V - 1, vp - 1, vp % V, 5, 23, 24, 47, 30}, {n});
+  const Tensor dloss = rnd({n}, 71, dt);
+  struct Run {
+    std::vector<std::vector<Tensor>> out;
+    RunReport report;
+  };
+  const auto run = [&]() {
+    Run r;
+    r.out.resize(static_cast<std::size_t>(p));
+    r.report = spawn(
+        [&](int rank) {
+          tp::CrossEntropyContext c;
+          const Tensor loss = tp::vocab_parallel_cross_entropy(logits.narrow(1, rank * vp, vp), targets,
+                                                               ProcessGroup(), c);
+          r.out[static_cast<std::size_t>(rank)] = {loss, c.softmax, tp::vocab_parallel_cross_entropy_backward(dloss, c)};
+        },
+        p);
+    return r;
+  };
+  const Run cpu = run();
+  auto device = std::make_shared<EmulatedDevice>();
+  Run dev;
+  {
+    ScopedComputeDevice on(device);
+    dev = run();
+  }
+  EXPECT_GE(device->stats().ops, 2 * p);      // forward and backward, per rank
+  EXPECT_GE(device->stats().kernels, 5 * p);  // four forward steps and the backward, per rank
+  for (int rank = 0; rank < p; ++rank) {
+    const auto& c = cpu.out[static_cast<std::size_t>(rank)];
+    const auto& d = dev.out[static_cast<std::size_t>(rank)];
+    ASSERT_EQ(c.size(), 3u);
+    ASSERT_EQ(d.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(d[i].host_stale()) << "rank " << rank << " output " << i << " is not a device tensor";
+      EXPECT_TRUE(bitwise_equal(c[i], d[i])) << "rank " << rank << " output " << i << ": " << c[i].str();
+    }
+  }
+  // Every rank's loss is the same full-vocabulary loss.
+  for (int rank = 1; rank < p; ++rank) {
+    EXPECT_TRUE(bitwise_equal(dev.out[0][0], dev.out[static_cast<std::size_t>(rank)][0]));
+  }
+  EXPECT_EQ(cpu.report.makespan, dev.report.makespan);
+  EXPECT_EQ(cpu.report.collectives.size(), dev.report.collectives.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(TpSizesAndDTypes, DeviceVocabCrossEntropy,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::ValuesIn(kDeviceDTypes)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, DType>>& tp_dtype) {
+                           return "tp" + std::to_string(std::get<0>(tp_dtype.param)) + "_" +
+                                  dtype_name(std::get<1>(tp_dtype.param));
+                         });
+
+// The model's loss (models::cross_entropy_sum): f64 rows on the device, added on the host in row
+// order -- the same sum, token count and gradient as the CPU loop.
+TEST_P(DeviceOps, TheModelLossSumEqualsTheCpuLoop) {
+  const DType dt = GetParam();
+  const Tensor logits = rnd({11, 37}, 72, dt, -9.0, 9.0);
+  const Tensor labels = Tensor::from_vector<std::int64_t>({36, 0, -100, 5, 5, -100, 18, 2, 9, 30, 1}, {11});
+  const models::LossSum cpu = models::cross_entropy_sum(logits, labels, 13.0);
+  auto device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(device);
+  const models::LossSum dev = models::cross_entropy_sum(logits, labels, 13.0);
+  EXPECT_GT(device->stats().ops, 0);
+  EXPECT_EQ(cpu.tokens, 9);
+  EXPECT_EQ(dev.tokens, cpu.tokens);
+  EXPECT_EQ(dev.sum, cpu.sum);  // exactly: the same f64 terms in the same order
+  EXPECT_TRUE(dev.dlogits.host_stale());
+  EXPECT_TRUE(bitwise_equal(cpu.dlogits, dev.dlogits));
+}
+
+TEST(DeviceErrors, LossLabelsOutsideTheVocabularyAreRefusedOnBothPaths) {
+  const Tensor logits = rnd({3, 6}, 73, DType::f32);
+  const Tensor labels = Tensor::from_vector<std::int64_t>({1, 6, -100}, {3});
+  for (bool on_device : {false, true}) {
+    auto device = std::make_shared<EmulatedDevice>();
+    std::optional<ScopedComputeDevice> on;
+    if (on_device) on.emplace(device);
+    try {
+      (void)models::cross_entropy_sum(logits, labels, 2.0);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("label 6 of token row 1 is outside the vocabulary [0, 6)"));
+    }
+    EXPECT_EQ(device->stats().ops, 0);  // refused before anything ran
+  }
 }
 
 // --- the kernels' conversions ---------------------------------------------------------------

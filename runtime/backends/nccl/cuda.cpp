@@ -88,17 +88,31 @@ DeviceBuffer DeviceBuffer::upload(const Tensor& t, const Stream& stream) {
   return b;
 }
 
+DeviceBuffer DeviceBuffer::borrow(void* data, std::int64_t numel, DType dtype) {
+  if (numel < 0) throw Error("DeviceBuffer: negative size " + std::to_string(numel));
+  DeviceBuffer b;
+  b.data_ = data;
+  b.numel_ = numel;
+  b.dtype_ = dtype;
+  b.owned_ = false;
+  return b;
+}
+
 DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) (void)cudaFree(data_);
+  if (data_ != nullptr && owned_) (void)cudaFree(data_);
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), numel_(std::exchange(other.numel_, 0)), dtype_(other.dtype_) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      numel_(std::exchange(other.numel_, 0)),
+      dtype_(other.dtype_),
+      owned_(std::exchange(other.owned_, true)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) (void)cudaFree(data_);
+    if (data_ != nullptr && owned_) (void)cudaFree(data_);
     data_ = std::exchange(other.data_, nullptr);
     numel_ = std::exchange(other.numel_, 0);
     dtype_ = other.dtype_;
+    owned_ = std::exchange(other.owned_, true);
   }
   return *this;
 }

@@ -57,6 +57,9 @@ class DeviceBuffer {
   DeviceBuffer(std::int64_t numel, DType dtype);
   // A device copy of t (contiguous data; Error for shape-only tensors).
   static DeviceBuffer upload(const Tensor& t, const Stream& stream);
+  // The device memory [data, data + numel elements), owned by someone else (a compute device's
+  // copy of a tensor): not freed with this buffer.
+  static DeviceBuffer borrow(void* data, std::int64_t numel, DType dtype);
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -80,6 +83,7 @@ class DeviceBuffer {
   void* data_ = nullptr;
   std::int64_t numel_ = 0;
   DType dtype_ = DType::f32;
+  bool owned_ = true;
 };
 
 }  // namespace ranksim::runtime::gpu

@@ -33,6 +33,14 @@ struct WarpLanes {
     for (int o = kWarp / 2; o > 0; o >>= 1) x = kernels::max_f(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
   }
+  __device__ double sum(double x) const {
+    for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+  }
+  __device__ double max(double x) const {
+    for (int o = kWarp / 2; o > 0; o >>= 1) x = kernels::max_d(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+  }
 };
 
 template <class K>
@@ -85,6 +93,7 @@ class CudaDevice final : public Device {
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
+  int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_->handle()); }
 
   void* allocate(std::size_t nbytes) override {
@@ -157,6 +166,11 @@ std::shared_ptr<Device> make_cuda_device(int ordinal) { return std::make_shared<
 void* cuda_stream_of(const Device& d) {
   const auto* c = dynamic_cast<const CudaDevice*>(&d);
   return c ? static_cast<void*>(c->stream()) : nullptr;
+}
+
+int cuda_ordinal_of(const Device& d) {
+  const auto* c = dynamic_cast<const CudaDevice*>(&d);
+  return c ? c->ordinal() : -1;
 }
 
 void install_cuda_device() {

@@ -22,6 +22,8 @@ namespace ranksim::runtime::gpu {
 std::shared_ptr<Device> make_cuda_device(int ordinal);
 // The cudaStream_t that d runs on, when d is a CUDA device; nullptr otherwise.
 void* cuda_stream_of(const Device& d);
+// d's CUDA ordinal when d is a CUDA device; -1 otherwise.
+int cuda_ordinal_of(const Device& d);
 // Registers make_cuda_device for runtime::make_device("gpu") (idempotent). The ordinal is the
 // process's local rank on its node (under MPI) modulo the node's GPUs, else 0.
 void install_cuda_device();

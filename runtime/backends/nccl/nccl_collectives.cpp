@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "runtime/backends/backend.h"
+#include "runtime/device.h"
 #include "runtime/backends/nccl/cuda.h"
+#include "runtime/backends/nccl/cuda_device.h"
 #include "runtime/backends/nccl/nccl_comm.h"
 #include "sim/error.h"
 
@@ -69,6 +71,10 @@ class NcclCollectives final : public detail::DeviceCollectives {
     const auto it = comms_.find(id);
     if (it == comms_.end()) throw Error("nccl backend: group " + std::to_string(id) + " has no NCCL communicator");
     NcclComm& c = *it->second;
+    if (Device* dev = direct_device(sig, part)) {
+      run_in_place(*dev, c, sig, part, index);
+      return;
+    }
     const Stream& s = c.stream();
     const int n = c.size();
     using K = CollectiveKind;
@@ -113,12 +119,7 @@ class NcclCollectives final : public detail::DeviceCollectives {
       case K::all_to_all: {
         const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
         DeviceBuffer out(part.a.numel(), part.a.dtype());
-        std::vector<std::int64_t> send_off(static_cast<std::size_t>(n)), recv_off(static_cast<std::size_t>(n));
-        for (std::size_t j = 1; j < static_cast<std::size_t>(n); ++j) {
-          send_off[j] = send_off[j - 1] + part.in_splits[j - 1];
-          recv_off[j] = recv_off[j - 1] + part.out_splits[j - 1];
-        }
-        c.all_to_all_v(out, in, part.in_splits, send_off, part.out_splits, recv_off);
+        c.all_to_all_v(out, in, part.in_splits, offsets(part.in_splits), part.out_splits, offsets(part.out_splits));
         done(c);
         out.download_into(part.a, s);
         break;
@@ -150,6 +151,57 @@ class NcclCollectives final : public detail::DeviceCollectives {
   }
 
  private:
+  // The compute device when it is this process's GPU and the collective's tensors are contiguous:
+  // NCCL then works on the tensors' device copies in place, with no host staging. Gather and
+  // scatter, whose lists are separate tensors, stage through the host.
+  Device* direct_device(const Signature& sig, const Part& part) const {
+    Device* dev = compute_device();
+    if (!dev || cuda_ordinal_of(*dev) != device_) return nullptr;
+    if (sig.kind == CollectiveKind::gather || sig.kind == CollectiveKind::scatter ||
+        sig.kind == CollectiveKind::barrier) {
+      return nullptr;
+    }
+    for (const Tensor* t : {&part.a, &part.b}) {
+      if (t->defined() && (!t->has_data() || !t->is_contiguous())) return nullptr;
+    }
+    return dev;
+  }
+
+  // t's device copy (uploaded first when the host wrote it since), as a buffer NCCL reads and
+  // writes in place.
+  static DeviceBuffer device_copy(Device& dev, const Tensor& t) {
+    return DeviceBuffer::borrow(const_cast<void*>(device_pointer(dev, t)), t.numel(), t.dtype());
+  }
+
+  static void run_in_place(Device& dev, NcclComm& c, const Signature& sig, const Part& part, int index) {
+    using K = CollectiveKind;
+    DeviceBuffer a = device_copy(dev, part.a);
+    DeviceBuffer b = part.b.defined() ? device_copy(dev, part.b) : DeviceBuffer();
+    dev.synchronize();  // the kernels that wrote the inputs ran on the compute device's stream
+    switch (sig.kind) {
+      case K::all_reduce: c.all_reduce(a, checked_op(sig)); break;
+      case K::broadcast: c.broadcast(a, sig.root); break;
+      case K::reduce: c.reduce(a, sig.root, checked_op(sig)); break;
+      case K::all_gather: c.all_gather(a, b); break;
+      case K::reduce_scatter: c.reduce_scatter(a, b, checked_op(sig)); break;
+      case K::all_to_all:
+        c.all_to_all_v(a, b, part.in_splits, offsets(part.in_splits), part.out_splits, offsets(part.out_splits));
+        break;
+      case K::gather:
+      case K::scatter:
+      case K::barrier: throw Error("nccl backend: " + sig.describe() + " does not run in place on the device");
+    }
+    done(c);  // the next kernels on the compute device's stream read the results
+    if (sig.kind != K::reduce || index == sig.root) mark_device_written(dev, part.a);
+  }
+
+  // Element offsets of consecutive chunks of the given sizes.
+  static std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& splits) {
+    std::vector<std::int64_t> off(splits.size());
+    for (std::size_t j = 1; j < splits.size(); ++j) off[j] = off[j - 1] + splits[j - 1];
+    return off;
+  }
+
   static ReduceOp checked_op(const Signature& sig) {
     if (sig.op == ReduceOp::AVG && !is_floating(sig.dtype)) {
       throw Error(std::string("nccl backend: AVG of ") + dtype_name(sig.dtype) +
