@@ -4,8 +4,10 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/cost.h"
+#include "runtime/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::models {
@@ -103,11 +105,21 @@ double AdamW::step(std::optional<double> max_norm) {
   double norm = 0, coef = 1;
   if (max_norm) {
     double part = 0, repl = 0;
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      if (!data) break;
-      double sq = 0;
-      for (float g : grads[i].to_vector<float>()) sq += static_cast<double>(g) * g;
-      (slots_[i].param->partition_dim >= 0 ? part : repl) += sq;
+    if (data) {
+      // Each gradient's squares in index order (on the device when one is installed).
+      std::vector<const Tensor*> ins;
+      for (const Tensor& g : grads) ins.push_back(&g);
+      std::vector<double> sq;
+      if (runtime::Device* dev = runtime::device_ops::device_for(ins)) {
+        sq = runtime::device_ops::sum_squares(*dev, grads);
+      } else {
+        for (const Tensor& g : grads) {
+          double s = 0;
+          for (float x : g.to_vector<float>()) s += static_cast<double>(x) * x;
+          sq.push_back(s);
+        }
+      }
+      for (std::size_t i = 0; i < slots_.size(); ++i) (slots_[i].param->partition_dim >= 0 ? part : repl) += sq[i];
     }
     Tensor p = Tensor::from_vector(std::vector<double>{part}, {1}, DType::f64);
     if (groups_.tp.size() > 1) {
@@ -136,7 +148,12 @@ double AdamW::step(std::optional<double> max_norm) {
     Slot& s = slots_[i];
     const i64 len = s.end - s.begin;
     runtime::charge({"adamw", 12.0 * static_cast<double>(len), 16.0 * static_cast<double>(len), DType::f32});
-    if (data) {
+    runtime::Device* dev = data && len > 0 ? runtime::device_ops::device_for({&s.master, &s.m, &s.v, &grads[i]}) : nullptr;
+    if (dev) {
+      // The same update as the loop below, in place on the device copies of the slice's state.
+      runtime::device_ops::adamw_(*dev, s.master, s.m, s.v, grads[i],
+                                  {coef, decay, b1, b2, bc2_sqrt, step_size, opts_.eps});
+    } else if (data) {
       float* p = s.master.data<float>();
       float* m = s.m.data<float>();
       float* v = s.v.data<float>();

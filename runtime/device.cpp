@@ -1,5 +1,6 @@
 #include "runtime/device.h"
 
+#include <memory>
 #include <utility>
 
 #include "runtime/emulated_device.h"
@@ -16,11 +17,12 @@ std::shared_ptr<Device>& installed() {
   return device;
 }
 
-// A storage's bytes in one device's memory. Released with the storage.
+// A storage's bytes in one device's memory. Released with the storage, which keeps the device
+// alive until then (a device not owned by a shared_ptr must outlive its tensors).
 class DeviceMirror final : public StorageMirror {
  public:
   DeviceMirror(Device& device, std::size_t nbytes)
-      : device_(device), nbytes_(nbytes), ptr_(device.allocate(nbytes)) {}
+      : keep_(device.weak_from_this().lock()), device_(device), nbytes_(nbytes), ptr_(device.allocate(nbytes)) {}
   ~DeviceMirror() override { device_.release(ptr_); }
   DeviceMirror(const DeviceMirror&) = delete;
   DeviceMirror& operator=(const DeviceMirror&) = delete;
@@ -42,6 +44,7 @@ class DeviceMirror final : public StorageMirror {
   bool valid = false;         // the device copy holds the storage's bytes
 
  private:
+  std::shared_ptr<Device> keep_;
   Device& device_;
   std::size_t nbytes_;
   void* ptr_;

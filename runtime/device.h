@@ -57,7 +57,9 @@ struct GemmArgs {
   std::int64_t stride_a, stride_b, stride_c;
 };
 
-class Device {
+// Made with std::make_shared (make_device, make_cuda_device): a tensor's device copy holds a
+// reference to its device, so tensors may outlive the last other handle on it.
+class Device : public std::enable_shared_from_this<Device> {
  public:
   virtual ~Device();
   virtual std::string name() const = 0;  // "emulated", "cuda:0"

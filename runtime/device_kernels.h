@@ -962,6 +962,48 @@ struct RopeKernel {
   }
 };
 
+// --- the optimizer (models/adamw.h) ---------------------------------------------------------
+
+// *out = the sum of x[j]^2 over j in [0, n), in f64, in index order (one row: one item).
+struct SumSquaresKernel {
+  static constexpr bool kCooperative = true;
+  const float* x;
+  i64 n;
+  double* out;
+  template <class L>
+  RANKSIM_HD void operator()(i64, const L& lanes) const {
+    double s = 0.0;
+    for (i64 j = lanes.lane; j < n; j += lanes.width) {
+      const double v = x[j];
+      s += v * v;
+    }
+    s = lanes.sum(s);
+    if (lanes.lane == 0) *out = s;
+  }
+};
+
+// AdamW on element k of a slice, in place: p (the f32 master), m, v from the gradient g scaled by
+// coef; each line computed in f64 and rounded once to f32, as models/adamw.cpp's loop.
+struct AdamWKernel {
+  static constexpr bool kCooperative = false;
+  float* p;
+  float* m;
+  float* v;
+  const float* g;
+  double coef, decay, b1, b2, bc2_sqrt, step_size, eps;
+  template <class L>
+  RANKSIM_HD void operator()(i64 k, const L&) const {
+    const float gc = static_cast<float>(static_cast<double>(g[k]) * coef);
+    const float pk = static_cast<float>(static_cast<double>(p[k]) * decay);
+    const float mk = static_cast<float>(b1 * m[k] + (1 - b1) * gc);
+    const float vk = static_cast<float>(b2 * v[k] + (1 - b2) * static_cast<double>(gc) * gc);
+    m[k] = mk;
+    v[k] = vk;
+    const double denom = sqrt(static_cast<double>(vk)) / bc2_sqrt + eps;
+    p[k] = static_cast<float>(static_cast<double>(pk) - step_size * mk / denom);
+  }
+};
+
 // Every kernel, for the Device interface's launch overloads.
 #define RANKSIM_DEVICE_KERNELS(X) \
   X(CopyKernel)                   \
@@ -993,6 +1035,8 @@ struct RopeKernel {
   X(VocabSoftmaxKernel)           \
   X(VocabBackwardKernel)          \
   X(LossSumRowKernel)             \
-  X(RopeKernel)
+  X(RopeKernel)                   \
+  X(SumSquaresKernel)             \
+  X(AdamWKernel)
 
 }  // namespace ranksim::runtime::kernels

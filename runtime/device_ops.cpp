@@ -85,6 +85,9 @@ struct Out {
   Tensor t;
 };
 
+// t's device copy for a kernel that writes it in place (mark_device_written after).
+void* writable(Device& dev, const Tensor& t) { return const_cast<void*>(device_pointer(dev, t)); }
+
 template <class K>
 void run(Device& dev, const K& kernel, i64 n) {
   if (n <= 0) return;
@@ -436,6 +439,31 @@ Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s) {
   return Y.t;
 }
 
+// --- the optimizer --------------------------------------------------------------------------
+
+std::vector<double> sum_squares(Device& dev, const std::vector<Tensor>& gs) {
+  const auto n = static_cast<i64>(gs.size());
+  Out S(dev, {n}, DType::f64);
+  dev.zero(S.ptr, static_cast<std::size_t>(n) * sizeof(double));
+  for (i64 i = 0; i < n; ++i) {
+    const Tensor& g = gs[static_cast<std::size_t>(i)];
+    In G(dev, g);
+    run(dev, k::SumSquaresKernel{G.as<float>(), g.numel(), S.as<double>() + i}, g.numel() > 0 ? 1 : 0);
+  }
+  return S.t.to_vector<double>();
+}
+
+void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const AdamWStep& st) {
+  In G(dev, g);
+  float* pp = static_cast<float*>(writable(dev, p));
+  float* mp = static_cast<float*>(writable(dev, m));
+  float* vp = static_cast<float*>(writable(dev, v));
+  run(dev,
+      k::AdamWKernel{pp, mp, vp, G.as<float>(), st.coef, st.decay, st.b1, st.b2, st.bc2_sqrt, st.step_size, st.eps},
+      p.numel());
+  for (const Tensor* t : {&p, &m, &v}) mark_device_written(dev, *t);
+}
+
 // --- attention ------------------------------------------------------------------------------
 
 namespace {
@@ -523,7 +551,6 @@ AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const T
 
 namespace {
 // The device address of a view that a kernel will write in place.
-void* writable(Device& dev, const Tensor& t) { return const_cast<void*>(device_pointer(dev, t)); }
 i64 stride(const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(d)]; }
 }  // namespace
 

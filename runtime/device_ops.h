@@ -91,6 +91,15 @@ LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::
 // [tokens, half] (f32); returns f32.
 Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s);
 
+// models/adamw.cpp: the f64 sum of squares of each g (f32), each in index order, with one
+// download for all; and the in-place AdamW update of p, m, v (f32, contiguous, one slice's
+// length) from g.
+std::vector<double> sum_squares(Device& dev, const std::vector<Tensor>& gs);
+struct AdamWStep {
+  double coef, decay, b1, b2, bc2_sqrt, step_size, eps;
+};
+void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const AdamWStep& step);
+
 // The in-place merges of cp/attention.h after cp's checks; rows: the accumulator rows covered,
 // distinct. lse, out and acc may be any views of at most kernels::kMaxDims dims.
 void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<std::int64_t>& rows);
