@@ -550,7 +550,6 @@ AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const T
 // --- in-place merges ------------------------------------------------------------------------
 
 namespace {
-// The device address of a view that a kernel will write in place.
 i64 stride(const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(d)]; }
 }  // namespace
 

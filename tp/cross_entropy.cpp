@@ -88,11 +88,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
     }
     if (t >= start && t < start + vp) ctx.local_target[static_cast<std::size_t>(i)] = t - start;
   }
-  const Tensor local = Tensor::from_vector(ctx.local_target, row_shape);
-
   Tensor pred, e, se;
   if (dev) {
-    pred = runtime::device_ops::vocab_pred(*dev, x, m, local);
+    pred = runtime::device_ops::vocab_pred(*dev, x, m, Tensor::from_vector(ctx.local_target, row_shape));
   } else {
     pred = Tensor::zeros(row_shape);
     const float* xs = x.data<float>();

@@ -74,6 +74,22 @@ std::shared_ptr<EmulatedDevice> expect_same(const std::string& what, F&& f) {
   return device;
 }
 
+// run() on the CPU, then again with a fresh emulated device installed.
+template <class R>
+struct CpuAndDevice {
+  R cpu, dev;
+  std::shared_ptr<EmulatedDevice> device;
+};
+template <class F>
+auto on_cpu_and_emulated(F&& run) {
+  CpuAndDevice<decltype(run())> r;
+  r.cpu = run();
+  r.device = std::make_shared<EmulatedDevice>();
+  ScopedComputeDevice on(r.device);
+  r.dev = run();
+  return r;
+}
+
 class DeviceOps : public ::testing::TestWithParam<DType> {};
 
 TEST_P(DeviceOps, EveryOpEqualsTheCpuOpBitForBit) {
@@ -229,13 +245,7 @@ TEST_P(DeviceVocabCrossEntropy, EveryRankMatchesTheCpuRun) {
         p);
     return r;
   };
-  const Run cpu = run();
-  auto device = std::make_shared<EmulatedDevice>();
-  Run dev;
-  {
-    ScopedComputeDevice on(device);
-    dev = run();
-  }
+  const auto [cpu, dev, device] = on_cpu_and_emulated(run);
   EXPECT_GE(device->stats().ops, 2 * p);      // forward and backward, per rank
   EXPECT_GE(device->stats().kernels, 5 * p);  // four forward steps and the backward, per rank
   for (int rank = 0; rank < p; ++rank) {
@@ -317,13 +327,7 @@ TEST(DeviceOptimizer, AdamWStepsEqualTheCpuLoop) {
             ranks);
         return r;
       };
-      const Run cpu = run();
-      auto device = std::make_shared<EmulatedDevice>();
-      Run dev;
-      {
-        ScopedComputeDevice on(device);
-        dev = run();
-      }
+      const auto [cpu, dev, device] = on_cpu_and_emulated(run);
       const std::string what = std::to_string(ranks) + " rank(s)" + (zero ? ", ZeRO-1" : "");
       EXPECT_GE(device->stats().kernels, 3 * 2 * ranks) << what;  // an update per parameter and step
       for (int rank = 0; rank < ranks; ++rank) {
