@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "app/nccl_table.h"
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 #include "sim/units.h"

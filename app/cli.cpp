@@ -11,12 +11,12 @@
 #include "app/scenario.h"
 #include "models/train.h"
 #include "app/topo.h"
-#include "runtime/backends/mpi/mpi.h"
+#include "runtime/distributed/backends/mpi/mpi.h"
 #if RANKSIM_HAVE_CUDA_DEVICE
-#include "runtime/backends/nccl/cuda_device.h"
+#include "runtime/distributed/backends/nccl/cuda_device.h"
 #endif
 #if RANKSIM_HAVE_NCCL_BACKEND
-#include "runtime/backends/nccl/nccl_collectives.h"
+#include "runtime/distributed/backends/nccl/nccl_collectives.h"
 #endif
 #include "sim/engine.h"
 #include "sim/error.h"

@@ -5,9 +5,9 @@
 #include <ostream>
 
 #include "app/nccl_table.h"
-#include "runtime/cost.h"
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 #include "sim/units.h"

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/safetensors.h"
+#include "runtime/tensor/safetensors.h"
 #include "sim/error.h"
 
 namespace ranksim::app {

@@ -10,7 +10,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "runtime/schedule.h"
+#include "runtime/distributed/schedule.h"
 
 namespace ranksim::app {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed.h"
+#include "runtime/distributed/distributed.h"
 #include "sim/io.h"
 #include "sim/units.h"
 

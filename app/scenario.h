@@ -96,7 +96,7 @@ struct RunFlags {
   // Where the ranks run: "sim", or "mpi" (one process per rank under mpirun -np <ranks>; times
   // are wall clock; docs/backends.md). Default: sim.
   std::string backend = "sim";
-  // Where ops compute (runtime/device.h): "cpu", "gpu" or "emulated"; empty: gpu with the nccl
+  // Where ops compute (runtime/device/device.h): "cpu", "gpu" or "emulated"; empty: gpu with the nccl
   // backend, else cpu. Results on "emulated" equal cpu's bit for bit; "gpu" matches to rounding.
   std::string device;
 };

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/reduce.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/reduce.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/topology.h"
 
 namespace {

@@ -16,8 +16,8 @@
 
 #include "cp/context_parallel.h"
 #include "cp/partition.h"
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/topology.h"
 
 namespace {

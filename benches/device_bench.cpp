@@ -1,4 +1,4 @@
-// Compute-device benchmarks (runtime/device.h): one transformer-MLP-shaped chain of ops --
+// Compute-device benchmarks (runtime/device/device.h): one transformer-MLP-shaped chain of ops --
 // LayerNorm, fc1, GELU, fc2, and their backward -- on [tokens, h] activations, run on each
 // device: cpu (the CPU ops), emulated (the GPU kernels run one item after another on the CPU) and
 // gpu (the CUDA device; skipped, saying why, without a GPU). Wall time per step, the step's GEMM
@@ -14,11 +14,11 @@
 #include <memory>
 #include <string>
 
-#include "runtime/device.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/device/device.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/tensor/tensor.h"
 #if RANKSIM_HAVE_CUDA_DEVICE
-#include "runtime/backends/nccl/cuda_device.h"
+#include "runtime/distributed/backends/nccl/cuda_device.h"
 #endif
 
 namespace {

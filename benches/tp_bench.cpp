@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/ops.h"
-#include "runtime/spawn.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/tensor.h"
 #include "tp/mlp.h"
 #include "tp/parallel_state.h"
 

@@ -17,7 +17,7 @@
 
 #include "models/multimodal.h"
 #include "models/train.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/topology.h"
 
 namespace {

@@ -1,4 +1,4 @@
-# The GPU backend (runtime/backends/nccl): CUDA runtime, cuBLAS and NCCL, built as the library
+# The GPU backend (runtime/distributed/backends/nccl): CUDA runtime, cuBLAS and NCCL, built as the library
 # ranksim_gpu when RANKSIM_WITH_CUDA is ON. Default: ON when nvcc, the CUDA toolkit and NCCL are
 # found (the toolkit's standard place, /usr/local/cuda, is searched too), OFF under the sanitizers
 # (AddressSanitizer and the CUDA runtime do not mix) and when anything is missing. Building needs

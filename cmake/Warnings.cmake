@@ -13,7 +13,7 @@ target_compile_options(ranksim_flags INTERFACE
 # RANKSIM_NATIVE adds -march=native. The vector width and instruction choice change, the values
 # do not: contraction stays off, so no multiply-add is fused (FMA instructions appear only where
 # code asks for them explicitly, as Eigen's own GEMM does), and runtime::matmul keeps its fixed
-# per-element order (runtime/ops.h). `benches/tp_bench --digest` compares two builds' bits.
+# per-element order (runtime/tensor/ops.h). `benches/tp_bench --digest` compares two builds' bits.
 if(RANKSIM_NATIVE)
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-march=native RANKSIM_COMPILER_HAS_MARCH_NATIVE)

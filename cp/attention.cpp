@@ -9,8 +9,8 @@
 #include <tuple>
 #include <utility>
 
-#include "runtime/cost.h"
-#include "runtime/device_ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::cp {
@@ -394,7 +394,7 @@ void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& q
   }
 }
 
-// The device call of one attention block (runtime/device_ops.h).
+// The device call of one attention block (runtime/tensor/device_ops.h).
 runtime::device_ops::AttentionCall device_call(const Dims& g, const AttentionOptions& opts,
                                                const TokenInfo& qt, const TokenInfo& kt) {
   const Window w = window_of(opts);

@@ -48,8 +48,8 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/dtype.h"
-#include "runtime/tensor.h"
+#include "runtime/device/dtype.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::cp {
 

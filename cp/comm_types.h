@@ -11,8 +11,8 @@
 
 #include "cp/attention.h"
 #include "cp/context_parallel.h"
-#include "runtime/distributed.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::cp::detail {
 

@@ -45,7 +45,7 @@
 // per-sequence padding to a multiple of 2cp in cu_seqlens_padded (spec E1: the two are always
 // distinct inputs, so a length-7 sequence at cp = 2 keeps its 7 real tokens).
 //
-// Shape-only tensors (runtime/tensor.h) run the same communication and are charged the same
+// Shape-only tensors (runtime/tensor/tensor.h) run the same communication and are charged the same
 // compute, moving no data: that is how long sequences are timed.
 //
 // Errors (ranksim::Error, raised before any communication, naming the numbers): heads not
@@ -60,8 +60,8 @@
 #include <vector>
 
 #include "cp/attention.h"
-#include "runtime/distributed.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::cp {
 

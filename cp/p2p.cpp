@@ -4,7 +4,7 @@
 
 #include "cp/comm_types.h"
 #include "cp/partition.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/ops.h"
 
 namespace ranksim::cp::detail {
 namespace {

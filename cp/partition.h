@@ -16,7 +16,7 @@
 // index. In THD a sequence's positions count 0, 1, ... on through its padding.
 //
 // The index functions are pure and cheap (no tensors). The tensor functions take a rank's slice
-// or reassemble along any dimension with narrow + cat (runtime/ops.h): results are new contiguous
+// or reassemble along any dimension with narrow + cat (runtime/tensor/ops.h): results are new contiguous
 // tensors, charged as "cat", and shape-only inputs give shape-only results.
 //
 // cu_seqlens arguments are std::vector<int64_t>; a cu_seqlens tensor (int32 in batch files)
@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::cp {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/ops.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 
 namespace ranksim::models {

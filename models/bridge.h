@@ -60,8 +60,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/tensor.h"
 #include "tp/rank_grid.h"
 
 namespace ranksim::models {

@@ -7,9 +7,9 @@
 
 #include "cp/partition.h"
 #include "models/bridge.h"
-#include "runtime/cost.h"
-#include "runtime/distributed.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/layers.h"
 #include "tp/rank_grid.h"

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cost.h"
-#include "runtime/device_ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::models {

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::models {
 

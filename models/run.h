@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "models/transformer.h"
-#include "runtime/spawn.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::models {
 

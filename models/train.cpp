@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "cp/context_parallel.h"
-#include "runtime/distributed.h"
-#include "runtime/ops.h"
-#include "runtime/safetensors.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/tensor/safetensors.h"
 #include "sim/error.h"
 #include "tp/parallel_state.h"
 #include "tp/sharding.h"

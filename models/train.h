@@ -15,8 +15,8 @@
 
 #include "models/adamw.h"
 #include "models/transformer.h"
-#include "runtime/spawn.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::models {
 

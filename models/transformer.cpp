@@ -9,9 +9,9 @@
 #include "cp/attention.h"
 #include "cp/partition.h"
 #include "models/rope.h"
-#include "runtime/cost.h"
-#include "runtime/device_ops.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/device_ops.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
 

@@ -46,11 +46,11 @@
 #include <vector>
 
 #include "cp/context_parallel.h"
-#include "runtime/distributed.h"
-#include "runtime/dtype.h"
-#include "runtime/ops.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/device/dtype.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/tensor/safetensors.h"
+#include "runtime/tensor/tensor.h"
 #include "tp/layers.h"
 #include "tp/mlp.h"
 

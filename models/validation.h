@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "models/run.h"
-#include "runtime/dtype.h"
+#include "runtime/device/dtype.h"
 
 namespace ranksim::models {
 

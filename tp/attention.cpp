@@ -4,8 +4,8 @@
 #include <limits>
 #include <string>
 
-#include "runtime/cost.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/sharding.h"
 

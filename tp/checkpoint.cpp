@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/tensor/safetensors.h"
 #include "sim/error.h"
 
 namespace ranksim::tp {

@@ -5,8 +5,8 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/cost.h"
-#include "runtime/device_ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/device_ops.h"
 #include "sim/error.h"
 
 namespace ranksim::tp {
@@ -59,7 +59,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
     return Tensor::shape_only(row_shape);
   }
   // On a compute device the four steps between the all-reduces run as device kernels
-  // (runtime/device_kernels.h), in this loop's order; the collectives and charges are the same.
+  // (runtime/device/device_kernels.h), in this loop's order; the collectives and charges are the same.
   runtime::Device* dev = runtime::device_ops::device_for({&x, &targets});
 
   Tensor m;

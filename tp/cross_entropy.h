@@ -23,8 +23,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::tp {
 

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cost.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/mappings.h"
 

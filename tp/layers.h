@@ -36,9 +36,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/dtype.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/device/dtype.h"
+#include "runtime/tensor/tensor.h"
 #include "tp/sharding.h"
 
 namespace ranksim::tp {

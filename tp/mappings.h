@@ -29,8 +29,8 @@
 // every member of g calls the same mapping with the same shape (a collective).
 #pragma once
 
-#include "runtime/distributed.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::tp {
 

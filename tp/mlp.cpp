@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/ops.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/sharding.h"
 

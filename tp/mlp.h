@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/tensor.h"
 #include "tp/layers.h"
 
 namespace ranksim::tp {

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/distributed.h"
+#include "runtime/distributed/distributed.h"
 #include "tp/rank_grid.h"
 
 namespace ranksim::tp {

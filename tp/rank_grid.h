@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed.h"
+#include "runtime/distributed/distributed.h"
 
 namespace ranksim::tp {
 

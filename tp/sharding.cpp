@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cost.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/mappings.h"
 

@@ -13,9 +13,9 @@
 
 #include <cstdint>
 
-#include "runtime/distributed.h"
-#include "runtime/dtype.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/device/dtype.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::tp {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "app/cli.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 namespace ranksim::app {
 namespace {

@@ -15,8 +15,8 @@
 #include "app/scenario.h"
 #include "models/multimodal.h"
 #include "models/transformer.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor.h"
+#include "runtime/tensor/safetensors.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 
 namespace ranksim::app {

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "cp/partition.h"
-#include "runtime/cost.h"
-#include "runtime/ops.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 
 namespace ranksim::cp {

@@ -38,8 +38,8 @@
 
 #include "cp/attention.h"
 #include "cp/partition.h"
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 
 namespace ranksim::cp {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cost.h"
+#include "runtime/tensor/cost.h"
 #include "sim/error.h"
 
 namespace ranksim::cp {

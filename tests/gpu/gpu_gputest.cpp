@@ -1,4 +1,4 @@
-// The GPU backend's pieces (runtime/backends/nccl): the CUDA compute device against the CPU ops,
+// The GPU backend's pieces (runtime/distributed/backends/nccl): the CUDA compute device against the CPU ops,
 // NCCL against closed-form sums.
 // Label `gpu`. Tests that need a device skip themselves, saying why, when there is none; the
 // device query and its errors are checked on every machine.
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backends/nccl/cuda.h"
-#include "runtime/backends/nccl/cuda_device.h"
-#include "runtime/backends/nccl/nccl_comm.h"
-#include "runtime/device.h"
-#include "runtime/device_cases.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/distributed/backends/nccl/cuda_device.h"
+#include "runtime/distributed/backends/nccl/nccl_comm.h"
+#include "runtime/device/device.h"
+#include "runtime/device/device_cases.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime::gpu {

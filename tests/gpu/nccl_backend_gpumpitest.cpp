@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "mpi/compare.h"
-#include "runtime/backends/mpi/mpi.h"
-#include "runtime/backends/nccl/cuda.h"
-#include "runtime/backends/nccl/nccl_collectives.h"
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/backends/mpi/mpi.h"
+#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/distributed/backends/nccl/nccl_collectives.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "tp/mlp.h"
 

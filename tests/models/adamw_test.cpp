@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/spawn.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "tp/sharding.h"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/spawn.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 
 namespace ranksim::models {

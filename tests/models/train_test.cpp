@@ -22,8 +22,8 @@
 
 #include "models/train.h"
 #include "models/transformer.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor.h"
+#include "runtime/tensor/safetensors.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 
 namespace ranksim::models {

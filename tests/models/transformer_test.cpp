@@ -32,9 +32,9 @@
 #include "models/run.h"
 #include "models/transformer.h"
 #include "models/validation.h"
-#include "runtime/ops.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/tensor/safetensors.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 
 namespace ranksim::models {

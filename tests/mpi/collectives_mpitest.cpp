@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "mpi/compare.h"
-#include "runtime/backends/mpi/mpi.h"
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
+#include "runtime/distributed/backends/mpi/mpi.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 

@@ -10,9 +10,9 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/backends/mpi/mpi.h"
-#include "runtime/spawn.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/backends/mpi/mpi.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/tensor.h"
 
 namespace ranksim::runtime::mpitest {
 

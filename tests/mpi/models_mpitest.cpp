@@ -11,8 +11,8 @@
 #include "models/run.h"
 #include "models/transformer.h"
 #include "mpi/compare.h"
-#include "runtime/backends/mpi/mpi.h"
-#include "runtime/distributed.h"
+#include "runtime/distributed/backends/mpi/mpi.h"
+#include "runtime/distributed/distributed.h"
 #include "tp/mlp.h"
 #include "tp/parallel_state.h"
 

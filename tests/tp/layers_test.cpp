@@ -1,7 +1,7 @@
 // TP layers against the single-rank layer (the same class on a group of one).
 //
 // What is compared bitwise and what within a bound follows from the runtime's arithmetic: every
-// GEMM output element is one left-to-right sum over k (runtime/ops.h), so a result whose sum
+// GEMM output element is one left-to-right sum over k (runtime/tensor/ops.h), so a result whose sum
 // does not cross ranks (a column shard of a product, a weight gradient summed over tokens) has
 // the same bits at every TP size; a result summed across ranks (the row-parallel output, the
 // column-parallel input gradient) is the same sum in another order. For such a length-K dot
@@ -24,10 +24,10 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/ops.h"
-#include "runtime/spawn.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 #include "tp/cross_entropy.h"
 #include "tp/mappings.h"

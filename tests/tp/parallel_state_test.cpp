@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed.h"
-#include "runtime/spawn.h"
-#include "runtime/tensor.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 #include "tp/rank_grid.h"
 

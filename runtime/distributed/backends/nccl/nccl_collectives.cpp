@@ -1,0 +1,224 @@
+#include "runtime/distributed/backends/nccl/nccl_collectives.h"
+
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/distributed/backends/backend.h"
+#include "runtime/device/device.h"
+#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/distributed/backends/nccl/cuda_device.h"
+#include "runtime/distributed/backends/nccl/nccl_comm.h"
+#include "sim/error.h"
+
+namespace ranksim::runtime::gpu {
+namespace {
+
+using detail::Part;
+using detail::Signature;
+
+void check_mpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw Error(std::string(what) + ": " + std::string(msg, static_cast<std::size_t>(len)));
+  }
+}
+
+// This process's rank among the processes of its node.
+int local_rank() {
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+class NcclCollectives final : public detail::DeviceCollectives {
+ public:
+  NcclCollectives() {
+    const DeviceInfo info = device_info();
+    if (info.count == 0) {
+      throw Error("the nccl backend needs a CUDA device in every process, and this one has none (" + info.reason +
+                  "); run with --backend mpi, or on GPU nodes");
+    }
+    device_ = local_rank() % info.count;
+    set_device(device_);
+  }
+  ~NcclCollectives() override { comms_.clear(); }
+
+  const char* name() const override { return "nccl"; }
+
+  void add_group(int id, const std::vector<int>& ranks, int index, const void* mpi_comm) override {
+    MPI_Comm comm = *static_cast<const MPI_Comm*>(mpi_comm);
+    UniqueId uid{};
+    if (index == 0) uid = unique_id();
+    check_mpi(MPI_Bcast(uid.data(), static_cast<int>(uid.size()), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
+    set_device(device_);
+    comms_.emplace(id, std::make_unique<NcclComm>(uid, static_cast<int>(ranks.size()), index));
+  }
+
+  void run(int id, const Signature& sig, Part& part, int index) override {
+    const auto it = comms_.find(id);
+    if (it == comms_.end()) throw Error("nccl backend: group " + std::to_string(id) + " has no NCCL communicator");
+    NcclComm& c = *it->second;
+    if (Device* dev = direct_device(sig, part)) {
+      run_in_place(*dev, c, sig, part, index);
+      return;
+    }
+    const Stream& s = c.stream();
+    const int n = c.size();
+    using K = CollectiveKind;
+    switch (sig.kind) {
+      case K::all_reduce: {
+        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        c.all_reduce(b, checked_op(sig));
+        done(c);
+        b.download_into(part.a, s);
+        break;
+      }
+      case K::broadcast: {
+        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        c.broadcast(b, sig.root);
+        done(c);
+        b.download_into(part.a, s);
+        break;
+      }
+      case K::reduce: {
+        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        c.reduce(b, sig.root, checked_op(sig));
+        done(c);
+        if (index == sig.root) b.download_into(part.a, s);
+        break;
+      }
+      case K::all_gather: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.all_gather(out, in);
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::reduce_scatter: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.reduce_scatter(out, in, checked_op(sig));
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::all_to_all: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.all_to_all_v(out, in, part.in_splits, offsets(part.in_splits), part.out_splits, offsets(part.out_splits));
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::gather: {
+        const DeviceBuffer in = DeviceBuffer::upload(part.a, s);
+        DeviceBuffer out(index == sig.root ? part.a.numel() * n : 0, part.a.dtype());
+        c.gather(out, in, sig.root);
+        done(c);
+        if (index == sig.root) {
+          for (int i = 0; i < n; ++i) out.download_into(part.list[static_cast<std::size_t>(i)], s, i * part.a.numel());
+        }
+        break;
+      }
+      case K::scatter: {
+        DeviceBuffer in(index == sig.root ? part.a.numel() * n : 0, part.a.dtype());
+        if (index == sig.root) {
+          for (int i = 0; i < n; ++i) in.copy_from(part.list[static_cast<std::size_t>(i)], s, i * part.a.numel());
+        }
+        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        c.scatter(out, in, sig.root);
+        done(c);
+        out.download_into(part.a, s);
+        break;
+      }
+      case K::barrier:
+        break;  // the mpi backend keeps barriers
+    }
+  }
+
+ private:
+  // The compute device when it is this process's GPU and the collective's tensors are contiguous:
+  // NCCL then works on the tensors' device copies in place, with no host staging. Gather and
+  // scatter, whose lists are separate tensors, stage through the host.
+  Device* direct_device(const Signature& sig, const Part& part) const {
+    Device* dev = compute_device();
+    if (!dev || cuda_ordinal_of(*dev) != device_) return nullptr;
+    if (sig.kind == CollectiveKind::gather || sig.kind == CollectiveKind::scatter ||
+        sig.kind == CollectiveKind::barrier) {
+      return nullptr;
+    }
+    for (const Tensor* t : {&part.a, &part.b}) {
+      if (t->defined() && (!t->has_data() || !t->is_contiguous())) return nullptr;
+    }
+    return dev;
+  }
+
+  // t's device copy (uploaded first when the host wrote it since), as a buffer NCCL reads and
+  // writes in place.
+  static DeviceBuffer device_copy(Device& dev, const Tensor& t) {
+    return DeviceBuffer::borrow(const_cast<void*>(device_pointer(dev, t)), t.numel(), t.dtype());
+  }
+
+  static void run_in_place(Device& dev, NcclComm& c, const Signature& sig, const Part& part, int index) {
+    using K = CollectiveKind;
+    DeviceBuffer a = device_copy(dev, part.a);
+    DeviceBuffer b = part.b.defined() ? device_copy(dev, part.b) : DeviceBuffer();
+    dev.synchronize();  // the kernels that wrote the inputs ran on the compute device's stream
+    switch (sig.kind) {
+      case K::all_reduce: c.all_reduce(a, checked_op(sig)); break;
+      case K::broadcast: c.broadcast(a, sig.root); break;
+      case K::reduce: c.reduce(a, sig.root, checked_op(sig)); break;
+      case K::all_gather: c.all_gather(a, b); break;
+      case K::reduce_scatter: c.reduce_scatter(a, b, checked_op(sig)); break;
+      case K::all_to_all:
+        c.all_to_all_v(a, b, part.in_splits, offsets(part.in_splits), part.out_splits, offsets(part.out_splits));
+        break;
+      case K::gather:
+      case K::scatter:
+      case K::barrier: throw Error("nccl backend: " + sig.describe() + " does not run in place on the device");
+    }
+    done(c);  // the next kernels on the compute device's stream read the results
+    if (sig.kind != K::reduce || index == sig.root) mark_device_written(dev, part.a);
+  }
+
+  // Element offsets of consecutive chunks of the given sizes.
+  static std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& splits) {
+    std::vector<std::int64_t> off(splits.size());
+    for (std::size_t j = 1; j < splits.size(); ++j) off[j] = off[j - 1] + splits[j - 1];
+    return off;
+  }
+
+  static ReduceOp checked_op(const Signature& sig) {
+    if (sig.op == ReduceOp::AVG && !is_floating(sig.dtype)) {
+      throw Error(std::string("nccl backend: AVG of ") + dtype_name(sig.dtype) +
+                  " is not supported by NCCL; use SUM and divide");
+    }
+    return sig.op;
+  }
+  static void done(const NcclComm& c) { c.synchronize(); }
+
+  int device_ = 0;
+  std::map<int, std::unique_ptr<NcclComm>> comms_;
+};
+
+}  // namespace
+
+void install_nccl_backend() {
+  detail::set_device_collectives_factory([] { return std::make_unique<NcclCollectives>(); });
+}
+
+}  // namespace ranksim::runtime::gpu

@@ -1,0 +1,126 @@
+// World: the sim backend's shared state for one spawn() run — groups, call matching, data
+// movement and timing of every collective and point-to-point operation.
+//
+// Matching: each group keeps a call counter per member; the n-th collective a member posts on a
+// group joins pending record n. The first poster fixes the signature (op, dtype, element count,
+// reduce op, root, algorithm); a later poster that differs fails with an Error naming both ranks
+// and both signatures. When the last member posts, the World, on that member's fiber:
+//   1. builds the algorithm's Schedule (cached per shape) and, if the tensors hold data, executes
+//      it on the members' buffers (runtime/distributed/execute.h) — one fixed reduction order;
+//   2. times it: every rank starts at its post time plus the device's launch overhead; each step's
+//      transfers (moves aggregated per source/destination pair) start when both ends are ready
+//      and are timed together by the NetworkModel, so flows of one step share links; a rank is
+//      ready for the next step when all its transfers of this step have finished;
+//   3. completes each member's Work at its own finish time, waking members blocked in wait().
+// Point-to-point: sends and recvs queue per (group, src, dst, tag) and match in order; a matched
+// pair is one transfer starting when both have posted.
+//
+// Reductions of 16-bit types are not charged compute time: NCCL fuses them into its copy loops,
+// where they overlap the transfers. Concurrent collectives on different groups are timed
+// independently (links are shared only among the flows of one collective step).
+//
+// Not thread-safe: everything runs on the engine's thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "runtime/distributed/backends/backend.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/spawn.h"
+#include "sim/compute.h"
+#include "sim/engine.h"
+#include "sim/network.h"
+#include "sim/topology.h"
+
+namespace ranksim::runtime::detail {
+
+struct Pending {
+  Signature sig;
+  int first_rank = -1;
+  int arrived = 0;
+  std::vector<Part> parts;
+};
+
+// The sim World's groups: call matching state besides what every backend keeps.
+struct SimGroup : GroupState {
+  std::vector<uint64_t> next_call; // per member
+  std::map<uint64_t, Pending> pending;
+};
+
+class World : public Backend, public CostSink {
+ public:
+  World(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
+        int nranks);
+
+  sim::Engine& engine() { return engine_; }
+
+  // Backend
+  const char* name() const override { return "sim"; }
+  int rank() const override { return engine_.rank(); }
+  int size() const override { return nranks_; }
+  sim::Time now() const override { return engine_.now(); }
+  bool initialized() const override { return initialized_[static_cast<size_t>(rank())] != 0; }
+  void set_initialized() override { initialized_[static_cast<size_t>(rank())] = 1; }
+  std::shared_ptr<GroupState> world_group() override { return world_; }
+  // The k-th creation of `ranks` by the calling rank returns the same group on every rank.
+  std::shared_ptr<GroupState> find_or_make_group(const std::vector<int>& ranks) override;
+  // Posts this rank's part of a collective; completes it if this rank is the last member.
+  std::shared_ptr<WorkState> post(const std::shared_ptr<GroupState>& group, Signature sig,
+                                  Part part) override;
+  std::shared_ptr<WorkState> post_p2p(bool is_send, const Tensor& tensor, int peer,
+                                      const P2POptions& opts) override;
+  void wait(WorkState& work) override;
+  bool poll(WorkState& work) override;
+
+  // CostSink: advances the current rank's clock by the roofline cost of an op.
+  void charge(const OpCost& cost) override;
+
+  RunReport take_report();
+
+ private:
+  struct P2PPost {
+    Tensor tensor;
+    sim::Time post;
+    std::shared_ptr<WorkState> work;
+  };
+  using ChannelKey = std::tuple<int, int, int, int>;  // group id, src, dst, tag
+  struct Channel {
+    std::deque<P2PPost> sends, recvs;
+  };
+
+  std::shared_ptr<SimGroup> make_group(std::vector<int> ranks);
+  void complete(SimGroup& g, uint64_t call, Pending& p);
+  void execute_data(SimGroup& g, Pending& p, const Schedule& s);
+  std::vector<sim::Time> time_schedule(const GroupState& g, const Schedule& s,
+                                       const std::vector<sim::Time>& start, size_t elem_size);
+  void finish(WorkState& w, sim::Time done);
+  void match_p2p(const ChannelKey& key, Channel& ch);
+
+  sim::Engine& engine_;
+  const sim::Topology& topology_;
+  sim::NetworkModel network_;
+  sim::ComputeModel compute_;
+  Algorithm default_algorithm_;
+  int nranks_;
+  std::vector<char> initialized_;
+  std::shared_ptr<SimGroup> world_;
+  std::vector<std::shared_ptr<SimGroup>> groups_;
+  // (rank set, occurrence) -> group; occurrence counted per creating rank.
+  std::map<std::pair<std::vector<int>, int>, std::shared_ptr<SimGroup>> registry_;
+  std::map<std::pair<int, std::vector<int>>, int> creations_;  // (rank, set) -> times created
+  std::map<ChannelKey, Channel> channels_;
+  ScheduleCache schedules_;
+  std::vector<CollectiveRecord> records_;
+  std::vector<sim::Time> compute_time_, comm_time_;
+};
+
+}  // namespace ranksim::runtime::detail

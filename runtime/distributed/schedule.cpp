@@ -1,0 +1,829 @@
+#include "runtime/distributed/schedule.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "sim/check.h"
+#include "sim/error.h"
+
+namespace ranksim::runtime {
+
+const char* to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::reduce: return "reduce";
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::gather: return "gather";
+    case CollectiveKind::scatter: return "scatter";
+    case CollectiveKind::all_to_all: return "all_to_all";
+    case CollectiveKind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::automatic: return "auto";
+    case Algorithm::ring: return "ring";
+    case Algorithm::tree: return "tree";
+    case Algorithm::direct: return "direct";
+    case Algorithm::hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct,
+                      Algorithm::hierarchical}) {
+    if (name == to_string(a)) return a;
+  }
+  throw Error("unknown collective algorithm '" + std::string(name) +
+              "': expected one of auto, ring, tree, direct, hierarchical");
+}
+
+int64_t Schedule::moved_elems() const {
+  int64_t n = 0;
+  for (const Step& s : steps)
+    for (const Move& m : s.moves) n += m.count;
+  return n;
+}
+
+namespace {
+
+using Steps = std::vector<Step>;
+using Members = std::vector<int>;  // group-local ranks taking part, in algorithm order
+
+// A range of the buffer split among k members: piece j = [off + chunk_begin(j), ...).
+struct Split {
+  int64_t off;
+  int64_t count;
+  int k;
+  int64_t begin(int j) const { return off + chunk_begin(count, k, j); }
+  int64_t size(int j) const { return chunk_begin(count, k, j + 1) - chunk_begin(count, k, j); }
+};
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+void add(Step& st, int src, int dst, int64_t src_off, int64_t dst_off, int64_t count,
+         bool reduce) {
+  st.moves.push_back(Move{src, dst, src_off, dst_off, count, reduce});
+}
+void add(Step& st, int src, int dst, int64_t off, int64_t count, bool reduce) {
+  add(st, src, dst, off, off, count, reduce);
+}
+
+// Runs several independent step sequences side by side: step t of the result holds step t of
+// each input (in input order).
+Steps zip(const std::vector<Steps>& parts) {
+  size_t len = 0;
+  for (const Steps& p : parts) len = std::max(len, p.size());
+  Steps out(len);
+  for (const Steps& p : parts)
+    for (size_t t = 0; t < p.size(); ++t)
+      out[t].moves.insert(out[t].moves.end(), p[t].moves.begin(), p[t].moves.end());
+  return out;
+}
+
+void append(Steps& a, Steps b) {
+  for (Step& s : b) a.push_back(std::move(s));
+}
+
+// Ring reduce-scatter of `sp` over m: afterwards member i holds piece (i + shift) mod k reduced
+// over all members. shift = 1 is the classic ring; shift = 0 leaves piece i on member i.
+Steps ring_reduce_scatter(const Members& m, Split sp, int shift) {
+  const int k = static_cast<int>(m.size());
+  Steps out;
+  for (int s = 0; s < k - 1; ++s) {
+    Step st;
+    for (int i = 0; i < k; ++i) {
+      const int piece = mod(i - s - 1 + shift, k);
+      add(st, m[i], m[(i + 1) % k], sp.begin(piece), sp.size(piece), true);
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// Ring all-gather of `sp` over m, where member i starts with piece (i + shift) mod k.
+Steps ring_all_gather(const Members& m, Split sp, int shift) {
+  const int k = static_cast<int>(m.size());
+  Steps out;
+  for (int s = 0; s < k - 1; ++s) {
+    Step st;
+    for (int i = 0; i < k; ++i) {
+      const int piece = mod(i - s + shift, k);
+      add(st, m[i], m[(i + 1) % k], sp.begin(piece), sp.size(piece), false);
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+using Pieces = std::vector<std::pair<int64_t, int64_t>>;
+
+// Rabenseifner's folding for k members that are not a power of two: p = the largest power of two
+// <= k, r = k - p. Virtual rank v < r stands for members 2v and 2v+1 (the even one acts), the
+// others for member v + r alone. Byte ranges of a virtual rank span its members' pieces.
+struct Folding {
+  int p = 1, r = 0;
+  std::vector<int> first, last;  // members represented by each virtual rank
+  const Pieces* pieces;
+  Folding(int k, const Pieces& pc) : pieces(&pc) {
+    while (p * 2 <= k) p *= 2;
+    r = k - p;
+    for (int v = 0; v < p; ++v) {
+      first.push_back(v < r ? 2 * v : v + r);
+      last.push_back(v < r ? 2 * v + 1 : v + r);
+    }
+  }
+  int64_t begin(int v) const { return (*pieces)[static_cast<size_t>(first[static_cast<size_t>(v)])].first; }
+  int64_t end(int v) const {
+    const auto& pc = (*pieces)[static_cast<size_t>(last[static_cast<size_t>(v)])];
+    return pc.first + pc.second;
+  }
+};
+
+// Recursive halving reduce-scatter (Rabenseifner) over m with `pieces` (pieces[j] = the buffer
+// range that member j must own at the end, contiguous and in member order). Non-powers of two
+// fold the first 2r members pairwise first (odd into even); the even member then owns both
+// pieces, and hands the odd member its piece at the end.
+// unfold = false leaves the odd members' pieces on their even partners (all-reduce continues
+// with doubling_all_gather(fold = false), which starts from exactly that state).
+Steps halving_reduce_scatter(const Members& m, const Pieces& pieces, bool unfold = true) {
+  const int k = static_cast<int>(m.size());
+  Steps out;
+  if (k == 1) return out;
+  const Folding f(k, pieces);
+  const int p = f.p, r = f.r;
+  const int64_t total_begin = pieces.front().first;
+  const int64_t total_end = pieces.back().first + pieces.back().second;
+  if (r > 0) {
+    Step st;
+    for (int v = 0; v < r; ++v)
+      add(st, m[2 * v + 1], m[2 * v], total_begin, total_end - total_begin, true);
+    out.push_back(std::move(st));
+  }
+  // Each virtual rank's current segment of virtual pieces [lo, hi).
+  std::vector<int> lo(static_cast<size_t>(p), 0), hi(static_cast<size_t>(p), p);
+  for (int mask = p / 2; mask >= 1; mask /= 2) {
+    Step st;
+    std::vector<int> nlo = lo, nhi = hi;
+    for (int v = 0; v < p; ++v) {
+      const int partner = v ^ mask;
+      const int mid = (lo[v] + hi[v]) / 2;
+      // v keeps the half containing its own index and sends the other half to its partner.
+      const bool keep_low = (v & mask) == 0;
+      const int send_lo = keep_low ? mid : lo[v];
+      const int send_hi = keep_low ? hi[v] : mid;
+      const int64_t b = f.begin(send_lo), e = f.end(send_hi - 1);
+      add(st, m[f.first[v]], m[f.first[partner]], b, e - b, true);
+      nlo[v] = keep_low ? lo[v] : mid;
+      nhi[v] = keep_low ? mid : hi[v];
+    }
+    lo = std::move(nlo);
+    hi = std::move(nhi);
+    out.push_back(std::move(st));
+  }
+  if (r > 0 && unfold) {
+    Step st;
+    for (int v = 0; v < r; ++v) {
+      const auto& pc = pieces[static_cast<size_t>(2 * v + 1)];
+      add(st, m[2 * v], m[2 * v + 1], pc.first, pc.second, false);
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// Recursive doubling all-gather over m, where member j starts with pieces[j]; the mirror image
+// of halving_reduce_scatter (folded odd members hand their piece to the even one first and
+// receive everything at the end).
+Steps doubling_all_gather(const Members& m, const Pieces& pieces, bool fold = true) {
+  const int k = static_cast<int>(m.size());
+  Steps out;
+  if (k == 1) return out;
+  const Folding f(k, pieces);
+  const int p = f.p, r = f.r;
+  if (r > 0 && fold) {
+    Step st;
+    for (int v = 0; v < r; ++v) {
+      const auto& pc = pieces[static_cast<size_t>(2 * v + 1)];
+      add(st, m[2 * v + 1], m[2 * v], pc.first, pc.second, false);
+    }
+    out.push_back(std::move(st));
+  }
+  std::vector<int> lo(static_cast<size_t>(p)), hi(static_cast<size_t>(p));
+  for (int v = 0; v < p; ++v) {
+    lo[v] = v;
+    hi[v] = v + 1;
+  }
+  for (int mask = 1; mask < p; mask *= 2) {
+    Step st;
+    std::vector<int> nlo = lo, nhi = hi;
+    for (int v = 0; v < p; ++v) {
+      const int partner = v ^ mask;
+      const int64_t b = f.begin(lo[v]), e = f.end(hi[v] - 1);
+      add(st, m[f.first[v]], m[f.first[partner]], b, e - b, false);
+      nlo[v] = std::min(lo[v], lo[partner]);
+      nhi[v] = std::max(hi[v], hi[partner]);
+    }
+    lo = std::move(nlo);
+    hi = std::move(nhi);
+    out.push_back(std::move(st));
+  }
+  if (r > 0) {
+    Step st;
+    const int64_t b = pieces.front().first;
+    const int64_t e = pieces.back().first + pieces.back().second;
+    for (int v = 0; v < r; ++v) add(st, m[2 * v], m[2 * v + 1], b, e - b, false);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+Pieces pieces_of(Split sp) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int j = 0; j < sp.k; ++j) out.emplace_back(sp.begin(j), sp.size(j));
+  return out;
+}
+
+// Binomial broadcast of [off, off+count) from m[0] to all of m.
+Steps binomial_broadcast(const Members& m, int64_t off, int64_t count) {
+  const int k = static_cast<int>(m.size());
+  Steps out;
+  for (int mask = 1; mask < k; mask *= 2) {
+    Step st;
+    for (int v = 0; v < mask && v + mask < k; ++v) add(st, m[v], m[v + mask], off, count, false);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// Binomial reduce of [off, off+count) over m into m[0].
+Steps binomial_reduce(const Members& m, int64_t off, int64_t count) {
+  const int k = static_cast<int>(m.size());
+  Steps out;
+  for (int mask = 1; mask < k; mask *= 2) {
+    Step st;
+    for (int v = mask; v < k; v += 2 * mask) add(st, m[v], m[v - mask], off, count, true);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// Members rotated so that the root comes first (relative ranks).
+Members rotated(int n, int root) {
+  Members m(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) m[v] = (root + v) % n;
+  return m;
+}
+
+Members iota_members(int n) {
+  Members m(static_cast<size_t>(n));
+  std::iota(m.begin(), m.end(), 0);
+  return m;
+}
+
+// Node layout for hierarchical algorithms: nodes[j] = group ranks on the j-th node (in order of
+// first appearance), all of the same size L.
+std::vector<Members> node_layout(const ScheduleRequest& req) {
+  std::vector<Members> nodes;
+  std::vector<int> node_ids;
+  for (int i = 0; i < req.nranks; ++i) {
+    const int node = req.node_of.empty() ? 0 : req.node_of[static_cast<size_t>(i)];
+    auto it = std::find(node_ids.begin(), node_ids.end(), node);
+    if (it == node_ids.end()) {
+      node_ids.push_back(node);
+      nodes.emplace_back();
+      nodes.back().push_back(i);
+    } else {
+      nodes[static_cast<size_t>(it - node_ids.begin())].push_back(i);
+    }
+  }
+  for (const Members& n : nodes) {
+    if (n.size() != nodes.front().size()) {
+      throw Error(std::string("hierarchical ") + to_string(req.kind) +
+                  " needs the same number of group ranks on every node (found " +
+                  std::to_string(nodes.front().size()) + " and " + std::to_string(n.size()) +
+                  "); use algorithm ring or tree for this group");
+    }
+  }
+  return nodes;
+}
+
+[[noreturn]] void unsupported(const ScheduleRequest& req, const char* supported) {
+  throw Error(std::string("collective ") + to_string(req.kind) + " has no '" +
+              to_string(req.algorithm) + "' algorithm; use one of: " + supported);
+}
+
+Steps all_reduce(const ScheduleRequest& req) {
+  const int n = req.nranks;
+  const Members all = iota_members(n);
+  const Split sp{0, req.count, n};
+  switch (req.algorithm) {
+    case Algorithm::ring: {
+      Steps s = ring_reduce_scatter(all, sp, 1);
+      append(s, ring_all_gather(all, sp, 1));
+      return s;
+    }
+    case Algorithm::tree: {
+      Steps s = halving_reduce_scatter(all, pieces_of(sp), /*unfold=*/false);
+      append(s, doubling_all_gather(all, pieces_of(sp), /*fold=*/false));
+      return s;
+    }
+    case Algorithm::direct: {
+      // Reduce-scatter by sending each piece to its owner (owner reduces in rank order), then
+      // every owner sends its piece to everyone: one owner per piece, so every rank ends with
+      // the same bits.
+      Step rs, ag;
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < n; ++i)
+          if (i != j) add(rs, i, j, sp.begin(j), sp.size(j), true);
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < n; ++i)
+          if (i != j) add(ag, j, i, sp.begin(j), sp.size(j), false);
+      Steps s;
+      if (n > 1) {
+        s.push_back(std::move(rs));
+        s.push_back(std::move(ag));
+      }
+      return s;
+    }
+    case Algorithm::hierarchical: {
+      const auto nodes = node_layout(req);
+      const int L = static_cast<int>(nodes.front().size());
+      const int K = static_cast<int>(nodes.size());
+      const Split local{0, req.count, L};
+      std::vector<Steps> intra;
+      for (const Members& node : nodes) intra.push_back(ring_reduce_scatter(node, local, 1));
+      Steps s = zip(intra);
+      // Local index l holds piece (l+1) mod L; all-reduce it across nodes with a ring.
+      std::vector<Steps> inter;
+      for (int l = 0; l < L; ++l) {
+        Members across;
+        for (int j = 0; j < K; ++j) across.push_back(nodes[j][l]);
+        const int piece = (l + 1) % L;
+        const Split sub{local.begin(piece), local.size(piece), K};
+        Steps part = ring_reduce_scatter(across, sub, 1);
+        append(part, ring_all_gather(across, sub, 1));
+        inter.push_back(std::move(part));
+      }
+      append(s, zip(inter));
+      std::vector<Steps> gather;
+      for (const Members& node : nodes) gather.push_back(ring_all_gather(node, local, 1));
+      append(s, zip(gather));
+      return s;
+    }
+    case Algorithm::automatic: break;
+  }
+  unsupported(req, "ring, tree, direct, hierarchical");
+}
+
+Steps broadcast(const ScheduleRequest& req) {
+  const int n = req.nranks;
+  const Members rel = rotated(n, req.root);
+  switch (req.algorithm) {
+    case Algorithm::ring: {
+      // A pipelined chain root -> root+1 -> ...: the message is cut into segments so that all
+      // hops work at once; step t moves segment t-h across hop h.
+      Steps s;
+      if (n == 1) return s;
+      const int segs = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(req.count, 4 * (n - 1))));
+      const Split sp{0, req.count, segs};
+      for (int t = 0; t < segs + n - 2; ++t) {
+        Step st;
+        for (int h = 0; h < n - 1; ++h) {
+          const int seg = t - h;
+          if (seg >= 0 && seg < segs) add(st, rel[h], rel[h + 1], sp.begin(seg), sp.size(seg), false);
+        }
+        s.push_back(std::move(st));
+      }
+      return s;
+    }
+    case Algorithm::tree: return binomial_broadcast(rel, 0, req.count);
+    case Algorithm::direct: {
+      Steps s;
+      if (n == 1) return s;
+      Step st;
+      for (int v = 1; v < n; ++v) add(st, rel[0], rel[v], 0, req.count, false);
+      s.push_back(std::move(st));
+      return s;
+    }
+    case Algorithm::hierarchical: {
+      const auto nodes = node_layout(req);
+      // Root's local index on every node leads that node.
+      int root_node = 0, root_local = 0;
+      for (size_t j = 0; j < nodes.size(); ++j)
+        for (size_t l = 0; l < nodes[j].size(); ++l)
+          if (nodes[j][l] == req.root) {
+            root_node = static_cast<int>(j);
+            root_local = static_cast<int>(l);
+          }
+      Members leaders{req.root};
+      for (size_t j = 0; j < nodes.size(); ++j)
+        if (static_cast<int>(j) != root_node) leaders.push_back(nodes[j][static_cast<size_t>(root_local)]);
+      Steps s = binomial_broadcast(leaders, 0, req.count);
+      std::vector<Steps> intra;
+      for (const Members& node : nodes) {
+        Members m{node[static_cast<size_t>(root_local)]};
+        for (size_t l = 0; l < node.size(); ++l)
+          if (static_cast<int>(l) != root_local) m.push_back(node[l]);
+        intra.push_back(binomial_broadcast(m, 0, req.count));
+      }
+      append(s, zip(intra));
+      return s;
+    }
+    case Algorithm::automatic: break;
+  }
+  unsupported(req, "ring, tree, direct, hierarchical");
+}
+
+Steps reduce(const ScheduleRequest& req) {
+  const int n = req.nranks;
+  const Members rel = rotated(n, req.root);
+  switch (req.algorithm) {
+    case Algorithm::tree: return binomial_reduce(rel, 0, req.count);
+    case Algorithm::direct: {
+      Steps s;
+      if (n == 1) return s;
+      Step st;
+      for (int i = 0; i < n; ++i)
+        if (i != req.root) add(st, i, req.root, 0, req.count, true);
+      s.push_back(std::move(st));
+      return s;
+    }
+    case Algorithm::ring: {
+      // Ring reduce-scatter (member i ends with piece i), then every piece goes to the root.
+      const Members all = iota_members(n);
+      const Split sp{0, req.count, n};
+      Steps s = ring_reduce_scatter(all, sp, 0);
+      if (n > 1) {
+        Step st;
+        for (int i = 0; i < n; ++i)
+          if (i != req.root) add(st, i, req.root, sp.begin(i), sp.size(i), false);
+        s.push_back(std::move(st));
+      }
+      return s;
+    }
+    case Algorithm::hierarchical: {
+      const auto nodes = node_layout(req);
+      int root_node = 0, root_local = 0;
+      for (size_t j = 0; j < nodes.size(); ++j)
+        for (size_t l = 0; l < nodes[j].size(); ++l)
+          if (nodes[j][l] == req.root) {
+            root_node = static_cast<int>(j);
+            root_local = static_cast<int>(l);
+          }
+      std::vector<Steps> intra;
+      for (const Members& node : nodes) {
+        Members m{node[static_cast<size_t>(root_local)]};
+        for (size_t l = 0; l < node.size(); ++l)
+          if (static_cast<int>(l) != root_local) m.push_back(node[l]);
+        intra.push_back(binomial_reduce(m, 0, req.count));
+      }
+      Steps s = zip(intra);
+      Members leaders{req.root};
+      for (size_t j = 0; j < nodes.size(); ++j)
+        if (static_cast<int>(j) != root_node) leaders.push_back(nodes[j][static_cast<size_t>(root_local)]);
+      append(s, binomial_reduce(leaders, 0, req.count));
+      return s;
+    }
+    case Algorithm::automatic: break;
+  }
+  unsupported(req, "ring, tree, direct, hierarchical");
+}
+
+Steps all_gather(const ScheduleRequest& req) {
+  const int n = req.nranks;
+  const Members all = iota_members(n);
+  const Split sp{0, req.count * n, n};  // piece i = rank i's contribution
+  switch (req.algorithm) {
+    case Algorithm::ring: return ring_all_gather(all, sp, 0);
+    case Algorithm::tree: return doubling_all_gather(all, pieces_of(sp));
+    case Algorithm::direct: {
+      Steps s;
+      if (n == 1) return s;
+      Step st;
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j)
+          if (i != j) add(st, i, j, sp.begin(i), sp.size(i), false);
+      s.push_back(std::move(st));
+      return s;
+    }
+    case Algorithm::hierarchical: {
+      // Across nodes first (ring among equal local indices), so that each rank then holds the
+      // pieces of its whole "rail"; then within each node every rank passes on its rail's pieces.
+      const auto nodes = node_layout(req);
+      const int L = static_cast<int>(nodes.front().size());
+      const int K = static_cast<int>(nodes.size());
+      std::vector<Steps> inter;
+      for (int l = 0; l < L; ++l) {
+        Members across;
+        for (int j = 0; j < K; ++j) across.push_back(nodes[j][l]);
+        Steps part;
+        for (int st_i = 0; st_i < K - 1; ++st_i) {
+          Step st;
+          for (int j = 0; j < K; ++j) {
+            const int piece_owner = across[static_cast<size_t>(mod(j - st_i, K))];
+            add(st, across[j], across[(j + 1) % K], sp.begin(piece_owner), sp.size(piece_owner), false);
+          }
+          part.push_back(std::move(st));
+        }
+        inter.push_back(std::move(part));
+      }
+      Steps s = zip(inter);
+      std::vector<Steps> intra;
+      for (const Members& node : nodes) {
+        Steps part;
+        for (int st_i = 0; st_i < L - 1; ++st_i) {
+          Step st;
+          for (int l = 0; l < L; ++l) {
+            const int rail = mod(l - st_i, L);  // the rail whose pieces member l forwards now
+            for (int j = 0; j < K; ++j) {
+              const int owner = nodes[j][rail];
+              add(st, node[l], node[(l + 1) % L], sp.begin(owner), sp.size(owner), false);
+            }
+          }
+          part.push_back(std::move(st));
+        }
+        intra.push_back(std::move(part));
+      }
+      append(s, zip(intra));
+      return s;
+    }
+    case Algorithm::automatic: break;
+  }
+  unsupported(req, "ring, tree, direct, hierarchical");
+}
+
+Steps reduce_scatter(const ScheduleRequest& req) {
+  const int n = req.nranks;
+  const Members all = iota_members(n);
+  const Split sp{0, req.count * n, n};
+  switch (req.algorithm) {
+    case Algorithm::ring: return ring_reduce_scatter(all, sp, 0);
+    case Algorithm::tree: return halving_reduce_scatter(all, pieces_of(sp));
+    case Algorithm::direct: {
+      Steps s;
+      if (n == 1) return s;
+      Step st;
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < n; ++i)
+          if (i != j) add(st, i, j, sp.begin(j), sp.size(j), true);
+      s.push_back(std::move(st));
+      return s;
+    }
+    case Algorithm::hierarchical: {
+      // Within each node, local index l collects (reduces) the pieces of its rail from its node
+      // peers; then each rail reduce-scatters those pieces across nodes with a ring.
+      const auto nodes = node_layout(req);
+      const int L = static_cast<int>(nodes.front().size());
+      const int K = static_cast<int>(nodes.size());
+      Steps s;
+      if (L > 1) {
+        Step st;
+        for (const Members& node : nodes)
+          for (int l = 0; l < L; ++l)
+            for (int src = 0; src < L; ++src)
+              if (src != l)
+                for (int j = 0; j < K; ++j) {
+                  const int owner = nodes[j][l];
+                  add(st, node[src], node[l], sp.begin(owner), sp.size(owner), true);
+                }
+        s.push_back(std::move(st));
+      }
+      std::vector<Steps> inter;
+      for (int l = 0; l < L; ++l) {
+        Members across;
+        for (int j = 0; j < K; ++j) across.push_back(nodes[j][l]);
+        Steps part;
+        for (int st_i = 0; st_i < K - 1; ++st_i) {
+          Step st;
+          for (int j = 0; j < K; ++j) {
+            const int owner = across[static_cast<size_t>(mod(j - st_i - 1, K))];
+            add(st, across[j], across[(j + 1) % K], sp.begin(owner), sp.size(owner), true);
+          }
+          part.push_back(std::move(st));
+        }
+        inter.push_back(std::move(part));
+      }
+      append(s, zip(inter));
+      return s;
+    }
+    case Algorithm::automatic: break;
+  }
+  unsupported(req, "ring, tree, direct, hierarchical");
+}
+
+Steps gather_or_scatter(const ScheduleRequest& req, bool gather) {
+  const int n = req.nranks;
+  const Split sp{0, req.count * n, n};
+  switch (req.algorithm) {
+    case Algorithm::direct: {
+      Steps s;
+      if (n == 1) return s;
+      Step st;
+      for (int i = 0; i < n; ++i) {
+        if (i == req.root) continue;
+        if (gather) add(st, i, req.root, sp.begin(i), sp.size(i), false);
+        else add(st, req.root, i, sp.begin(i), sp.size(i), false);
+      }
+      s.push_back(std::move(st));
+      return s;
+    }
+    case Algorithm::tree: {
+      // Binomial tree on relative ranks v = (i - root) mod n: subtree of v at level `mask`
+      // covers relative ranks [v, v + mask), i.e. up to two contiguous runs of real ranks.
+      const Members rel = rotated(n, req.root);
+      Steps s;
+      std::vector<int> masks;
+      for (int mask = 1; mask < n; mask *= 2) masks.push_back(mask);
+      if (!gather) std::reverse(masks.begin(), masks.end());
+      for (int mask : masks) {
+        Step st;
+        for (int v = mask; v < n; v += 2 * mask) {
+          const int end = std::min(n, v + mask);
+          // Real ranks rel[v..end) as runs of consecutive indices.
+          int a = v;
+          while (a < end) {
+            int b = a + 1;
+            while (b < end && rel[b] == rel[b - 1] + 1) ++b;
+            const int64_t off = sp.begin(rel[a]);
+            const int64_t len = sp.begin(rel[b - 1]) + sp.size(rel[b - 1]) - off;
+            if (gather) add(st, rel[v], rel[v - mask], off, len, false);
+            else add(st, rel[v - mask], rel[v], off, len, false);
+            a = b;
+          }
+        }
+        s.push_back(std::move(st));
+      }
+      return s;
+    }
+    default: break;
+  }
+  unsupported(req, "direct, tree");
+}
+
+Steps all_to_all(const ScheduleRequest& req, int64_t& buffer_elems) {
+  const int n = req.nranks;
+  if (static_cast<int>(req.splits.size()) != n)
+    throw Error("all_to_all needs a split-size row per rank");
+  // Input region of rank i: its rows in order; output region follows it: what it receives, in
+  // source order.
+  std::vector<int64_t> in_total(static_cast<size_t>(n), 0), out_total(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    if (static_cast<int>(req.splits[i].size()) != n)
+      throw Error("all_to_all split sizes must be an n x n table");
+    for (int j = 0; j < n; ++j) {
+      in_total[i] += req.splits[i][j];
+      out_total[j] += req.splits[i][j];
+    }
+  }
+  buffer_elems = 0;
+  for (int i = 0; i < n; ++i) buffer_elems = std::max(buffer_elems, in_total[i] + out_total[i]);
+  auto in_off = [&](int i, int j) {
+    int64_t o = 0;
+    for (int q = 0; q < j; ++q) o += req.splits[i][q];
+    return o;
+  };
+  auto out_off = [&](int i, int j) {  // where j's data lands in i's output
+    int64_t o = in_total[i];
+    for (int q = 0; q < j; ++q) o += req.splits[q][i];
+    return o;
+  };
+  // The local piece is a move too (src == dst): it copies input to output.
+  Steps s;
+  switch (req.algorithm) {
+    case Algorithm::direct: {
+      Step st;
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j)
+          add(st, i, j, in_off(i, j), out_off(j, i), req.splits[i][j], false);
+      s.push_back(std::move(st));
+      return s;
+    }
+    case Algorithm::ring: {
+      // Pairwise exchange: step d sends to (i + d) mod n.
+      for (int d = 0; d < n; ++d) {
+        Step st;
+        for (int i = 0; i < n; ++i) {
+          const int j = (i + d) % n;
+          add(st, i, j, in_off(i, j), out_off(j, i), req.splits[i][j], false);
+        }
+        s.push_back(std::move(st));
+      }
+      return s;
+    }
+    default: break;
+  }
+  unsupported(req, "direct, ring");
+}
+
+Steps barrier(const ScheduleRequest& req) {
+  const int n = req.nranks;
+  Steps s;
+  switch (req.algorithm) {
+    case Algorithm::tree:
+    case Algorithm::ring:
+    case Algorithm::hierarchical:
+      // Dissemination: after ceil(log2 n) rounds everyone has heard from everyone.
+      for (int d = 1; d < n; d *= 2) {
+        Step st;
+        for (int i = 0; i < n; ++i) add(st, i, (i + d) % n, 0, 0, false);
+        s.push_back(std::move(st));
+      }
+      return s;
+    case Algorithm::direct: {
+      if (n == 1) return s;
+      Step in, out;
+      for (int i = 1; i < n; ++i) {
+        add(in, i, 0, 0, 0, false);
+        add(out, 0, i, 0, 0, false);
+      }
+      s.push_back(std::move(in));
+      s.push_back(std::move(out));
+      return s;
+    }
+    case Algorithm::automatic: break;
+  }
+  unsupported(req, "tree, direct");
+}
+
+}  // namespace
+
+Schedule make_schedule(const ScheduleRequest& req) {
+  RANKSIM_CHECK(req.nranks >= 1, "schedule for an empty group");
+  RANKSIM_CHECK(req.algorithm != Algorithm::automatic, "resolve Algorithm::automatic first");
+  RANKSIM_CHECK(req.root >= 0 && req.root < req.nranks, "root outside the group");
+  RANKSIM_CHECK(req.node_of.empty() || static_cast<int>(req.node_of.size()) == req.nranks,
+                "node_of must name a node per rank");
+  Schedule s;
+  s.kind = req.kind;
+  s.algorithm = req.algorithm;
+  s.nranks = req.nranks;
+  const int64_t n = req.nranks;
+  switch (req.kind) {
+    case CollectiveKind::all_reduce:
+      s.buffer_elems = req.count;
+      s.steps = all_reduce(req);
+      break;
+    case CollectiveKind::broadcast:
+      s.buffer_elems = req.count;
+      s.steps = broadcast(req);
+      break;
+    case CollectiveKind::reduce:
+      s.buffer_elems = req.count;
+      s.steps = reduce(req);
+      break;
+    case CollectiveKind::all_gather:
+      s.buffer_elems = req.count * n;
+      s.steps = all_gather(req);
+      break;
+    case CollectiveKind::reduce_scatter:
+      s.buffer_elems = req.count * n;
+      s.steps = reduce_scatter(req);
+      break;
+    case CollectiveKind::gather:
+      s.buffer_elems = req.count * n;
+      s.steps = gather_or_scatter(req, true);
+      break;
+    case CollectiveKind::scatter:
+      s.buffer_elems = req.count * n;
+      s.steps = gather_or_scatter(req, false);
+      break;
+    case CollectiveKind::all_to_all:
+      s.steps = all_to_all(req, s.buffer_elems);
+      break;
+    case CollectiveKind::barrier:
+      s.buffer_elems = 0;
+      s.steps = barrier(req);
+      break;
+  }
+  return s;
+}
+
+Algorithm choose_algorithm(CollectiveKind kind, int nranks, int64_t bytes, int nodes,
+                           bool equal_ranks_per_node) {
+  switch (kind) {
+    case CollectiveKind::all_to_all:
+    case CollectiveKind::gather:
+    case CollectiveKind::scatter:
+      return nranks > 64 ? (kind == CollectiveKind::all_to_all ? Algorithm::ring : Algorithm::tree)
+                         : Algorithm::direct;
+    case CollectiveKind::barrier: return Algorithm::tree;
+    default: break;
+  }
+  // Latency-bound sizes and very large groups (where a ring's 2(n-1) steps dominate): trees.
+  if (bytes <= 64 * 1024 || nranks > 512) {
+    if (nodes > 1 && equal_ranks_per_node && nranks > 512 && bytes > 64 * 1024)
+      return Algorithm::hierarchical;
+    return Algorithm::tree;
+  }
+  if (nodes > 1 && equal_ranks_per_node) return Algorithm::hierarchical;
+  return Algorithm::ring;
+}
+
+}  // namespace ranksim::runtime

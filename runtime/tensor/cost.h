@@ -1,0 +1,53 @@
+// Compute-cost accounting: every tensor op reports what it would cost on a device.
+//
+// An op calls charge() once per call with its name, its floating-point operation count, the bytes
+// it reads plus the bytes it writes (at the tensors' dtypes, as a GPU kernel would move them), and
+// the dtype it computes in. The charge goes to the calling thread's CostSink, if one is installed;
+// with none installed (the default) charges are dropped, so ops cost nothing outside a run.
+// Shape-only tensors are charged exactly like tensors with data: that is how a run of thousands of
+// ranks still advances each rank's clock.
+//
+// The distributed runtime installs a sink that advances the current rank's virtual clock by the
+// roofline model; ranks are fibers on one thread, so it looks up the current rank itself or swaps
+// sinks when it switches fibers. Views (narrow, select, view, transpose, split) move no data and
+// are not charged.
+#pragma once
+
+#include "runtime/device/dtype.h"
+
+namespace ranksim::runtime {
+
+struct OpCost {
+  const char* op;  // a string literal naming the op, e.g. "matmul", "layer_norm_backward"
+  double flops;    // floating-point operations (a multiply-add counts as 2)
+  double bytes;    // bytes read plus bytes written
+  DType dtype;     // the dtype the op computes on (its inputs' dtype)
+};
+
+class CostSink {
+ public:
+  virtual ~CostSink();
+  virtual void charge(const OpCost& cost) = 0;
+};
+
+// Installs sink for the calling thread and returns the previous one. nullptr drops charges.
+// The caller keeps ownership; the sink must outlive its installation.
+CostSink* set_cost_sink(CostSink* sink);
+CostSink* cost_sink();  // the calling thread's current sink, or nullptr
+
+// Reports cost to the calling thread's sink (no-op when none is installed).
+void charge(const OpCost& cost);
+
+// Installs a sink for the lifetime of the guard, then restores the previous one.
+class ScopedCostSink {
+ public:
+  explicit ScopedCostSink(CostSink* sink) : previous_(set_cost_sink(sink)) {}
+  ~ScopedCostSink() { set_cost_sink(previous_); }
+  ScopedCostSink(const ScopedCostSink&) = delete;
+  ScopedCostSink& operator=(const ScopedCostSink&) = delete;
+
+ private:
+  CostSink* previous_;
+};
+
+}  // namespace ranksim::runtime

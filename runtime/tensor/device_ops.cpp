@@ -1,0 +1,685 @@
+#include "runtime/tensor/device_ops.h"
+
+#include <string>
+
+#include "runtime/tensor/cost.h"
+#include "sim/error.h"
+
+namespace ranksim::runtime::device_ops {
+namespace {
+
+using i64 = std::int64_t;
+namespace k = kernels;
+
+bool device_dtype(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
+
+// A contiguous device copy of a tensor: the tensor's own device bytes when it is contiguous,
+// else a gather on the device. Holds what it made for as long as the op runs.
+class In {
+ public:
+  In(Device& dev, const Tensor& t) {
+    if (t.is_contiguous()) {
+      ptr_ = device_pointer(dev, t);
+      return;
+    }
+    if (t.dim() > k::kMaxDims) {
+      ScopedCostSink quiet(nullptr);  // part of the op's traffic, charged by the op
+      keep_ = t.contiguous();  // on the host: more dims than the device's gather takes
+      ptr_ = device_pointer(dev, keep_);
+      return;
+    }
+    void* out = nullptr;
+    keep_ = device_tensor(dev, t.shape(), t.dtype(), &out);
+    k::CopyKernel c{};
+    c.src = device_pointer(dev, t);
+    c.src_dtype = t.dtype();
+    c.dst = out;
+    c.dst_dtype = t.dtype();
+    c.ndim = static_cast<int>(t.dim());
+    i64 stride = 1;
+    for (int d = c.ndim - 1; d >= 0; --d) {
+      c.sizes[d] = t.size(d);
+      c.src_strides[d] = t.strides()[static_cast<std::size_t>(d)];
+      c.dst_strides[d] = stride;
+      stride *= t.size(d);
+    }
+    if (t.numel() > 0) {
+      dev.launch(c, t.numel());
+      ++dev.stats().kernels;
+    }
+    ptr_ = out;
+  }
+  const void* get() const { return ptr_; }
+  template <class T>
+  const T* as() const {
+    return static_cast<const T*>(ptr_);
+  }
+
+ private:
+  Tensor keep_;
+  const void* ptr_ = nullptr;
+};
+
+// Index tensors as contiguous i64 on the device.
+class Ids {
+ public:
+  Ids(Device& dev, const Tensor& ids) {
+    ScopedCostSink quiet(nullptr);  // part of the op's traffic, charged by the op
+    keep_ = ids.dtype() == DType::i64 && ids.is_contiguous() ? ids : ids.to(DType::i64).contiguous();
+    ptr_ = static_cast<const i64*>(device_pointer(dev, keep_));
+  }
+  const i64* get() const { return ptr_; }
+
+ private:
+  Tensor keep_;
+  const i64* ptr_ = nullptr;
+};
+
+struct Out {
+  Out(Device& dev, const Shape& shape, DType dtype) : t(device_tensor(dev, shape, dtype, &ptr)) {}
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+  void* ptr = nullptr;
+  Tensor t;
+};
+
+// t's device copy for a kernel that writes it in place (mark_device_written after).
+void* writable(Device& dev, const Tensor& t) { return const_cast<void*>(device_pointer(dev, t)); }
+
+template <class K>
+void run(Device& dev, const K& kernel, i64 n) {
+  if (n <= 0) return;
+  dev.launch(kernel, n);
+  ++dev.stats().kernels;
+}
+
+void run_gemm(Device& dev, const GemmArgs& g) {
+  if (g.batch * g.m * g.n == 0) return;
+  if (g.k == 0) {
+    dev.zero(g.c, static_cast<std::size_t>(g.batch * g.m * g.n) * dtype_size(g.dtype));
+    return;
+  }
+  dev.gemm(g);
+  ++dev.stats().kernels;
+  ++dev.stats().gemms;
+}
+
+GemmArgs gemm_args(const void* a, bool ta, i64 sa, const void* b, bool tb, i64 sb, void* c, i64 sc,
+                   DType dt, i64 batch, i64 m, i64 n, i64 kk) {
+  return GemmArgs{a, b, c, dt, batch, m, n, kk, ta, tb, sa, sb, sc};
+}
+
+}  // namespace
+
+Device* device_for(std::initializer_list<const Tensor*> inputs) {
+  return device_for(std::vector<const Tensor*>(inputs));
+}
+
+Device* device_for(const std::vector<const Tensor*>& inputs) {
+  Device* dev = compute_device();
+  if (!dev) return nullptr;
+  for (const Tensor* t : inputs) {
+    if (!t->has_data()) return nullptr;
+    if (is_floating(t->dtype()) && !device_dtype(t->dtype())) return nullptr;
+  }
+  ++dev->stats().ops;
+  return dev;
+}
+
+// --- matmul ---------------------------------------------------------------------------------
+
+Tensor matmul(Device& dev, const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulShape& s) {
+  In A(dev, a), B(dev, b);
+  Out C(dev, s.out, a.dtype());
+  const DType dt = a.dtype();
+  if (!s.batched_b && !ta) {
+    run_gemm(dev, gemm_args(A.get(), false, 0, B.get(), tb, 0, C.ptr, 0, dt, 1, s.L * s.M, s.N, s.K));
+  } else {
+    run_gemm(dev, gemm_args(A.get(), ta, s.M * s.K, B.get(), tb, s.batched_b ? s.K * s.N : 0, C.ptr,
+                            s.M * s.N, dt, s.L, s.M, s.N, s.K));
+  }
+  return C.t;
+}
+
+MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, const Tensor& b, bool ta,
+                            bool tb, const MatmulShape& s) {
+  In dC(dev, dc), A(dev, a), B(dev, b);
+  Out dA(dev, a.shape(), a.dtype()), dB(dev, b.shape(), b.dtype());
+  const DType dt = a.dtype();
+  const i64 L = s.L, M = s.M, N = s.N, K = s.K;
+  const i64 sb = s.batched_b ? K * N : 0;
+  // dA.
+  if (!s.batched_b && !ta) {
+    run_gemm(dev, gemm_args(dC.get(), false, 0, B.get(), !tb, 0, dA.ptr, 0, dt, 1, L * M, K, N));
+  } else if (ta) {  // dA_l [K, M] = op(B) dC_l^T
+    run_gemm(dev, gemm_args(B.get(), tb, sb, dC.get(), true, M * N, dA.ptr, M * K, dt, L, K, M, N));
+  } else {  // dA_l [M, K] = dC_l op(B)^T
+    run_gemm(dev, gemm_args(dC.get(), false, M * N, B.get(), !tb, sb, dA.ptr, M * K, dt, L, M, K, N));
+  }
+  // dB: dB [K, N] = op(A)^T dC, or dB [N, K] = dC^T op(A) when b is stored transposed.
+  auto db = [&](const void* opa, bool a_stored_t, i64 sa, i64 batch, i64 rows) {
+    if (tb) {
+      run_gemm(dev, gemm_args(dC.get(), true, rows * N, opa, a_stored_t, sa, dB.ptr, N * K, dt, batch,
+                              N, K, rows));
+    } else {
+      run_gemm(dev, gemm_args(opa, !a_stored_t, sa, dC.get(), false, rows * N, dB.ptr, K * N, dt,
+                              batch, K, N, rows));
+    }
+  };
+  if (s.batched_b) {
+    db(A.get(), ta, M * K, L, M);
+  } else if (!ta) {
+    db(A.get(), false, 0, 1, L * M);
+  } else {
+    // Rows of op(A) from different batches are not one stride apart: gather them as [L*M, K].
+    void* ahat = nullptr;
+    Tensor keep = device_tensor(dev, {L, M, K}, dt, &ahat);
+    k::CopyKernel c{};
+    c.src = A.get();
+    c.src_dtype = dt;
+    c.dst = ahat;
+    c.dst_dtype = dt;
+    c.ndim = 3;
+    c.sizes[0] = L, c.sizes[1] = M, c.sizes[2] = K;
+    c.src_strides[0] = M * K, c.src_strides[1] = 1, c.src_strides[2] = M;
+    c.dst_strides[0] = M * K, c.dst_strides[1] = K, c.dst_strides[2] = 1;
+    run(dev, c, L * M * K);
+    db(ahat, false, 0, 1, L * M);
+  }
+  return {dA.t, dB.t};
+}
+
+// --- elementwise ----------------------------------------------------------------------------
+
+Tensor add(Device& dev, const Tensor& a, const Tensor& b) {
+  In A(dev, a), B(dev, b);
+  Out C(dev, a.shape(), a.dtype());
+  const i64 inner = b.numel();
+  if (inner > 0) run(dev, k::AddKernel{A.get(), B.get(), C.ptr, a.dtype(), inner}, a.numel());
+  return C.t;
+}
+
+Tensor column_sum(Device& dev, const Tensor& dc, const Shape& b_shape) {
+  In G(dev, dc);
+  Out DB(dev, b_shape, dc.dtype());
+  const i64 inner = shape_numel(b_shape);
+  const i64 rows = inner == 0 ? 0 : dc.numel() / inner;
+  run(dev, k::ColumnSumKernel{G.get(), DB.ptr, dc.dtype(), rows, inner}, inner);
+  return DB.t;
+}
+
+Tensor scale(Device& dev, const Tensor& x, double alpha) {
+  In X(dev, x);
+  Out Y(dev, x.shape(), x.dtype());
+  run(dev, k::ScaleKernel{X.get(), Y.ptr, x.dtype(), static_cast<float>(alpha)}, x.numel());
+  return Y.t;
+}
+
+Tensor gelu(Device& dev, const Tensor& x) {
+  In X(dev, x);
+  Out Y(dev, x.shape(), x.dtype());
+  run(dev, k::GeluKernel{X.get(), Y.ptr, x.dtype()}, x.numel());
+  return Y.t;
+}
+
+Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x) {
+  In DY(dev, dy), X(dev, x);
+  Out DX(dev, x.shape(), x.dtype());
+  run(dev, k::GeluBackwardKernel{DY.get(), X.get(), DX.ptr, x.dtype()}, x.numel());
+  return DX.t;
+}
+
+// --- rows -----------------------------------------------------------------------------------
+
+LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           double eps) {
+  In X(dev, x), W(dev, weight), B(dev, bias);
+  const i64 H = x.size(-1);
+  const Shape stat(x.shape().begin(), x.shape().end() - 1);
+  Out Y(dev, x.shape(), x.dtype()), Mean(dev, stat, DType::f32), Rstd(dev, stat, DType::f32);
+  run(dev,
+      k::LayerNormKernel{X.get(), W.get(), B.get(), Y.ptr, Mean.as<float>(), Rstd.as<float>(),
+                         x.dtype(), H, static_cast<float>(eps)},
+      H == 0 ? 0 : shape_numel(stat));
+  return {Y.t, Mean.t, Rstd.t};
+}
+
+LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x,
+                                   const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  // The saved statistics are f32 (layer_norm's); others are converted on the way in.
+  const Tensor mean32 = mean.to(DType::f32), rstd32 = rstd.to(DType::f32);
+  In DY(dev, dy), X(dev, x), W(dev, weight), Mu(dev, mean32), Rs(dev, rstd32);
+  const i64 H = x.size(-1);
+  const i64 rows = H == 0 ? 0 : x.numel() / H;
+  Out DX(dev, x.shape(), x.dtype()), DW(dev, {H}, weight.dtype()), DB(dev, {H}, weight.dtype());
+  run(dev,
+      k::LayerNormBackwardKernel{DY.get(), X.get(), W.get(), Mu.as<float>(), Rs.as<float>(), DX.ptr,
+                                 x.dtype(), H},
+      rows);
+  run(dev,
+      k::LayerNormParamGradKernel{DY.get(), X.get(), Mu.as<float>(), Rs.as<float>(), DW.ptr, DB.ptr,
+                                  x.dtype(), rows, H},
+      H);
+  return {DX.t, DW.t, DB.t};
+}
+
+Tensor softmax(Device& dev, const Tensor& x) {
+  In X(dev, x);
+  Out Y(dev, x.shape(), x.dtype());
+  const i64 V = x.size(-1);
+  run(dev, k::SoftmaxKernel{X.get(), Y.ptr, x.dtype(), V}, V == 0 ? 0 : x.numel() / V);
+  return Y.t;
+}
+
+Tensor softmax_backward(Device& dev, const Tensor& dy, const Tensor& y) {
+  In DY(dev, dy), Y(dev, y);
+  Out DX(dev, y.shape(), y.dtype());
+  const i64 V = y.size(-1);
+  run(dev, k::SoftmaxBackwardKernel{DY.get(), Y.get(), DX.ptr, y.dtype(), V},
+      V == 0 ? 0 : y.numel() / V);
+  return DX.t;
+}
+
+// --- embedding ------------------------------------------------------------------------------
+
+Tensor embedding(Device& dev, const Tensor& ids, const Tensor& weight) {
+  Ids I(dev, ids);
+  In W(dev, weight);
+  const i64 H = weight.size(1);
+  Shape out_shape = ids.shape();
+  out_shape.push_back(H);
+  Out O(dev, out_shape, weight.dtype());
+  if (H > 0) run(dev, k::EmbeddingKernel{I.get(), W.get(), O.ptr, weight.dtype(), H}, ids.numel() * H);
+  return O.t;
+}
+
+Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids,
+                          std::int64_t num_embeddings) {
+  Ids I(dev, ids);
+  In DY(dev, dy);
+  const i64 H = dy.size(-1);
+  const Shape w_shape = {num_embeddings, H};
+  // Sums in f32, rounded once into dy's dtype (as the CPU op's compute-type buffer).
+  Out Acc(dev, w_shape, DType::f32);
+  dev.zero(Acc.ptr, static_cast<std::size_t>(num_embeddings * H) * sizeof(float));
+  run(dev, k::EmbeddingBackwardKernel{DY.get(), I.get(), Acc.as<float>(), dy.dtype(), ids.numel(), H},
+      H);
+  if (dy.dtype() == DType::f32) return Acc.t;
+  Out DW(dev, w_shape, dy.dtype());
+  k::CopyKernel c{};
+  c.src = Acc.ptr;
+  c.src_dtype = DType::f32;
+  c.dst = DW.ptr;
+  c.dst_dtype = dy.dtype();
+  c.ndim = 1;
+  c.sizes[0] = num_embeddings * H;
+  c.src_strides[0] = 1;
+  c.dst_strides[0] = 1;
+  run(dev, c, num_embeddings * H);
+  return DW.t;
+}
+
+// --- cross-entropy --------------------------------------------------------------------------
+
+CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor& targets,
+                                 std::int64_t ignore_index) {
+  In X(dev, logits);
+  Ids Tg(dev, targets);
+  const i64 V = logits.size(-1);
+  const i64 rows = targets.numel();
+  Out Lse(dev, targets.shape(), DType::f32), RowLoss(dev, targets.shape(), DType::f32);
+  Out Loss(dev, {}, logits.dtype());
+  run(dev,
+      k::CrossEntropyRowKernel{X.get(), Tg.get(), Lse.as<float>(), RowLoss.as<float>(),
+                               logits.dtype(), V, ignore_index},
+      rows);
+  run(dev,
+      k::CrossEntropyMeanKernel{RowLoss.as<float>(), Tg.get(), Loss.ptr, logits.dtype(), rows,
+                                ignore_index},
+      1);
+  return {Loss.t, Lse.t};
+}
+
+Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
+                              const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
+                              std::int64_t count) {
+  const Tensor lse32 = lse.to(DType::f32);
+  In X(dev, logits), Lse(dev, lse32);
+  Ids Tg(dev, targets);
+  const i64 V = logits.size(-1);
+  Out DX(dev, logits.shape(), logits.dtype());
+  if (count == 0) {
+    dev.zero(DX.ptr, DX.t.nbytes());
+    return DX.t;
+  }
+  // The scale as the CPU op computes it: dloss rounded to f32, divided by the count in f32.
+  const float g = static_cast<float>(dloss.item()) / static_cast<float>(count);
+  run(dev,
+      k::CrossEntropyBackwardKernel{X.get(), Lse.as<float>(), Tg.get(), DX.ptr, logits.dtype(), V,
+                                    ignore_index, g},
+      logits.numel());
+  return DX.t;
+}
+
+// --- the losses of tp/cross_entropy.cpp and models/transformer.cpp -------------------------
+
+namespace {
+Shape row_shape_of(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
+}  // namespace
+
+Tensor vocab_max(Device& dev, const Tensor& x) {
+  In X(dev, x);
+  Out M(dev, row_shape_of(x), DType::f32);
+  run(dev, k::VocabMaxKernel{X.get(), M.as<float>(), x.dtype(), x.size(-1)}, M.t.numel());
+  return M.t;
+}
+
+Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& local) {
+  In X(dev, x), M(dev, m);
+  Ids L(dev, local);
+  Out P(dev, m.shape(), DType::f32);
+  run(dev, k::VocabPredKernel{X.get(), M.as<float>(), L.get(), P.as<float>(), x.dtype(), x.size(-1)},
+      m.numel());
+  return P.t;
+}
+
+std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& m) {
+  In X(dev, x), M(dev, m);
+  Out E(dev, x.shape(), DType::f32), S(dev, m.shape(), DType::f32);
+  run(dev, k::VocabExpKernel{X.get(), M.as<float>(), E.as<float>(), S.as<float>(), x.dtype(), x.size(-1)},
+      m.numel());
+  return {E.t, S.t};
+}
+
+std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tensor& se, const Tensor& pred) {
+  In E(dev, e), S(dev, se), P(dev, pred);
+  Out Sm(dev, e.shape(), DType::f32), Loss(dev, se.shape(), DType::f32);
+  const i64 cols = e.size(-1);
+  run(dev, k::VocabSoftmaxKernel{E.as<float>(), S.as<float>(), P.as<float>(), Sm.as<float>(), Loss.as<float>(), cols},
+      se.numel() * (cols > 0 ? cols : 1));
+  return {Sm.t, Loss.t};
+}
+
+Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
+                      DType dx_dtype) {
+  In Sm(dev, softmax), D(dev, dloss);
+  Ids L(dev, local);
+  Out DX(dev, softmax.shape(), dx_dtype);
+  const i64 cols = softmax.size(-1);
+  if (cols > 0) {
+    run(dev, k::VocabBackwardKernel{Sm.as<float>(), L.get(), D.get(), dloss.dtype(), DX.ptr, dx_dtype, cols},
+        softmax.numel());
+  }
+  return DX.t;
+}
+
+LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index,
+                       double inv, DType dx_dtype) {
+  In X(dev, x);
+  Ids Lb(dev, labels);
+  const i64 rows = x.size(0), cols = x.size(1);
+  Out Row(dev, {rows}, DType::f64), DX(dev, x.shape(), dx_dtype);
+  run(dev,
+      k::LossSumRowKernel{X.get(), x.dtype(), Lb.get(), Row.as<double>(), DX.ptr, dx_dtype, cols, ignore_index,
+                          inv},
+      rows);
+  return {Row.t, DX.t};
+}
+
+Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s) {
+  In X(dev, x), C(dev, c), S(dev, s);
+  Out Y(dev, x.shape(), DType::f32);
+  const i64 half = c.size(1);
+  if (half > 0) {
+    run(dev, k::RopeKernel{X.as<float>(), C.as<float>(), S.as<float>(), Y.as<float>(), x.size(1), half},
+        x.numel() / 2);
+  }
+  return Y.t;
+}
+
+// --- the optimizer --------------------------------------------------------------------------
+
+std::vector<double> sum_squares(Device& dev, const std::vector<Tensor>& gs) {
+  const auto n = static_cast<i64>(gs.size());
+  Out S(dev, {n}, DType::f64);
+  dev.zero(S.ptr, static_cast<std::size_t>(n) * sizeof(double));
+  for (i64 i = 0; i < n; ++i) {
+    const Tensor& g = gs[static_cast<std::size_t>(i)];
+    In G(dev, g);
+    run(dev, k::SumSquaresKernel{G.as<float>(), g.numel(), S.as<double>() + i}, g.numel() > 0 ? 1 : 0);
+  }
+  return S.t.to_vector<double>();
+}
+
+void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const AdamWStep& st) {
+  In G(dev, g);
+  float* pp = static_cast<float*>(writable(dev, p));
+  float* mp = static_cast<float*>(writable(dev, m));
+  float* vp = static_cast<float*>(writable(dev, v));
+  run(dev,
+      k::AdamWKernel{pp, mp, vp, G.as<float>(), st.coef, st.decay, st.b1, st.b2, st.bc2_sqrt, st.step_size, st.eps},
+      p.numel());
+  for (const Tensor* t : {&p, &m, &v}) mark_device_written(dev, *t);
+}
+
+// --- attention ------------------------------------------------------------------------------
+
+namespace {
+
+// The token arrays on the device, for one call.
+struct Tokens {
+  Tokens(Device& dev, const AttentionCall& c)
+      : qp(Tensor::from_vector(*c.q_pos, {c.tq})),
+        qs(Tensor::from_vector(*c.q_seg, {c.tq})),
+        kp(Tensor::from_vector(*c.k_pos, {c.tk})),
+        ks(Tensor::from_vector(*c.k_seg, {c.tk})) {
+    tok.q_pos = static_cast<const i64*>(device_pointer(dev, qp));
+    tok.q_seg = static_cast<const i64*>(device_pointer(dev, qs));
+    tok.k_pos = static_cast<const i64*>(device_pointer(dev, kp));
+    tok.k_seg = static_cast<const i64*>(device_pointer(dev, ks));
+    tok.window_left = c.window_left;
+    tok.window_right = c.window_right;
+  }
+  Tensor qp, qs, kp, ks;
+  k::AttentionTokens tok{};
+};
+
+k::AttentionDims dims_of(const AttentionCall& c) {
+  return {c.tq, c.tk, c.hq, c.hkv, c.d, c.dv, static_cast<float>(c.scale)};
+}
+
+// An f32 device tensor converted into dtype on the device (itself when dtype is f32).
+Tensor to_dtype(Device& dev, const Out& f32, DType dtype) {
+  if (dtype == DType::f32) return f32.t;
+  Out o(dev, f32.t.shape(), dtype);
+  k::CopyKernel c{};
+  c.src = f32.ptr;
+  c.src_dtype = DType::f32;
+  c.dst = o.ptr;
+  c.dst_dtype = dtype;
+  c.ndim = 1;
+  c.sizes[0] = f32.t.numel();
+  c.src_strides[0] = 1;
+  c.dst_strides[0] = 1;
+  run(dev, c, f32.t.numel());
+  return o.t;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> attention_forward(Device& dev, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const AttentionCall& call, DType out_dtype) {
+  In Q(dev, q), K(dev, k), V(dev, v);
+  const Tokens t(dev, call);
+  Out O(dev, {call.tq, call.hq, call.dv}, DType::f32), L(dev, {call.hq, call.tq}, DType::f32);
+  run(dev, k::AttentionForwardKernel{Q.get(), K.get(), V.get(), q.dtype(), t.tok, dims_of(call), O.as<float>(),
+                                     L.as<float>()},
+      call.tq * call.hq);
+  return {to_dtype(dev, O, out_dtype), L.t};
+}
+
+AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& out, const Tensor& lse,
+                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
+                                        DType dv_dtype) {
+  Tensor lse32;
+  {
+    ScopedCostSink quiet(nullptr);  // part of the op's traffic
+    lse32 = lse.to(DType::f32);
+  }
+  In dO(dev, dout), Q(dev, q), K(dev, k), V(dev, v), O(dev, out), Ls(dev, lse32);
+  const Tokens t(dev, call);
+  const k::AttentionBackwardInputs in{Q.get(), K.get(), V.get(), q.dtype(), O.get(), out.dtype(), dO.get(),
+                                      dout.dtype(), Ls.as<float>(), t.tok, dims_of(call)};
+  Out delta(dev, {call.hq, call.tq}, DType::f32), dq_acc(dev, q.shape(), DType::f32);
+  Out dQ(dev, q.shape(), dq_dtype);
+  run(dev, k::AttentionBackwardQueryKernel{in, delta.as<float>(), dq_acc.as<float>(), dQ.ptr, dq_dtype},
+      call.tq * call.hq);
+  Out head_dk(dev, k.shape(), DType::f32), head_dv(dev, v.shape(), DType::f32);
+  Out dk_acc(dev, k.shape(), DType::f32), dv_acc(dev, v.shape(), DType::f32);
+  Out dK(dev, k.shape(), dk_dtype), dV(dev, v.shape(), dv_dtype);
+  run(dev,
+      k::AttentionBackwardKeyKernel{in, delta.as<float>(), head_dk.as<float>(), head_dv.as<float>(),
+                                    dk_acc.as<float>(), dv_acc.as<float>(), dK.ptr, dk_dtype, dV.ptr, dv_dtype},
+      call.tk * call.hkv);
+  return {dQ.t, dK.t, dV.t};
+}
+
+// --- in-place merges ------------------------------------------------------------------------
+
+namespace {
+i64 stride(const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(d)]; }
+}  // namespace
+
+void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<i64>& rows) {
+  const i64 h = lse.size(0), m = static_cast<i64>(rows.size());
+  In P(dev, part_lse);
+  const Ids S(dev, Tensor::from_vector(rows, {m}));
+  void* base = writable(dev, lse);
+  run(dev, k::MergeLseKernel{base, lse.dtype(), stride(lse, 0), stride(lse, 1), P.get(), part_lse.dtype(), S.get(), m},
+      h * m);
+  mark_device_written(dev, lse);
+}
+
+void add_corrected_out_(Device& dev, const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                        const Tensor& part_lse, const std::vector<i64>& rows) {
+  const i64 h = out.size(1), dv = out.size(2), m = static_cast<i64>(rows.size());
+  In PO(dev, part_out), PL(dev, part_lse);
+  const Ids S(dev, Tensor::from_vector(rows, {m}));
+  const void* l = device_pointer(dev, lse);
+  void* base = writable(dev, out);
+  run(dev,
+      k::CorrectOutKernel{base, out.dtype(), stride(out, 0), stride(out, 1), stride(out, 2), l, lse.dtype(),
+                          stride(lse, 0), stride(lse, 1), PO.get(), part_out.dtype(), PL.get(), part_lse.dtype(),
+                          S.get(), m, h, dv},
+      m * h * dv);
+  mark_device_written(dev, out);
+}
+
+void add_rows_(Device& dev, const Tensor& acc, const Tensor& part, const std::vector<i64>& rows) {
+  const i64 n = acc.size(0), m = static_cast<i64>(rows.size());
+  const i64 inner = n == 0 ? 0 : acc.numel() / n;
+  In P(dev, part);
+  const Ids S(dev, Tensor::from_vector(rows, {m}));
+  k::AddRowsKernel a{};
+  a.acc = writable(dev, acc);
+  a.acc_dtype = acc.dtype();
+  a.ndim = static_cast<int>(acc.dim());
+  for (int d = 0; d < a.ndim; ++d) {
+    a.sizes[d] = acc.size(d);
+    a.strides[d] = stride(acc, d);
+  }
+  a.part = P.get();
+  a.part_dtype = part.dtype();
+  a.sel = S.get();
+  a.inner = inner;
+  if (inner > 0) run(dev, a, m * inner);
+  mark_device_written(dev, acc);
+}
+
+// --- tensor copies --------------------------------------------------------------------------
+
+Device* device_for_copy(std::initializer_list<const Tensor*> tensors,
+                        std::initializer_list<const Tensor*> need_resident) {
+  Device* dev = compute_device();
+  if (!dev) return nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->has_data() || !device_dtype(t->dtype()) || t->dim() > k::kMaxDims) return nullptr;
+  }
+  bool resident = false;
+  for (const Tensor* t : need_resident) resident = resident || resident_on(*dev, *t);
+  if (!resident) return nullptr;
+  ++dev->stats().ops;
+  return dev;
+}
+
+namespace {
+k::CopyKernel strided_copy(const void* src, const Tensor& s, void* dst, const Tensor& d) {
+  k::CopyKernel c{};
+  c.src = src;
+  c.src_dtype = s.dtype();
+  c.dst = dst;
+  c.dst_dtype = d.dtype();
+  c.ndim = static_cast<int>(s.dim());
+  for (int i = 0; i < c.ndim; ++i) {
+    c.sizes[i] = s.size(i);
+    c.src_strides[i] = s.strides()[static_cast<std::size_t>(i)];
+    c.dst_strides[i] = d.strides()[static_cast<std::size_t>(i)];
+  }
+  return c;
+}
+}  // namespace
+
+Tensor copy_to_new(Device& dev, const Tensor& src, DType dtype) {
+  const void* from = device_pointer(dev, src);
+  Out O(dev, src.shape(), dtype);
+  run(dev, strided_copy(from, src, O.ptr, O.t), src.numel());
+  return O.t;
+}
+
+void copy_into(Device& dev, const Tensor& dst, const Tensor& src) {
+  const void* from = device_pointer(dev, src);
+  void* to = writable(dev, dst);
+  run(dev, strided_copy(from, src, to, dst), src.numel());
+  mark_device_written(dev, dst);
+}
+
+// --- cat ------------------------------------------------------------------------------------
+
+Tensor cat(Device& dev, const std::vector<Tensor>& xs, std::int64_t dim, const Shape& out_shape) {
+  Out O(dev, out_shape, xs[0].dtype());
+  const int nd = static_cast<int>(out_shape.size());
+  std::vector<i64> out_strides(out_shape.size());
+  i64 stride = 1;
+  for (int d = nd - 1; d >= 0; --d) {
+    out_strides[static_cast<std::size_t>(d)] = stride;
+    stride *= out_shape[static_cast<std::size_t>(d)];
+  }
+  i64 offset = 0;
+  for (const Tensor& x : xs) {
+    if (x.numel() > 0) {
+      In X(dev, x);  // contiguous
+      k::CopyKernel c{};
+      c.src = X.get();
+      c.src_dtype = x.dtype();
+      c.dst = O.ptr;
+      c.dst_dtype = x.dtype();
+      c.ndim = nd;
+      i64 s = 1;
+      for (int d = nd - 1; d >= 0; --d) {
+        c.sizes[d] = x.size(d);
+        c.src_strides[d] = s;
+        s *= x.size(d);
+        c.dst_strides[d] = out_strides[static_cast<std::size_t>(d)];
+      }
+      c.dst_offset = offset * out_strides[static_cast<std::size_t>(dim)];
+      run(dev, c, x.numel());
+    }
+    offset += x.size(dim);
+  }
+  return O.t;
+}
+
+}  // namespace ranksim::runtime::device_ops
