@@ -12,9 +12,6 @@
 #include "models/train.h"
 #include "app/topo.h"
 #include "runtime/distributed/backends/mpi/mpi.h"
-#if RANKSIM_HAVE_CUDA_DEVICE
-#include "runtime/distributed/backends/nccl/cuda_device.h"
-#endif
 #if RANKSIM_HAVE_NCCL_BACKEND
 #include "runtime/distributed/backends/nccl/nccl_collectives.h"
 #endif
@@ -53,9 +50,6 @@ std::ostream& null_out() {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-#if RANKSIM_HAVE_CUDA_DEVICE
-  runtime::gpu::install_cuda_device();  // --device gpu
-#endif
 #if RANKSIM_HAVE_NCCL_BACKEND
   runtime::gpu::install_nccl_backend();  // --backend nccl; without it, that backend says it is missing
 #endif

@@ -18,6 +18,7 @@
 #include "app/bench.h"
 #include "app/nccl_table.h"
 #include "app/model_workload.h"
+#include "app/devices.h"
 #include "app/report_html.h"
 #include "cp/context_parallel.h"
 #include "cp/partition.h"
@@ -985,7 +986,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
   const std::string report_path = !flags.report.empty() ? flags.report : sc.out_report;
   const std::string device_kind = !flags.device.empty() ? flags.device : flags.backend == "nccl" ? "gpu" : "cpu";
-  const std::shared_ptr<runtime::Device> device = runtime::make_device(device_kind);
+  const std::shared_ptr<runtime::Device> device = make_device(device_kind);
   const runtime::ScopedComputeDevice on_device(device);
   out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp

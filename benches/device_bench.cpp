@@ -14,12 +14,10 @@
 #include <memory>
 #include <string>
 
+#include "app/devices.h"
 #include "runtime/device/device.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/tensor.h"
-#if RANKSIM_HAVE_CUDA_DEVICE
-#include "runtime/distributed/backends/nccl/cuda_device.h"
-#endif
 
 namespace {
 
@@ -29,12 +27,9 @@ using i64 = std::int64_t;
 
 void BM_MlpChain(benchmark::State& state, const std::string& kind) {
   const i64 h = state.range(0), ffn = state.range(1), tokens = state.range(2);
-#if RANKSIM_HAVE_CUDA_DEVICE
-  runtime::gpu::install_cuda_device();
-#endif
   std::shared_ptr<runtime::Device> device;
   try {
-    device = runtime::make_device(kind);
+    device = app::make_device(kind);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;

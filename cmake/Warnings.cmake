@@ -41,11 +41,22 @@ endif()
 # ranksim_folder_library(NAME folder DEPS ...): one static library per source folder, built from
 # every .cpp in it (the folders are the architecture; no hand-kept file lists).
 # EXCLUDE regex: sources left to another target (a subfolder built only with an option).
+# With RANKSIM_WITH_CUDA the folder's .cu files (its own device kernels, registered for the CUDA
+# device) are built into the library too, which then links ranksim_cuda.
 function(ranksim_folder_library name folder)
   cmake_parse_arguments(ARG "" "EXCLUDE" "DEPS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${folder}/*.cpp)
+  set(cuda_srcs "")
+  if(RANKSIM_WITH_CUDA)
+    file(GLOB_RECURSE cuda_srcs CONFIGURE_DEPENDS ${folder}/*.cu)
+  endif()
   if(ARG_EXCLUDE)
     list(FILTER srcs EXCLUDE REGEX "${ARG_EXCLUDE}")
+    list(FILTER cuda_srcs EXCLUDE REGEX "${ARG_EXCLUDE}")
+  endif()
+  if(cuda_srcs)
+    list(APPEND srcs ${cuda_srcs})
+    list(APPEND ARG_DEPS ranksim_cuda)
   endif()
   if(srcs)
     add_library(${name} STATIC ${srcs})

@@ -10,7 +10,8 @@
 #include <utility>
 
 #include "runtime/tensor/cost.h"
-#include "runtime/tensor/device_ops.h"
+#include "cp/attention_device.h"
+#include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
 namespace ranksim::cp {
@@ -394,15 +395,13 @@ void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& q
   }
 }
 
-// The device call of one attention block (runtime/tensor/device_ops.h).
-runtime::device_ops::AttentionCall device_call(const Dims& g, const AttentionOptions& opts,
+// The device call of one attention block (cp/attention_device.h).
+device::AttentionCall device_call(const Dims& g, const AttentionOptions& opts,
                                                const TokenInfo& qt, const TokenInfo& kt) {
   const Window w = window_of(opts);
   return {&qt.position, &qt.segment, &kt.position, &kt.segment, w.left, w.right, scale_of(opts, g.d),
           g.tq, g.tk, g.hq, g.hkv, g.d, g.dv};
 }
-
-bool device_dtype(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
 
 // The device for an in-place merge: rows distinct (a GPU writes them in parallel), views the
 // device kernels address, every operand with data in a device dtype.
@@ -414,7 +413,7 @@ runtime::Device* merge_device(std::initializer_list<const Tensor*> ts, const std
   std::vector<i64> sorted = rows;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return nullptr;
-  return runtime::device_ops::device_for(ts);
+  return runtime::device_for(ts);
 }
 
 template <class T>
@@ -509,10 +508,10 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
   const Shape out_shape{g.tq, g.hq, g.dv}, lse_shape{g.hq, g.tq};
   const i64 pairs = attention_visible_pairs(q_tokens, kv_tokens, opts);
   AttentionResult r;
-  runtime::Device* dev = device_dtype(out_dtype) ? runtime::device_ops::device_for({&q, &k, &v}) : nullptr;
+  runtime::Device* dev = runtime::is_device_dtype(out_dtype) ? runtime::device_for({&q, &k, &v}) : nullptr;
   if (dev) {
     std::tie(r.out, r.lse) =
-        runtime::device_ops::attention_forward(*dev, q, k, v, device_call(g, opts, q_tokens, kv_tokens), out_dtype);
+        device::attention_forward(*dev, q, k, v, device_call(g, opts, q_tokens, kv_tokens), out_dtype);
   } else if (!ready({&q, &k, &v})) {
     r.out = Tensor::shape_only(out_shape, out_dtype);
     r.lse = Tensor::shape_only(lse_shape, lse_dtype);
@@ -551,11 +550,11 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   const DType dq_dtype = opts.output_dtype.value_or(q.dtype());
   const DType dk_dtype = opts.output_dtype.value_or(k.dtype());
   const DType dv_dtype = opts.output_dtype.value_or(v.dtype());
-  runtime::Device* dev = device_dtype(dq_dtype) && device_dtype(dk_dtype) && device_dtype(dv_dtype)
-                             ? runtime::device_ops::device_for({&dout, &q, &k, &v, &out, &lse})
+  runtime::Device* dev = runtime::is_device_dtype(dq_dtype) && runtime::is_device_dtype(dk_dtype) && runtime::is_device_dtype(dv_dtype)
+                             ? runtime::device_for({&dout, &q, &k, &v, &out, &lse})
                              : nullptr;
   if (dev) {
-    const auto grads = runtime::device_ops::attention_backward(
+    const auto grads = device::attention_backward(
         *dev, dout, q, k, v, out, lse, device_call(g, opts, q_tokens, kv_tokens), dq_dtype, dk_dtype, dv_dtype);
     r.dq = grads.dq;
     r.dk = grads.dk;
@@ -640,7 +639,7 @@ void merge_lse_(const Tensor& lse, const Tensor& part_lse, const Rows& rows) {
   const i64 m = static_cast<i64>(sel.size());
   require_shape(fn, part_lse, "part_lse", {h, m});
   if (runtime::Device* dev = merge_device({&lse, &part_lse}, sel)) {
-    runtime::device_ops::merge_lse_(*dev, lse, part_lse, sel);
+    device::merge_lse_(*dev, lse, part_lse, sel);
   } else if (ready({&lse, &part_lse})) {
     with_compute_type(any_f64({&lse, &part_lse}), [&](auto tag) {
       using T = decltype(tag);
@@ -675,7 +674,7 @@ void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part
   require_shape(fn, part_out, "part_out", {m, h, dv});
   require_shape(fn, part_lse, "part_lse", {h, m});
   if (runtime::Device* dev = merge_device({&out, &lse, &part_out, &part_lse}, sel)) {
-    runtime::device_ops::add_corrected_out_(*dev, out, lse, part_out, part_lse, sel);
+    device::add_corrected_out_(*dev, out, lse, part_out, part_lse, sel);
   } else if (ready({&out, &lse, &part_out, &part_lse})) {
     with_compute_type(any_f64({&out, &lse, &part_out, &part_lse}), [&](auto tag) {
       using T = decltype(tag);
@@ -743,7 +742,7 @@ void add_rows_(const Tensor& acc, const Tensor& part, const Rows& rows) {
   require_shape(fn, part, "part", want);
   const i64 inner = n == 0 ? 0 : acc.numel() / n;
   if (runtime::Device* dev = merge_device({&acc, &part}, sel)) {
-    runtime::device_ops::add_rows_(*dev, acc, part, sel);
+    device::add_rows_(*dev, acc, part, sel);
   } else if (ready({&acc, &part})) {
     with_compute_type(any_f64({&acc, &part}), [&](auto tag) {
       using T = decltype(tag);

@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "runtime/tensor/cost.h"
-#include "runtime/tensor/device_ops.h"
+#include "models/adamw_kernels.h"
+#include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
 namespace ranksim::models {
@@ -26,6 +27,44 @@ void check_adamw(const AdamWOptions& o) {
 }
 
 namespace {
+
+// --- the device path (models/adamw_kernels.h) ----------------------------------------------
+
+using runtime::Device;
+using runtime::launch;
+using In = runtime::DeviceInput;
+using Out = runtime::DeviceOutput;
+namespace k = kernels;
+
+std::vector<double> sum_squares(Device& dev, const std::vector<Tensor>& gs) {
+  const auto n = static_cast<i64>(gs.size());
+  Out S(dev, {n}, DType::f64);
+  dev.zero(S.ptr, static_cast<std::size_t>(n) * sizeof(double));
+  for (i64 i = 0; i < n; ++i) {
+    const Tensor& g = gs[static_cast<std::size_t>(i)];
+    In G(dev, g);
+    launch(dev, k::SumSquaresKernel{G.as<float>(), g.numel(), S.as<double>() + i}, g.numel() > 0 ? 1 : 0);
+  }
+  return S.t.to_vector<double>();
+}
+
+// One AdamW step's constants (the loop in AdamW::step spells them out).
+struct AdamWStep {
+  double coef, decay, b1, b2, bc2_sqrt, step_size, eps;
+};
+
+void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const AdamWStep& st) {
+  In G(dev, g);
+  float* pp = static_cast<float*>(runtime::device_writable(dev, p));
+  float* mp = static_cast<float*>(runtime::device_writable(dev, m));
+  float* vp = static_cast<float*>(runtime::device_writable(dev, v));
+  launch(dev,
+      k::AdamWKernel{pp, mp, vp, G.as<float>(), st.coef, st.decay, st.b1, st.b2, st.bc2_sqrt, st.step_size, st.eps},
+      p.numel());
+  for (const Tensor* t : {&p, &m, &v}) runtime::mark_device_written(dev, *t);
+}
+
+
 
 Tensor flat_f32(const Tensor& t) { return t.to(DType::f32).contiguous().reshape({t.numel()}); }
 
@@ -110,8 +149,8 @@ double AdamW::step(std::optional<double> max_norm) {
       std::vector<const Tensor*> ins;
       for (const Tensor& g : grads) ins.push_back(&g);
       std::vector<double> sq;
-      if (runtime::Device* dev = runtime::device_ops::device_for(ins)) {
-        sq = runtime::device_ops::sum_squares(*dev, grads);
+      if (runtime::Device* dev = runtime::device_for(ins)) {
+        sq = sum_squares(*dev, grads);
       } else {
         for (const Tensor& g : grads) {
           double s = 0;
@@ -148,11 +187,11 @@ double AdamW::step(std::optional<double> max_norm) {
     Slot& s = slots_[i];
     const i64 len = s.end - s.begin;
     runtime::charge({"adamw", 12.0 * static_cast<double>(len), 16.0 * static_cast<double>(len), DType::f32});
-    runtime::Device* dev = data && len > 0 ? runtime::device_ops::device_for({&s.master, &s.m, &s.v, &grads[i]}) : nullptr;
+    runtime::Device* dev = data && len > 0 ? runtime::device_for({&s.master, &s.m, &s.v, &grads[i]}) : nullptr;
     if (dev) {
       // The same update as the loop below, in place on the device copies of the slice's state.
-      runtime::device_ops::adamw_(*dev, s.master, s.m, s.v, grads[i],
-                                  {coef, decay, b1, b2, bc2_sqrt, step_size, opts_.eps});
+      adamw_(*dev, s.master, s.m, s.v, grads[i],
+             {coef, decay, b1, b2, bc2_sqrt, step_size, opts_.eps});
     } else if (data) {
       float* p = s.master.data<float>();
       float* m = s.m.data<float>();

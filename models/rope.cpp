@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "runtime/tensor/cost.h"
-#include "runtime/tensor/device_ops.h"
+#include "models/rope_kernels.h"
+#include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
 namespace ranksim::models {
@@ -14,6 +15,26 @@ using runtime::DType;
 using runtime::Tensor;
 
 namespace {
+
+// The rotation on a compute device (models/rope_kernels.h).
+using runtime::Device;
+using runtime::launch;
+using In = runtime::DeviceInput;
+using Out = runtime::DeviceOutput;
+using i64 = std::int64_t;
+namespace k = kernels;
+
+Tensor rope_on_device(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s) {
+  In X(dev, x), C(dev, c), S(dev, s);
+  Out Y(dev, x.shape(), DType::f32);
+  const i64 half = c.size(1);
+  if (half > 0) {
+    launch(dev, k::RopeKernel{X.as<float>(), C.as<float>(), S.as<float>(), Y.as<float>(), x.size(1), half},
+        x.numel() / 2);
+  }
+  return Y.t;
+}
+
 
 // The cosines and signed sines of a token's d / 2 angles: direction +1 rotates forward by theta,
 // -1 is the inverse (the backward).
@@ -80,7 +101,7 @@ Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& p
     return out;
   }
   const Tensor in = x.to(DType::f32).contiguous();
-  if (runtime::Device* dev = runtime::device_ops::device_for({&in})) {
+  if (runtime::Device* dev = runtime::device_for({&in})) {
     // The angle tables on the host, as the loop below makes them; the rotation on the device.
     const std::int64_t n = x.size(0), d = x.size(2), half = d / 2;
     std::vector<float> c(static_cast<std::size_t>(n * half)), s(c.size());
@@ -88,7 +109,7 @@ Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& p
       angles<float>(positions[static_cast<std::size_t>(t)], base, d, direction, c.data() + t * half,
                     s.data() + t * half);
     }
-    return runtime::device_ops::rope(*dev, in, Tensor::from_vector(c, {n, half}), Tensor::from_vector(s, {n, half}))
+    return rope_on_device(*dev, in, Tensor::from_vector(c, {n, half}), Tensor::from_vector(s, {n, half}))
         .to(x.dtype());
   }
   Tensor out = Tensor::zeros(x.shape(), DType::f32);

@@ -10,7 +10,6 @@
 #include "cp/partition.h"
 #include "models/rope.h"
 #include "runtime/tensor/cost.h"
-#include "runtime/tensor/device_ops.h"
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
@@ -26,11 +25,6 @@ namespace {
 
 std::string str(i64 v) { return std::to_string(v); }
 
-std::string join(const std::vector<i64>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
-  return s + "]";
-}
 
 // The contract order: (name, shape, fan_in for the uniform init; 0 = LayerNorm, -1 = embedding).
 struct ParamSpec {
@@ -292,78 +286,6 @@ void check_attention(const AttentionSetup& a) {
 
 // ---------------------------------------------------------------------------------------------
 
-Batch synthetic_batch(cp::Format format, i64 vocab, const std::vector<i64>& lengths,
-                      std::uint64_t seed) {
-  if (vocab < 3) throw Error("synthetic batch: vocab must be >= 3 (ids 0 and 1 are reserved), got " + str(vocab));
-  if (lengths.empty()) throw Error("synthetic batch: no sequence lengths");
-  for (i64 len : lengths) {
-    if (len < 1) throw Error("synthetic batch: sequence length " + str(len) + " must be >= 1");
-    if (format == cp::Format::bshd && len != lengths[0]) {
-      throw Error("synthetic batch: bshd rows have one length, got " + join(lengths));
-    }
-  }
-  Batch b;
-  b.format = format;
-  std::vector<i64> ids, labels;
-  std::uint64_t counter = 0;
-  b.cu_seqlens = {0};
-  for (i64 len : lengths) {
-    const std::size_t first = ids.size();
-    for (i64 t = 0; t < len; ++t) {
-      ids.push_back(2 + static_cast<i64>(runtime::random_bits(seed, counter++) %
-                                         static_cast<std::uint64_t>(vocab - 2)));
-    }
-    for (i64 t = 0; t < len; ++t) {
-      labels.push_back(t + 1 < len ? ids[first + static_cast<std::size_t>(t) + 1] : kIgnoreIndex);
-    }
-    b.cu_seqlens.push_back(b.cu_seqlens.back() + len);
-  }
-  const Shape shape = format == cp::Format::thd ? Shape{static_cast<i64>(ids.size())}
-                                                : Shape{static_cast<i64>(lengths.size()), lengths[0]};
-  b.input_ids = Tensor::from_vector(ids, shape);
-  b.labels = Tensor::from_vector(labels, shape);
-  if (format == cp::Format::bshd) b.cu_seqlens.clear();
-  return b;
-}
-
-Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
-  return synthetic_batch(format, vocab,
-                         format == cp::Format::thd ? std::vector<i64>{7, 11, 5} : std::vector<i64>{32, 32},
-                         seed);
-}
-
-Batch dp_slice(const Batch& b, i64 dp, i64 d) { return batch_slice(b, dp, d, "dp"); }
-
-Batch batch_slice(const Batch& b, i64 dp, i64 d, const std::string& what) {
-  if (dp < 1 || d < 0 || d >= dp) throw Error("batch_slice: part " + str(d) + " outside " + what + "=" + str(dp));
-  if (dp == 1) return b;
-  Batch out;
-  out.format = b.format;
-  if (b.format == cp::Format::bshd) {
-    const i64 rows = b.input_ids.size(0);
-    if (rows % dp != 0) {
-      throw Error("the batch has " + str(rows) + " rows, which " + what + "=" + str(dp) +
-                  " does not divide (each part takes an equal share of rows)");
-    }
-    const i64 per = rows / dp;
-    out.input_ids = b.input_ids.narrow(0, d * per, per).contiguous();
-    out.labels = b.labels.narrow(0, d * per, per).contiguous();
-    return out;
-  }
-  const i64 n = static_cast<i64>(b.cu_seqlens.size()) - 1;
-  if (n % dp != 0) {
-    throw Error("the batch has " + str(n) + " sequences, which " + what + "=" + str(dp) +
-                " does not divide (each part takes an equal share of whole sequences)");
-  }
-  const i64 per = n / dp;
-  const i64 start = b.cu_seqlens[static_cast<std::size_t>(d * per)];
-  const i64 end = b.cu_seqlens[static_cast<std::size_t>((d + 1) * per)];
-  out.input_ids = b.input_ids.narrow(0, start, end - start).contiguous();
-  out.labels = b.labels.narrow(0, start, end - start).contiguous();
-  for (i64 s = d * per; s <= (d + 1) * per; ++s) out.cu_seqlens.push_back(b.cu_seqlens[static_cast<std::size_t>(s)] - start);
-  return out;
-}
-
 void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::string& source) {
   const std::string who = source + ": ";
   const bool thd = b.format == cp::Format::thd;
@@ -397,15 +319,15 @@ void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::
   if (thd) {
     const auto& cu = b.cu_seqlens;
     if (cu.size() < 2) throw Error(who + "format thd needs cu_seqlens (at least [0, T])");
-    if (cu.front() != 0) throw Error(who + "cu_seqlens " + join(cu) + " must start at 0");
+    if (cu.front() != 0) throw Error(who + "cu_seqlens " + runtime::shape_str(cu) + " must start at 0");
     for (std::size_t i = 1; i < cu.size(); ++i) {
       if (cu[i] < cu[i - 1]) {
-        throw Error(who + "cu_seqlens " + join(cu) + " decreases at index " + str(static_cast<i64>(i)) +
+        throw Error(who + "cu_seqlens " + runtime::shape_str(cu) + " decreases at index " + str(static_cast<i64>(i)) +
                     " (cumulative lengths never decrease)");
       }
     }
     if (cu.back() != b.input_ids.size(0)) {
-      throw Error(who + "cu_seqlens " + join(cu) + " ends at " + str(cu.back()) + " but input_ids has " +
+      throw Error(who + "cu_seqlens " + runtime::shape_str(cu) + " ends at " + str(cu.back()) + " but input_ids has " +
                   str(b.input_ids.size(0)) + " tokens");
     }
   } else {
@@ -433,64 +355,6 @@ cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const Attent
                 std::to_string(a.a2a_size * a.p2p_size) + ", not cp=" + std::to_string(cp.size()));
   }
   return cp::hierarchical_cp_groups(cp, a.a2a_size, a.p2p_size);
-}
-
-LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
-  if (cp < 1 || rank < 0 || rank >= cp) {
-    throw Error("shard_batch: rank " + str(rank) + " outside a CP group of " + str(cp));
-  }
-  LocalBatch lb;
-  lb.cp = cp;
-  lb.rank = rank;
-  const Tensor ids = b.input_ids.to(DType::i64);
-  const Tensor labels = b.labels.to(DType::i64);
-  if (b.format == cp::Format::bshd) {
-    const i64 B = ids.size(0), S = ids.size(1);
-    lb.layout = cp::SequenceLayout::bshd(B, S);
-    lb.padded_rows = B * S;
-    for (i64 r = 0; r < B * S; ++r) lb.real_rows.push_back(r);
-    const Tensor flat_ids = ids.reshape({B * S}), flat_labels = labels.reshape({B * S});
-    if (cp == 1) {
-      lb.global_rows = lb.real_rows;
-      for (i64 r = 0; r < B * S; ++r) {
-        lb.tokens.position.push_back(r % S);
-        lb.tokens.segment.push_back(r / S);
-      }
-      lb.ids = flat_ids.clone();
-      lb.labels = flat_labels.clone();
-      return lb;
-    }
-    const cp::CpLayout layout(lb.layout, cp);
-    lb.global_rows = layout.rows_of(rank);
-    lb.tokens = layout.tokens_of(rank);
-    lb.ids = cp::index_select(flat_ids, 0, lb.global_rows);
-    lb.labels = cp::index_select(flat_labels, 0, lb.global_rows);
-    return lb;
-  }
-  const std::vector<i64>& cu = b.cu_seqlens;
-  if (cp == 1) {
-    lb.layout = cp::SequenceLayout::thd(cu, cu);
-    lb.padded_rows = cu.back();
-    for (i64 r = 0; r < cu.back(); ++r) lb.real_rows.push_back(r);
-    lb.global_rows = lb.real_rows;
-    lb.tokens.position = cp::thd_position_ids(cu);
-    lb.tokens.segment = cp::thd_segment_ids(cu, cu);
-    lb.ids = ids.clone();
-    lb.labels = labels.clone();
-    return lb;
-  }
-  const cp::ThdPadded padded = cp::pad_thd_for_cp(ids, labels, cu, cp, kPadId, kIgnoreIndex);
-  lb.layout = cp::SequenceLayout::thd(cu, padded.cu_seqlens_padded);
-  lb.padded_rows = padded.cu_seqlens_padded.back();
-  for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
-    for (i64 t = 0; t < cu[s + 1] - cu[s]; ++t) lb.real_rows.push_back(padded.cu_seqlens_padded[s] + t);
-  }
-  const cp::CpLayout layout(lb.layout, cp);
-  lb.global_rows = layout.rows_of(rank);
-  lb.tokens = layout.tokens_of(rank);
-  lb.ids = cp::index_select(padded.input_ids.to(DType::i64), 0, lb.global_rows);
-  lb.labels = cp::index_select(padded.labels.to(DType::i64), 0, lb.global_rows);
-  return lb;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -715,63 +579,6 @@ Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, Tran
   return Tensor();
 }
 
-LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens) {
-  const i64 n = logits.size(0), vocab = logits.size(1);
-  const std::vector<i64> labels = labels_t.to(DType::i64).to_vector<i64>();
-  const Tensor lf = logits.to(DType::f32);
-  LossSum r;
-  for (i64 l : labels) r.tokens += l != kIgnoreIndex ? 1 : 0;
-  runtime::charge({"cross_entropy", 4.0 * static_cast<double>(lf.numel()), static_cast<double>(lf.nbytes()),
-                   DType::f32});
-  runtime::charge({"cross_entropy_backward", 3.0 * static_cast<double>(lf.numel()),
-                   2.0 * static_cast<double>(lf.nbytes()), DType::f32});
-  if (!lf.has_data()) {
-    r.sum = std::numeric_limits<double>::quiet_NaN();
-    r.dlogits = Tensor::shape_only(logits.shape(), logits.dtype());
-    return r;
-  }
-  for (std::size_t row = 0; row < labels.size(); ++row) {
-    const i64 label = labels[row];
-    if (label != kIgnoreIndex && (label < 0 || label >= vocab)) {
-      throw Error("cross-entropy: label " + std::to_string(label) + " of token row " + std::to_string(row) +
-                  " is outside the vocabulary [0, " + std::to_string(vocab) + "); labels are token ids or " +
-                  std::to_string(kIgnoreIndex) + " (ignored)");
-    }
-  }
-  const double inv = total_tokens > 0 ? 1.0 / total_tokens : 0.0;
-  if (runtime::Device* dev = runtime::device_ops::device_for({&lf, &labels_t})) {
-    // The same f64 row loop as device kernels; the row losses are added here, in row order.
-    const runtime::device_ops::LossRows rows =
-        runtime::device_ops::loss_sum_rows(*dev, lf, labels_t, kIgnoreIndex, inv, DType::f32);
-    const std::vector<double> row_loss = rows.row_loss.to_vector<double>();
-    for (std::size_t row = 0; row < labels.size(); ++row) {
-      if (labels[row] != kIgnoreIndex) r.sum += row_loss[row];
-    }
-    r.dlogits = rows.dx.to(logits.dtype());
-    return r;
-  }
-  Tensor d = Tensor::zeros(lf.shape(), DType::f32);
-  float* dp = d.data<float>();
-  const float* x = lf.data<float>();
-  for (i64 row = 0; row < n; ++row) {
-    const i64 label = labels[static_cast<std::size_t>(row)];
-    if (label == kIgnoreIndex) continue;
-    const float* xr = x + row * vocab;
-    double m = -std::numeric_limits<double>::infinity();
-    for (i64 j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(xr[j]));
-    double z = 0;
-    for (i64 j = 0; j < vocab; ++j) z += std::exp(static_cast<double>(xr[j]) - m);
-    const double lse = m + std::log(z);
-    r.sum += lse - static_cast<double>(xr[label]);
-    for (i64 j = 0; j < vocab; ++j) {
-      const double p = std::exp(static_cast<double>(xr[j]) - lse);
-      dp[row * vocab + j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * inv);
-    }
-  }
-  r.dlogits = d.to(logits.dtype());
-  return r;
-}
-
 StepResult Transformer::forward_backward(const LocalBatch& b) {
   if (stage_.size != 1) throw Error("Transformer::forward_backward runs a single-stage model; use stage_forward");
   TransformerContext ctx;
@@ -783,27 +590,6 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   result.logits = logits.to(DType::f32);
   stage_backward(gl.dlogits, b, ctx);
   return result;
-}
-
-GroupLoss group_cross_entropy(const Tensor& logits, const Tensor& labels, const runtime::ProcessGroup& group) {
-  // The labelled tokens of the whole group first: each row's gradient is divided by that global
-  // count, and the loss is the mean over every labelled token.
-  i64 local_tokens = 0;
-  for (i64 l : labels.to_vector<i64>()) local_tokens += l != kIgnoreIndex ? 1 : 0;
-  Tensor count = Tensor::from_vector(std::vector<double>{static_cast<double>(local_tokens)}, {1}, DType::f64);
-  runtime::AllreduceOptions o;
-  o.group = group;
-  if (group.size() > 1) runtime::all_reduce(count, o).wait();
-  const double total = count.to_vector<double>()[0];
-  LossSum ls = cross_entropy_sum(logits, labels, total);
-  Tensor sum = Tensor::from_vector(std::vector<double>{ls.sum}, {1}, DType::f64);
-  if (group.size() > 1) runtime::all_reduce(sum, o).wait();
-  GroupLoss r;
-  r.tokens = static_cast<i64>(total);
-  r.loss = logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total
-                                          : std::numeric_limits<double>::quiet_NaN();
-  r.dlogits = std::move(ls.dlogits);
-  return r;
 }
 
 Tensor gather_logits(const Tensor& local, const LocalBatch& b, const runtime::ProcessGroup& cp) {

@@ -46,6 +46,8 @@
 #include <vector>
 
 #include "cp/context_parallel.h"
+#include "models/batch.h"
+#include "models/loss.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/device/dtype.h"
 #include "runtime/tensor/ops.h"
@@ -107,34 +109,6 @@ struct AttentionSetup {
 // right window > 0, windows below -1).
 void check_attention(const AttentionSetup& setup);
 
-constexpr std::int64_t kPadId = 1;  // THD padding id (the bionemo framework's)
-constexpr std::int64_t kIgnoreIndex = -100;
-
-// A global batch, the same on every rank.
-struct Batch {
-  cp::Format format = cp::Format::bshd;
-  runtime::Tensor input_ids;  // i64: [B, S] (BSHD) or [T] (THD)
-  runtime::Tensor labels;     // i64, input_ids' shape; -100 = ignored
-  std::vector<std::int64_t> cu_seqlens;  // THD: cumulative real lengths from 0, ending at T
-};
-
-// A batch of the given sequence lengths (THD: packed, any lengths; BSHD: one row per length, all
-// equal), ids uniform in [2, vocab) from seed (0 and 1 are kept for special tokens; 1 pads),
-// labels the next id of the same sequence and -100 for each sequence's last token.
-// Errors: no lengths, a length < 1, BSHD lengths that differ, vocab < 3.
-Batch synthetic_batch(cp::Format format, std::int64_t vocab,
-                      const std::vector<std::int64_t>& lengths, std::uint64_t seed);
-// The framework's built-in batches: THD three sequences of lengths 7, 11 and 5 (the bionemo
-// example); BSHD 2 rows of 32 tokens.
-Batch dummy_batch(cp::Format format, std::int64_t vocab, std::uint64_t seed);
-
-// Data parallelism: DP rank d's part of a global batch -- BSHD rows [d B/dp, (d+1) B/dp), THD
-// whole sequences [d n/dp, (d+1) n/dp) of the n sequences. Errors when dp does not divide B
-// (or n), naming both.
-Batch dp_slice(const Batch& batch, std::int64_t dp, std::int64_t d);
-// The same split for any purpose (what names it in the error: "dp", "micro_batches").
-Batch batch_slice(const Batch& batch, std::int64_t parts, std::int64_t index, const std::string& what);
-
 // Errors naming `source` (a file) for: ids/labels not integers of the right rank, shapes that
 // differ, ids outside [0, vocab), labels outside [0, vocab) other than -100, cu_seqlens missing
 // (THD) or not starting at 0, decreasing, or not ending at T; a BSHD S not a multiple of 2 cp
@@ -146,19 +120,6 @@ void check_batch(const Batch& batch, const TransformerConfig& config, std::int64
 // (setup's sizes, or the default [2, cp/2]). Collective over cp (creates groups); at cp = 1 no
 // subgroups are made. Errors: sizes whose product is not cp, an odd cp for the default split.
 cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const AttentionSetup& setup);
-
-// One CP rank's share of a batch.
-struct LocalBatch {
-  runtime::Tensor ids, labels;       // i64 [N]: the local tokens, N = padded rows / cp
-  cp::TokenInfo tokens;              // global position and segment of each local token
-  std::vector<std::int64_t> global_rows;  // the padded global row of each local token
-  cp::SequenceLayout layout;         // for cp/context_parallel.h
-  std::int64_t padded_rows = 0;      // global rows including THD padding
-  std::vector<std::int64_t> real_rows;  // padded global rows of the real tokens, in global order
-  std::int64_t cp = 1, rank = 0;
-};
-// REQUIRES: check_batch passed; 0 <= rank < cp.
-LocalBatch shard_batch(const Batch& batch, std::int64_t cp, std::int64_t rank);
 
 struct TransformerGroups {
   runtime::ProcessGroup tp;  // tensor-parallel group (size divides heads and ffn)
@@ -201,29 +162,6 @@ struct Stage {
   bool first() const { return rank == 0; }
   bool last() const { return rank == size - 1; }
 };
-
-// Cross-entropy of a batch's logits, summed (not averaged) over its labelled tokens, and the
-// gradient of loss = sum / total_tokens: (softmax - onehot) / total_tokens per labelled row, in
-// the logits' dtype. f32 arithmetic on the logits (autocast), sums in double. Shape-only logits
-// give a NaN sum and a shape-only gradient; both are charged.
-struct LossSum {
-  double sum = 0;           // sum over labelled tokens of lse - logit[label]
-  std::int64_t tokens = 0;  // labelled tokens in this batch
-  runtime::Tensor dlogits;
-};
-LossSum cross_entropy_sum(const runtime::Tensor& logits, const runtime::Tensor& labels,
-                          double total_tokens);
-
-// The mean cross-entropy of a batch whose rows are spread over `group` (CP, or DP x CP): the
-// labelled tokens and the loss sums are added over the group (no call when it has one rank), and
-// each row's gradient is divided by the global token count. loss is NaN for shape-only logits.
-struct GroupLoss {
-  double loss = 0;
-  std::int64_t tokens = 0;  // labelled tokens over the group
-  runtime::Tensor dlogits;
-};
-GroupLoss group_cross_entropy(const runtime::Tensor& logits, const runtime::Tensor& labels,
-                              const runtime::ProcessGroup& group);
 
 struct StepResult {
   double loss = 0;          // the global mean cross-entropy (NaN in shape-only runs)

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev googletest  # tests
   libbenchmark-dev       # benches/
   libcli11-dev           # the ranksim command line
+  python3                # scripts/check_layers.py (a ctest test)
   chromium               # renders `ranksim run --report` pages in a test (headless)
 )
 for arg in "$@"; do

@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "runtime/tensor/cost.h"
-#include "runtime/tensor/device_ops.h"
+#include "runtime/tensor/device_tensors.h"
+#include "tp/cross_entropy_kernels.h"
 #include "sim/error.h"
 
 namespace ranksim::tp {
@@ -16,6 +17,65 @@ using runtime::Shape;
 using runtime::Tensor;
 
 namespace {
+
+// --- the device path: the steps between the all-reduces as kernels ---------------------------
+
+using runtime::Device;
+using runtime::launch;
+using In = runtime::DeviceInput;
+using Ids = runtime::DeviceIndices;
+using Out = runtime::DeviceOutput;
+using i64 = std::int64_t;
+namespace k = kernels;
+
+Shape row_shape_of(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
+
+Tensor vocab_max(Device& dev, const Tensor& x) {
+  In X(dev, x);
+  Out M(dev, row_shape_of(x), DType::f32);
+  launch(dev, k::VocabMaxKernel{X.get(), M.as<float>(), x.dtype(), x.size(-1)}, M.t.numel());
+  return M.t;
+}
+
+Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& local) {
+  In X(dev, x), M(dev, m);
+  Ids L(dev, local);
+  Out P(dev, m.shape(), DType::f32);
+  launch(dev, k::VocabPredKernel{X.get(), M.as<float>(), L.get(), P.as<float>(), x.dtype(), x.size(-1)},
+      m.numel());
+  return P.t;
+}
+
+std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& m) {
+  In X(dev, x), M(dev, m);
+  Out E(dev, x.shape(), DType::f32), S(dev, m.shape(), DType::f32);
+  launch(dev, k::VocabExpKernel{X.get(), M.as<float>(), E.as<float>(), S.as<float>(), x.dtype(), x.size(-1)},
+      m.numel());
+  return {E.t, S.t};
+}
+
+std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tensor& se, const Tensor& pred) {
+  In E(dev, e), S(dev, se), P(dev, pred);
+  Out Sm(dev, e.shape(), DType::f32), Loss(dev, se.shape(), DType::f32);
+  const i64 cols = e.size(-1);
+  launch(dev, k::VocabSoftmaxKernel{E.as<float>(), S.as<float>(), P.as<float>(), Sm.as<float>(), Loss.as<float>(), cols},
+      se.numel() * (cols > 0 ? cols : 1));
+  return {Sm.t, Loss.t};
+}
+
+Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
+                      DType dx_dtype) {
+  In Sm(dev, softmax), D(dev, dloss);
+  Ids L(dev, local);
+  Out DX(dev, softmax.shape(), dx_dtype);
+  const i64 cols = softmax.size(-1);
+  if (cols > 0) {
+    launch(dev, k::VocabBackwardKernel{Sm.as<float>(), L.get(), D.get(), dloss.dtype(), DX.ptr, dx_dtype, cols},
+        softmax.numel());
+  }
+  return DX.t;
+}
+
 
 void all_reduce(const Tensor& t, const runtime::ProcessGroup& g, runtime::ReduceOp op) {
   if (g.size() == 1) return;
@@ -59,12 +119,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
     return Tensor::shape_only(row_shape);
   }
   // On a compute device the four steps between the all-reduces run as device kernels
-  // (runtime/device/device_kernels.h), in this loop's order; the collectives and charges are the same.
-  runtime::Device* dev = runtime::device_ops::device_for({&x, &targets});
+  // (tp/cross_entropy_kernels.h), in this loop's order; the collectives and charges are the same.
+  runtime::Device* dev = runtime::device_for({&x, &targets});
 
   Tensor m;
   if (dev) {
-    m = runtime::device_ops::vocab_max(*dev, x);
+    m = vocab_max(*dev, x);
   } else {
     m = Tensor::zeros(row_shape);
     const float* xs = x.data<float>();
@@ -90,7 +150,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   }
   Tensor pred, e, se;
   if (dev) {
-    pred = runtime::device_ops::vocab_pred(*dev, x, m, Tensor::from_vector(ctx.local_target, row_shape));
+    pred = vocab_pred(*dev, x, m, Tensor::from_vector(ctx.local_target, row_shape));
   } else {
     pred = Tensor::zeros(row_shape);
     const float* xs = x.data<float>();
@@ -104,7 +164,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   all_reduce(pred, tp, runtime::ReduceOp::SUM);
 
   if (dev) {
-    std::tie(e, se) = runtime::device_ops::vocab_exp(*dev, x, m);
+    std::tie(e, se) = vocab_exp(*dev, x, m);
   } else {
     e = Tensor::zeros(x.shape());
     se = Tensor::zeros(row_shape);
@@ -127,7 +187,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 
   Tensor loss;
   if (dev) {
-    std::tie(ctx.softmax, loss) = runtime::device_ops::vocab_softmax(*dev, e, se, pred);
+    std::tie(ctx.softmax, loss) = vocab_softmax(*dev, e, se, pred);
   } else {
     loss = Tensor::zeros(row_shape);
     ctx.softmax = e;  // normalised in place
@@ -160,9 +220,9 @@ Tensor vocab_parallel_cross_entropy_backward(const Tensor& dloss, const CrossEnt
   }
   const std::int64_t vp = ctx.softmax.size(-1);
   const std::int64_t n = runtime::shape_numel(row_shape);
-  if (runtime::Device* dev = runtime::device_ops::device_for({&ctx.softmax, &dloss})) {
+  if (runtime::Device* dev = runtime::device_for({&ctx.softmax, &dloss})) {
     const Tensor local = Tensor::from_vector(ctx.local_target, row_shape);
-    return runtime::device_ops::vocab_backward(*dev, ctx.softmax, local, dloss, DType::f32).to(ctx.logits_dtype);
+    return vocab_backward(*dev, ctx.softmax, local, dloss, DType::f32).to(ctx.logits_dtype);
   }
   const Tensor grad = Tensor::zeros(ctx.softmax.shape());
   const float* sm = ctx.softmax.data<float>();

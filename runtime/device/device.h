@@ -1,36 +1,36 @@
-// Compute devices: where runtime/tensor/ops.h runs when a device is installed.
+// Compute devices: memory, copies, GEMM, and one generic way to launch a kernel.
 //
-// A Device owns memory and runs the kernels of runtime/device/device_kernels.h and row-major GEMMs.
-// Two exist:
-//   - the CUDA device (runtime/distributed/backends/nccl/cuda_device.h): GPU memory, the kernels on GPU
-//     threads, GEMMs through cuBLAS. The nccl backend installs it in every process.
-//   - the emulated device (runtime/device/emulated_device.h): memory of its own on the host and the
-//     same kernels run one item after another, GEMMs included. It is how the device path --
-//     dispatch, device residency, coherence, every kernel's arithmetic -- is tested on machines
+// A Device owns memory and runs kernels written under runtime/device/kernel.h's contract, plus
+// row-major GEMMs. It knows nothing of tensors or of the layers whose kernels it runs: each layer
+// keeps its kernels beside its math (the ops' in runtime/tensor/ops_kernels.h, each layer above
+// the runtime in its own folder) and launches them with runtime::launch(device, kernel, n). Two devices exist:
+//   - the CUDA device (runtime/device/cuda/cuda_device.h): GPU memory, kernels on GPU threads,
+//     GEMMs through cuBLAS. It runs the kernels registered in the table it is made with (each
+//     layer's cuda_kernels.h adds its own), and names a kernel missing from it.
+//   - the emulated device (runtime/device/emulated_device.h): memory of its own on the host, and
+//     every kernel run one item after another on the CPU, GEMMs included. It is how the device
+//     path -- dispatch, residency, coherence, every kernel's arithmetic -- is tested on machines
 //     without a GPU; its results equal the CPU ops' bit for bit.
 //
-// Installing: set_compute_device(device) for the process (ScopedComputeDevice for a scope). While
-// one is installed, every op of runtime/tensor/ops.h whose inputs hold data of dtype f32, bf16 or f16
-// runs on it; f64 ops, integer ops and shape-only ops run as before on the CPU. Shape, dtype and
-// index checks, error messages and cost charges are the same on both paths.
+// Tensors on a device (device copies, outputs that live in device memory, when the host reads
+// them) are runtime/tensor/device_tensors.h's business.
 //
-// Residency. An op's outputs live in device memory: their host bytes are neither allocated nor
-// filled until something reads them on the host (Tensor::data(), to_vector(), a collective...),
-// which downloads them (runtime/tensor/tensor.h, "Device copies"). An input that lives on the device is
-// used in place; one that the host wrote since is uploaded first, and its device copy is kept for
-// the next op. Non-contiguous views are gathered on the device.
+// Installing: ScopedComputeDevice makes a device the calling thread's compute device for a
+// scope; a run installs its device on the thread that drives its ranks and restores the previous
+// one when it ends, so two runs on two threads never see each other's device. While one is
+// installed, the ops of runtime/tensor/ops.h whose inputs hold f32, bf16 or f16 data run on it.
 //
 // Errors: ranksim::Error naming the device and the call (out of memory, a failed launch).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
+#include <typeindex>
 
-#include "runtime/device/device_kernels.h"
-#include "runtime/tensor/tensor.h"
+#include "runtime/device/dtype.h"
+#include "runtime/device/kernel.h"
 
 namespace ranksim::runtime {
 
@@ -57,7 +57,16 @@ struct GemmArgs {
   std::int64_t stride_a, stride_b, stride_c;
 };
 
-// Made with std::make_shared (make_device, make_cuda_device): a tensor's device copy holds a
+// One kernel launch with its type erased: what runtime::launch hands a Device.
+struct KernelLaunch {
+  std::type_index type;  // the kernel's type: how a device finds its own launcher for it
+  const void* kernel;    // the kernel object (a K)
+  std::int64_t items;    // > 0
+  // Runs every item on the calling CPU thread, one lane per row (what the emulated device does).
+  void (*run_serial)(const void* kernel, std::int64_t items);
+};
+
+// Made with std::make_shared (EmulatedDevice, make_cuda_device): a tensor's device copy holds a
 // reference to its device, so tensors may outlive the last other handle on it.
 class Device : public std::enable_shared_from_this<Device> {
  public:
@@ -75,10 +84,8 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual void synchronize() = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
-  // Runs k for every item in [0, n). n == 0 launches nothing.
-#define RANKSIM_DEVICE_LAUNCH(K) virtual void launch(const kernels::K& k, std::int64_t n) = 0;
-  RANKSIM_DEVICE_KERNELS(RANKSIM_DEVICE_LAUNCH)
-#undef RANKSIM_DEVICE_LAUNCH
+  // Runs launch.kernel for every item in [0, launch.items). Use runtime::launch, which builds it.
+  virtual void launch(const KernelLaunch& launch) = 0;
 
   DeviceStats& stats() { return stats_; }
 
@@ -86,17 +93,27 @@ class Device : public std::enable_shared_from_this<Device> {
   DeviceStats stats_;
 };
 
-// The process's compute device (nullptr: the CPU). Not owned by the caller of compute_device().
-void set_compute_device(std::shared_ptr<Device> device);
+namespace detail {
+template <class K>
+void run_serial(const void* kernel, std::int64_t items) {
+  const K& k = *static_cast<const K*>(kernel);
+  const kernels::SerialLanes lanes;
+  for (std::int64_t i = 0; i < items; ++i) k(i, lanes);
+}
+}  // namespace detail
+
+// Runs k for every item in [0, items) on device, counted in its stats. items <= 0 launches nothing.
+template <class K>
+void launch(Device& device, const K& k, std::int64_t items) {
+  if (items <= 0) return;
+  device.launch(KernelLaunch{std::type_index(typeid(K)), &k, items, &detail::run_serial<K>});
+  ++device.stats().kernels;
+}
+
+// The calling thread's compute device (nullptr: the CPU).
 Device* compute_device();
 
-// A device by the name users give it (`ranksim run --device`): "cpu" (nullptr: no device),
-// "emulated" (runtime/device/emulated_device.h) or "gpu" (the CUDA device registered by a build with
-// RANKSIM_WITH_CUDA; an Error naming what is missing otherwise). Error for other names.
-std::shared_ptr<Device> make_device(const std::string& kind);
-// Registers what make_device("gpu") returns (runtime/distributed/backends/nccl/cuda_device.h does).
-void set_gpu_device_factory(std::function<std::shared_ptr<Device>()> factory);
-
+// Installs a device (nullptr: the CPU) as the calling thread's compute device for its lifetime.
 class ScopedComputeDevice {
  public:
   explicit ScopedComputeDevice(std::shared_ptr<Device> device);
@@ -107,19 +124,5 @@ class ScopedComputeDevice {
  private:
   std::shared_ptr<Device> previous_;
 };
-
-// --- Residency helpers (for ops and collectives that run on a device) -------------------------
-
-// True when t's storage has an up-to-date copy on device (nothing the host wrote since).
-bool resident_on(const Device& device, const Tensor& t);
-// The device address of t's first element, uploading the storage first if the device copy is
-// missing or stale. REQUIRES: t has data.
-const void* device_pointer(Device& device, const Tensor& t);
-// A new tensor of shape and dtype whose bytes live on device; *ptr receives their address. The
-// caller's kernels fill them; the host reads them by downloading.
-Tensor device_tensor(Device& device, const Shape& shape, DType dtype, void** ptr);
-// After writing t's device copy in place (a device collective): the host's bytes are stale.
-// REQUIRES: resident_on(device, t) before the write.
-void mark_device_written(Device& device, const Tensor& t);
 
 }  // namespace ranksim::runtime

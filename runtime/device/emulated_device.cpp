@@ -7,16 +7,6 @@
 #include "sim/error.h"
 
 namespace ranksim::runtime {
-namespace {
-
-template <class K>
-void run_serial(const K& k, std::int64_t n) {
-  const kernels::SerialLanes lanes;
-  for (std::int64_t i = 0; i < n; ++i) k(i, lanes);
-}
-
-}  // namespace
-
 void* EmulatedDevice::allocate(std::size_t nbytes) {
   if (nbytes == 0) return nullptr;
   void* p = std::malloc(nbytes);
@@ -51,12 +41,8 @@ void EmulatedDevice::zero(void* device_p, std::size_t nbytes) {
 void EmulatedDevice::gemm(const GemmArgs& g) {
   const kernels::GemmKernel k{g.a,  g.b,  g.c,        g.dtype,    g.m,       g.n,
                               g.k,  g.ta, g.tb,       g.stride_a, g.stride_b, g.stride_c};
-  run_serial(k, g.batch * g.m * g.n);
+  detail::run_serial<kernels::GemmKernel>(&k, g.batch * g.m * g.n);
 }
 
-#define RANKSIM_EMULATED_LAUNCH(K)                                                    \
-  void EmulatedDevice::launch(const kernels::K& k, std::int64_t n) { run_serial(k, n); }
-RANKSIM_DEVICE_KERNELS(RANKSIM_EMULATED_LAUNCH)
-#undef RANKSIM_EMULATED_LAUNCH
 
 }  // namespace ranksim::runtime

@@ -1,10 +1,11 @@
 // The emulated device: a runtime::Device (runtime/device/device.h) that runs on the CPU.
 //
 // Its memory is a separate host allocation per storage, reached only through upload and download,
-// so a tensor that skips a synchronisation shows stale bytes exactly as it would on a GPU. Its
-// kernels are runtime/device/device_kernels.h's, the ones the CUDA device runs, compiled for the host and
-// run one item after another with one lane per row; its GEMM is the kernels' GemmKernel. Every
-// sum therefore runs in runtime/tensor/ops.h's order and the results equal the CPU ops' bit for bit.
+// so a tensor that skips a synchronisation shows stale bytes exactly as it would on a GPU. It runs
+// any kernel written under runtime/device/kernel.h's contract -- the ones the CUDA device runs --
+// compiled for the host, one item after another with one lane per row; its GEMM is kernel.h's
+// GemmKernel. Every sum therefore runs in the CPU loops' order and the results equal the CPU ops'
+// bit for bit.
 //
 // It exists to test the device path -- dispatch, residency, coherence and every kernel -- on
 // machines without a GPU, and to count what a run moves between host and device (stats()).
@@ -28,9 +29,8 @@ class EmulatedDevice final : public Device {
   void zero(void* device_p, std::size_t nbytes) override;
   void synchronize() override {}
   void gemm(const GemmArgs& args) override;
-#define RANKSIM_EMULATED_LAUNCH(K) void launch(const kernels::K& k, std::int64_t n) override;
-  RANKSIM_DEVICE_KERNELS(RANKSIM_EMULATED_LAUNCH)
-#undef RANKSIM_EMULATED_LAUNCH
+  // Any kernel: its run_serial, on the calling thread.
+  void launch(const KernelLaunch& l) override { l.run_serial(l.kernel, l.items); }
 
   // Device memory held by live storages (device copies and device outputs).
   std::size_t bytes_in_use() const { return in_use_; }

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "runtime/tensor/cost.h"
+#include "runtime/tensor/device_tensors.h"
+#include "runtime/tensor/ops_kernels.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime::device_ops {
@@ -11,88 +13,15 @@ namespace {
 using i64 = std::int64_t;
 namespace k = kernels;
 
-bool device_dtype(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
+using In = DeviceInput;
+using Ids = DeviceIndices;
+using Out = DeviceOutput;
 
-// A contiguous device copy of a tensor: the tensor's own device bytes when it is contiguous,
-// else a gather on the device. Holds what it made for as long as the op runs.
-class In {
- public:
-  In(Device& dev, const Tensor& t) {
-    if (t.is_contiguous()) {
-      ptr_ = device_pointer(dev, t);
-      return;
-    }
-    if (t.dim() > k::kMaxDims) {
-      ScopedCostSink quiet(nullptr);  // part of the op's traffic, charged by the op
-      keep_ = t.contiguous();  // on the host: more dims than the device's gather takes
-      ptr_ = device_pointer(dev, keep_);
-      return;
-    }
-    void* out = nullptr;
-    keep_ = device_tensor(dev, t.shape(), t.dtype(), &out);
-    k::CopyKernel c{};
-    c.src = device_pointer(dev, t);
-    c.src_dtype = t.dtype();
-    c.dst = out;
-    c.dst_dtype = t.dtype();
-    c.ndim = static_cast<int>(t.dim());
-    i64 stride = 1;
-    for (int d = c.ndim - 1; d >= 0; --d) {
-      c.sizes[d] = t.size(d);
-      c.src_strides[d] = t.strides()[static_cast<std::size_t>(d)];
-      c.dst_strides[d] = stride;
-      stride *= t.size(d);
-    }
-    if (t.numel() > 0) {
-      dev.launch(c, t.numel());
-      ++dev.stats().kernels;
-    }
-    ptr_ = out;
-  }
-  const void* get() const { return ptr_; }
-  template <class T>
-  const T* as() const {
-    return static_cast<const T*>(ptr_);
-  }
-
- private:
-  Tensor keep_;
-  const void* ptr_ = nullptr;
-};
-
-// Index tensors as contiguous i64 on the device.
-class Ids {
- public:
-  Ids(Device& dev, const Tensor& ids) {
-    ScopedCostSink quiet(nullptr);  // part of the op's traffic, charged by the op
-    keep_ = ids.dtype() == DType::i64 && ids.is_contiguous() ? ids : ids.to(DType::i64).contiguous();
-    ptr_ = static_cast<const i64*>(device_pointer(dev, keep_));
-  }
-  const i64* get() const { return ptr_; }
-
- private:
-  Tensor keep_;
-  const i64* ptr_ = nullptr;
-};
-
-struct Out {
-  Out(Device& dev, const Shape& shape, DType dtype) : t(device_tensor(dev, shape, dtype, &ptr)) {}
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-  void* ptr = nullptr;
-  Tensor t;
-};
-
-// t's device copy for a kernel that writes it in place (mark_device_written after).
-void* writable(Device& dev, const Tensor& t) { return const_cast<void*>(device_pointer(dev, t)); }
+void* writable(Device& dev, const Tensor& t) { return device_writable(dev, t); }
 
 template <class K>
 void run(Device& dev, const K& kernel, i64 n) {
-  if (n <= 0) return;
-  dev.launch(kernel, n);
-  ++dev.stats().kernels;
+  launch(dev, kernel, n);
 }
 
 void run_gemm(Device& dev, const GemmArgs& g) {
@@ -112,21 +41,6 @@ GemmArgs gemm_args(const void* a, bool ta, i64 sa, const void* b, bool tb, i64 s
 }
 
 }  // namespace
-
-Device* device_for(std::initializer_list<const Tensor*> inputs) {
-  return device_for(std::vector<const Tensor*>(inputs));
-}
-
-Device* device_for(const std::vector<const Tensor*>& inputs) {
-  Device* dev = compute_device();
-  if (!dev) return nullptr;
-  for (const Tensor* t : inputs) {
-    if (!t->has_data()) return nullptr;
-    if (is_floating(t->dtype()) && !device_dtype(t->dtype())) return nullptr;
-  }
-  ++dev->stats().ops;
-  return dev;
-}
 
 // --- matmul ---------------------------------------------------------------------------------
 
@@ -363,242 +277,6 @@ Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& lo
   return DX.t;
 }
 
-// --- the losses of tp/cross_entropy.cpp and models/transformer.cpp -------------------------
-
-namespace {
-Shape row_shape_of(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
-}  // namespace
-
-Tensor vocab_max(Device& dev, const Tensor& x) {
-  In X(dev, x);
-  Out M(dev, row_shape_of(x), DType::f32);
-  run(dev, k::VocabMaxKernel{X.get(), M.as<float>(), x.dtype(), x.size(-1)}, M.t.numel());
-  return M.t;
-}
-
-Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& local) {
-  In X(dev, x), M(dev, m);
-  Ids L(dev, local);
-  Out P(dev, m.shape(), DType::f32);
-  run(dev, k::VocabPredKernel{X.get(), M.as<float>(), L.get(), P.as<float>(), x.dtype(), x.size(-1)},
-      m.numel());
-  return P.t;
-}
-
-std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& m) {
-  In X(dev, x), M(dev, m);
-  Out E(dev, x.shape(), DType::f32), S(dev, m.shape(), DType::f32);
-  run(dev, k::VocabExpKernel{X.get(), M.as<float>(), E.as<float>(), S.as<float>(), x.dtype(), x.size(-1)},
-      m.numel());
-  return {E.t, S.t};
-}
-
-std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tensor& se, const Tensor& pred) {
-  In E(dev, e), S(dev, se), P(dev, pred);
-  Out Sm(dev, e.shape(), DType::f32), Loss(dev, se.shape(), DType::f32);
-  const i64 cols = e.size(-1);
-  run(dev, k::VocabSoftmaxKernel{E.as<float>(), S.as<float>(), P.as<float>(), Sm.as<float>(), Loss.as<float>(), cols},
-      se.numel() * (cols > 0 ? cols : 1));
-  return {Sm.t, Loss.t};
-}
-
-Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
-                      DType dx_dtype) {
-  In Sm(dev, softmax), D(dev, dloss);
-  Ids L(dev, local);
-  Out DX(dev, softmax.shape(), dx_dtype);
-  const i64 cols = softmax.size(-1);
-  if (cols > 0) {
-    run(dev, k::VocabBackwardKernel{Sm.as<float>(), L.get(), D.get(), dloss.dtype(), DX.ptr, dx_dtype, cols},
-        softmax.numel());
-  }
-  return DX.t;
-}
-
-LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index,
-                       double inv, DType dx_dtype) {
-  In X(dev, x);
-  Ids Lb(dev, labels);
-  const i64 rows = x.size(0), cols = x.size(1);
-  Out Row(dev, {rows}, DType::f64), DX(dev, x.shape(), dx_dtype);
-  run(dev,
-      k::LossSumRowKernel{X.get(), x.dtype(), Lb.get(), Row.as<double>(), DX.ptr, dx_dtype, cols, ignore_index,
-                          inv},
-      rows);
-  return {Row.t, DX.t};
-}
-
-Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s) {
-  In X(dev, x), C(dev, c), S(dev, s);
-  Out Y(dev, x.shape(), DType::f32);
-  const i64 half = c.size(1);
-  if (half > 0) {
-    run(dev, k::RopeKernel{X.as<float>(), C.as<float>(), S.as<float>(), Y.as<float>(), x.size(1), half},
-        x.numel() / 2);
-  }
-  return Y.t;
-}
-
-// --- the optimizer --------------------------------------------------------------------------
-
-std::vector<double> sum_squares(Device& dev, const std::vector<Tensor>& gs) {
-  const auto n = static_cast<i64>(gs.size());
-  Out S(dev, {n}, DType::f64);
-  dev.zero(S.ptr, static_cast<std::size_t>(n) * sizeof(double));
-  for (i64 i = 0; i < n; ++i) {
-    const Tensor& g = gs[static_cast<std::size_t>(i)];
-    In G(dev, g);
-    run(dev, k::SumSquaresKernel{G.as<float>(), g.numel(), S.as<double>() + i}, g.numel() > 0 ? 1 : 0);
-  }
-  return S.t.to_vector<double>();
-}
-
-void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const AdamWStep& st) {
-  In G(dev, g);
-  float* pp = static_cast<float*>(writable(dev, p));
-  float* mp = static_cast<float*>(writable(dev, m));
-  float* vp = static_cast<float*>(writable(dev, v));
-  run(dev,
-      k::AdamWKernel{pp, mp, vp, G.as<float>(), st.coef, st.decay, st.b1, st.b2, st.bc2_sqrt, st.step_size, st.eps},
-      p.numel());
-  for (const Tensor* t : {&p, &m, &v}) mark_device_written(dev, *t);
-}
-
-// --- attention ------------------------------------------------------------------------------
-
-namespace {
-
-// The token arrays on the device, for one call.
-struct Tokens {
-  Tokens(Device& dev, const AttentionCall& c)
-      : qp(Tensor::from_vector(*c.q_pos, {c.tq})),
-        qs(Tensor::from_vector(*c.q_seg, {c.tq})),
-        kp(Tensor::from_vector(*c.k_pos, {c.tk})),
-        ks(Tensor::from_vector(*c.k_seg, {c.tk})) {
-    tok.q_pos = static_cast<const i64*>(device_pointer(dev, qp));
-    tok.q_seg = static_cast<const i64*>(device_pointer(dev, qs));
-    tok.k_pos = static_cast<const i64*>(device_pointer(dev, kp));
-    tok.k_seg = static_cast<const i64*>(device_pointer(dev, ks));
-    tok.window_left = c.window_left;
-    tok.window_right = c.window_right;
-  }
-  Tensor qp, qs, kp, ks;
-  k::AttentionTokens tok{};
-};
-
-k::AttentionDims dims_of(const AttentionCall& c) {
-  return {c.tq, c.tk, c.hq, c.hkv, c.d, c.dv, static_cast<float>(c.scale)};
-}
-
-// An f32 device tensor converted into dtype on the device (itself when dtype is f32).
-Tensor to_dtype(Device& dev, const Out& f32, DType dtype) {
-  if (dtype == DType::f32) return f32.t;
-  Out o(dev, f32.t.shape(), dtype);
-  k::CopyKernel c{};
-  c.src = f32.ptr;
-  c.src_dtype = DType::f32;
-  c.dst = o.ptr;
-  c.dst_dtype = dtype;
-  c.ndim = 1;
-  c.sizes[0] = f32.t.numel();
-  c.src_strides[0] = 1;
-  c.dst_strides[0] = 1;
-  run(dev, c, f32.t.numel());
-  return o.t;
-}
-
-}  // namespace
-
-std::pair<Tensor, Tensor> attention_forward(Device& dev, const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const AttentionCall& call, DType out_dtype) {
-  In Q(dev, q), K(dev, k), V(dev, v);
-  const Tokens t(dev, call);
-  Out O(dev, {call.tq, call.hq, call.dv}, DType::f32), L(dev, {call.hq, call.tq}, DType::f32);
-  run(dev, k::AttentionForwardKernel{Q.get(), K.get(), V.get(), q.dtype(), t.tok, dims_of(call), O.as<float>(),
-                                     L.as<float>()},
-      call.tq * call.hq);
-  return {to_dtype(dev, O, out_dtype), L.t};
-}
-
-AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
-                                        const Tensor& v, const Tensor& out, const Tensor& lse,
-                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
-                                        DType dv_dtype) {
-  Tensor lse32;
-  {
-    ScopedCostSink quiet(nullptr);  // part of the op's traffic
-    lse32 = lse.to(DType::f32);
-  }
-  In dO(dev, dout), Q(dev, q), K(dev, k), V(dev, v), O(dev, out), Ls(dev, lse32);
-  const Tokens t(dev, call);
-  const k::AttentionBackwardInputs in{Q.get(), K.get(), V.get(), q.dtype(), O.get(), out.dtype(), dO.get(),
-                                      dout.dtype(), Ls.as<float>(), t.tok, dims_of(call)};
-  Out delta(dev, {call.hq, call.tq}, DType::f32), dq_acc(dev, q.shape(), DType::f32);
-  Out dQ(dev, q.shape(), dq_dtype);
-  run(dev, k::AttentionBackwardQueryKernel{in, delta.as<float>(), dq_acc.as<float>(), dQ.ptr, dq_dtype},
-      call.tq * call.hq);
-  Out head_dk(dev, k.shape(), DType::f32), head_dv(dev, v.shape(), DType::f32);
-  Out dk_acc(dev, k.shape(), DType::f32), dv_acc(dev, v.shape(), DType::f32);
-  Out dK(dev, k.shape(), dk_dtype), dV(dev, v.shape(), dv_dtype);
-  run(dev,
-      k::AttentionBackwardKeyKernel{in, delta.as<float>(), head_dk.as<float>(), head_dv.as<float>(),
-                                    dk_acc.as<float>(), dv_acc.as<float>(), dK.ptr, dk_dtype, dV.ptr, dv_dtype},
-      call.tk * call.hkv);
-  return {dQ.t, dK.t, dV.t};
-}
-
-// --- in-place merges ------------------------------------------------------------------------
-
-namespace {
-i64 stride(const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(d)]; }
-}  // namespace
-
-void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<i64>& rows) {
-  const i64 h = lse.size(0), m = static_cast<i64>(rows.size());
-  In P(dev, part_lse);
-  const Ids S(dev, Tensor::from_vector(rows, {m}));
-  void* base = writable(dev, lse);
-  run(dev, k::MergeLseKernel{base, lse.dtype(), stride(lse, 0), stride(lse, 1), P.get(), part_lse.dtype(), S.get(), m},
-      h * m);
-  mark_device_written(dev, lse);
-}
-
-void add_corrected_out_(Device& dev, const Tensor& out, const Tensor& lse, const Tensor& part_out,
-                        const Tensor& part_lse, const std::vector<i64>& rows) {
-  const i64 h = out.size(1), dv = out.size(2), m = static_cast<i64>(rows.size());
-  In PO(dev, part_out), PL(dev, part_lse);
-  const Ids S(dev, Tensor::from_vector(rows, {m}));
-  const void* l = device_pointer(dev, lse);
-  void* base = writable(dev, out);
-  run(dev,
-      k::CorrectOutKernel{base, out.dtype(), stride(out, 0), stride(out, 1), stride(out, 2), l, lse.dtype(),
-                          stride(lse, 0), stride(lse, 1), PO.get(), part_out.dtype(), PL.get(), part_lse.dtype(),
-                          S.get(), m, h, dv},
-      m * h * dv);
-  mark_device_written(dev, out);
-}
-
-void add_rows_(Device& dev, const Tensor& acc, const Tensor& part, const std::vector<i64>& rows) {
-  const i64 n = acc.size(0), m = static_cast<i64>(rows.size());
-  const i64 inner = n == 0 ? 0 : acc.numel() / n;
-  In P(dev, part);
-  const Ids S(dev, Tensor::from_vector(rows, {m}));
-  k::AddRowsKernel a{};
-  a.acc = writable(dev, acc);
-  a.acc_dtype = acc.dtype();
-  a.ndim = static_cast<int>(acc.dim());
-  for (int d = 0; d < a.ndim; ++d) {
-    a.sizes[d] = acc.size(d);
-    a.strides[d] = stride(acc, d);
-  }
-  a.part = P.get();
-  a.part_dtype = part.dtype();
-  a.sel = S.get();
-  a.inner = inner;
-  if (inner > 0) run(dev, a, m * inner);
-  mark_device_written(dev, acc);
-}
-
 // --- tensor copies --------------------------------------------------------------------------
 
 Device* device_for_copy(std::initializer_list<const Tensor*> tensors,
@@ -606,7 +284,7 @@ Device* device_for_copy(std::initializer_list<const Tensor*> tensors,
   Device* dev = compute_device();
   if (!dev) return nullptr;
   for (const Tensor* t : tensors) {
-    if (!t->has_data() || !device_dtype(t->dtype()) || t->dim() > k::kMaxDims) return nullptr;
+    if (!t->has_data() || !is_device_dtype(t->dtype()) || t->dim() > k::kMaxDims) return nullptr;
   }
   bool resident = false;
   for (const Tensor* t : need_resident) resident = resident || resident_on(*dev, *t);

@@ -1,6 +1,8 @@
-// The device path of runtime/tensor/ops.h (internal to the runtime library): each function runs one op on
-// a Device after runtime/tensor/ops.cpp has checked its arguments, and returns tensors that live on the
-// device (runtime/device/device.h). Index tensors (ids, targets) must already have been range-checked.
+// The device path of runtime/tensor/ops.h and of Tensor's copies (internal to runtime/tensor):
+// each function runs one op on a Device after runtime/tensor/ops.cpp (or tensor.cpp) has checked
+// its arguments, and returns tensors that live on the device (runtime/tensor/device_tensors.h).
+// Index tensors (ids, targets) must already have been range-checked. Other layers run their own
+// kernels through runtime/tensor/device_tensors.h, not through this header.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +11,10 @@
 #include <vector>
 
 #include "runtime/device/device.h"
+#include "runtime/tensor/device_tensors.h"
 #include "runtime/tensor/ops.h"
 
 namespace ranksim::runtime::device_ops {
-
-// The installed device when every tensor has data and every floating one is f32, bf16 or f16;
-// else nullptr (the op runs on the CPU).
-Device* device_for(std::initializer_list<const Tensor*> inputs);
-Device* device_for(const std::vector<const Tensor*>& inputs);
 
 // matmul over L leading batches of [M, K] x [K, N]; batched_b: b has a's leading dims.
 struct MatmulShape {
@@ -47,66 +45,6 @@ CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor
 Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
                               std::int64_t count);
-// Block attention (cp/attention.h) after cp's checks: token positions and segments per query and
-// key, the window (-1: unbounded; causal already folded into window_right), the scale.
-struct AttentionCall {
-  const std::vector<std::int64_t>* q_pos;
-  const std::vector<std::int64_t>* q_seg;
-  const std::vector<std::int64_t>* k_pos;
-  const std::vector<std::int64_t>* k_seg;
-  std::int64_t window_left, window_right;
-  double scale;
-  std::int64_t tq, tk, hq, hkv, d, dv;
-};
-// out [tq, hq, dv] in out_dtype and lse [hq, tq] f32.
-std::pair<Tensor, Tensor> attention_forward(Device& dev, const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const AttentionCall& call, DType out_dtype);
-struct AttentionGradTensors {
-  Tensor dq, dk, dv;
-};
-AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
-                                        const Tensor& v, const Tensor& out, const Tensor& lse,
-                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
-                                        DType dv_dtype);
-
-// tp/cross_entropy.cpp's vocab-parallel cross-entropy, in the steps between its all-reduces, after
-// its checks. x: the local logits [..., cols] in a device dtype; row tensors have x's leading
-// shape, f32; local: the target's local column per row (i64, -1 when not owned).
-Tensor vocab_max(Device& dev, const Tensor& x);                                        // m
-Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& local);  // pred
-std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& m);   // e, se
-std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tensor& se,
-                                        const Tensor& pred);                           // softmax, loss
-Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
-                      DType dx_dtype);
-// models/transformer.cpp's cross_entropy_sum after its checks: x [rows, cols], labels [rows] in
-// range or ignore_index. Returns each row's loss (f64, 0 where ignored) and dx in dx_dtype.
-struct LossRows {
-  Tensor row_loss, dx;
-};
-LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index,
-                       double inv, DType dx_dtype);
-
-// models/rope.cpp's rotation of x [tokens, heads, 2 * half] (f32) with its tables c, s
-// [tokens, half] (f32); returns f32.
-Tensor rope(Device& dev, const Tensor& x, const Tensor& c, const Tensor& s);
-
-// models/adamw.cpp: the f64 sum of squares of each g (f32), each in index order, with one
-// download for all; and the in-place AdamW update of p, m, v (f32, contiguous, one slice's
-// length) from g.
-std::vector<double> sum_squares(Device& dev, const std::vector<Tensor>& gs);
-struct AdamWStep {
-  double coef, decay, b1, b2, bc2_sqrt, step_size, eps;
-};
-void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const AdamWStep& step);
-
-// The in-place merges of cp/attention.h after cp's checks; rows: the accumulator rows covered,
-// distinct. lse, out and acc may be any views of at most kernels::kMaxDims dims.
-void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const std::vector<std::int64_t>& rows);
-void add_corrected_out_(Device& dev, const Tensor& out, const Tensor& lse, const Tensor& part_out,
-                        const Tensor& part_lse, const std::vector<std::int64_t>& rows);
-void add_rows_(Device& dev, const Tensor& acc, const Tensor& part, const std::vector<std::int64_t>& rows);
-
 // Tensor copies (runtime/tensor/tensor.cpp) on the device: the device when it is installed, every tensor
 // has data in a device dtype and at most kernels::kMaxDims dims, and one of them (need_resident)
 // already lives there; else nullptr (the copy runs on the host).

@@ -417,7 +417,7 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& xs, i64 dim) {
   if (data && is_floating(first.dtype()) && first.dim() <= kernels::kMaxDims) {
     std::vector<const Tensor*> inputs;
     for (const Tensor& x : xs) inputs.push_back(&x);
-    dev = device_ops::device_for(inputs);
+    dev = device_for(inputs);
   }
   for (const Tensor& x : xs) {
     if (!dev) x.wait_pending();
@@ -448,7 +448,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   const char* op = "matmul";
   const MatmulDims d = matmul_dims(op, a, b, transpose_a, transpose_b);
   Tensor c;
-  if (Device* dev = device_ops::device_for({&a, &b})) {
+  if (Device* dev = device_for({&a, &b})) {
     c = device_ops::matmul(*dev, a, b, transpose_a, transpose_b, d);
   } else if (!inputs_ready({&a, &b})) {
     c = Tensor::shape_only(d.out, a.dtype());
@@ -473,7 +473,7 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
   require_same_dtype(op, dc, "dc", a, "a");
   require_shape(op, dc, "dc", d.out);
   MatmulGrads g;
-  if (Device* dev = device_ops::device_for({&dc, &a, &b})) {
+  if (Device* dev = device_for({&dc, &a, &b})) {
     g = device_ops::matmul_backward(*dev, dc, a, b, transpose_a, transpose_b, d);
   } else if (!inputs_ready({&dc, &a, &b})) {
     g.da = Tensor::shape_only(a.shape(), a.dtype());
@@ -511,7 +511,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
     fail(op, "b " + b.str() + " must have a's shape or a's trailing dims; a is " + a.str());
   }
   Tensor c;
-  if (Device* dev = device_ops::device_for({&a, &b})) {
+  if (Device* dev = device_for({&a, &b})) {
     c = device_ops::add(*dev, a, b);
   } else if (!inputs_ready({&a, &b})) {
     c = Tensor::shape_only(a.shape(), a.dtype());
@@ -545,7 +545,7 @@ AddGrads add_backward(const Tensor& dc, const Shape& b_shape) {
     return {dc, dc};
   }
   Tensor db;
-  if (Device* dev = device_ops::device_for({&dc})) {
+  if (Device* dev = device_for({&dc})) {
     db = device_ops::column_sum(*dev, dc, b_shape);
   } else if (!inputs_ready({&dc})) {
     db = Tensor::shape_only(b_shape, dc.dtype());
@@ -571,7 +571,7 @@ namespace {
 Tensor scale_impl(const char* op, const Tensor& x, double alpha) {
   require_floating(op, x, "x");
   Tensor y;
-  if (Device* dev = device_ops::device_for({&x})) {
+  if (Device* dev = device_for({&x})) {
     y = device_ops::scale(*dev, x, alpha);
   } else if (!inputs_ready({&x})) {
     y = Tensor::shape_only(x.shape(), x.dtype());
@@ -607,7 +607,7 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   const Shape stat_shape = leading(x.shape());
   const DType stat_dtype = compute_dtype(x.dtype());
   LayerNormResult r;
-  if (Device* dev = device_ops::device_for({&x, &weight, &bias})) {
+  if (Device* dev = device_for({&x, &weight, &bias})) {
     r = device_ops::layer_norm(*dev, x, weight, bias, eps);
   } else if (!inputs_ready({&x, &weight, &bias})) {
     r.y = Tensor::shape_only(x.shape(), x.dtype());
@@ -658,7 +658,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   require_shape(op, mean, "mean", stat_shape);
   require_shape(op, rstd, "rstd", stat_shape);
   LayerNormGrads g;
-  if (Device* dev = device_ops::device_for({&dy, &x, &weight, &mean, &rstd})) {
+  if (Device* dev = device_for({&dy, &x, &weight, &mean, &rstd})) {
     g = device_ops::layer_norm_backward(*dev, dy, x, weight, mean, rstd);
   } else if (!inputs_ready({&dy, &x, &weight, &mean, &rstd})) {
     g.dx = Tensor::shape_only(x.shape(), x.dtype());
@@ -713,7 +713,7 @@ Tensor gelu(const Tensor& x) {
   const char* op = "gelu";
   require_floating(op, x, "x");
   Tensor y;
-  if (Device* dev = device_ops::device_for({&x})) {
+  if (Device* dev = device_for({&x})) {
     y = device_ops::gelu(*dev, x);
   } else if (!inputs_ready({&x})) {
     y = Tensor::shape_only(x.shape(), x.dtype());
@@ -740,7 +740,7 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
   require_same_dtype(op, dy, "dy", x, "x");
   require_shape(op, dy, "dy", x.shape());
   Tensor dx;
-  if (Device* dev = device_ops::device_for({&dy, &x})) {
+  if (Device* dev = device_for({&dy, &x})) {
     dx = device_ops::gelu_backward(*dev, dy, x);
   } else if (!inputs_ready({&dy, &x})) {
     dx = Tensor::shape_only(x.shape(), x.dtype());
@@ -770,7 +770,7 @@ Tensor softmax(const Tensor& x) {
   require_floating(op, x, "x");
   if (x.dim() < 1) fail(op, "x " + x.str() + " needs at least one dim");
   Tensor y;
-  if (Device* dev = device_ops::device_for({&x})) {
+  if (Device* dev = device_for({&x})) {
     y = device_ops::softmax(*dev, x);
   } else if (!inputs_ready({&x})) {
     y = Tensor::shape_only(x.shape(), x.dtype());
@@ -806,7 +806,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   require_shape(op, dy, "dy", y.shape());
   if (y.dim() < 1) fail(op, "y " + y.str() + " needs at least one dim");
   Tensor dx;
-  if (Device* dev = device_ops::device_for({&dy, &y})) {
+  if (Device* dev = device_for({&dy, &y})) {
     dx = device_ops::softmax_backward(*dev, dy, y);
   } else if (!inputs_ready({&dy, &y})) {
     dx = Tensor::shape_only(y.shape(), y.dtype());
@@ -853,7 +853,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
   Shape out_shape = ids.shape();
   out_shape.push_back(H);
   Tensor out;
-  Device* dev = is_floating(weight.dtype()) ? device_ops::device_for({&ids, &weight}) : nullptr;
+  Device* dev = is_floating(weight.dtype()) ? device_for({&ids, &weight}) : nullptr;
   if (dev) {
     const std::vector<std::int64_t> host_ids = ids.to_vector<std::int64_t>();
     check_ids(op, host_ids.data(), ids.numel(), V);
@@ -894,7 +894,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_
   const i64 H = dy.size(-1);
   const Shape w_shape = {num_embeddings, H};
   Tensor dw;
-  if (Device* dev = device_ops::device_for({&dy, &ids})) {
+  if (Device* dev = device_for({&dy, &ids})) {
     const std::vector<std::int64_t> host_ids = ids.to_vector<std::int64_t>();
     check_ids(op, host_ids.data(), ids.numel(), num_embeddings);
     dw = device_ops::embedding_backward(*dev, dy, ids, num_embeddings);
@@ -941,7 +941,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
   check_ce_shapes(op, logits, targets);
   const Shape row_shape = targets.shape();
   CrossEntropyResult r;
-  if (Device* dev = device_ops::device_for({&logits, &targets})) {
+  if (Device* dev = device_for({&logits, &targets})) {
     const std::vector<std::int64_t> tg = targets.to_vector<std::int64_t>();
     const i64 V = logits.size(-1);
     for (std::size_t i = 0; i < tg.size(); ++i) {
@@ -996,7 +996,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   require_floating(op, lse, "lse");
   require_shape(op, lse, "lse", targets.shape());
   Tensor dx;
-  if (Device* dev = device_ops::device_for({&dloss, &logits, &targets, &lse})) {
+  if (Device* dev = device_for({&dloss, &logits, &targets, &lse})) {
     const std::vector<std::int64_t> tg = targets.to_vector<std::int64_t>();
     const i64 V = logits.size(-1);
     i64 n = 0;

@@ -1,4 +1,4 @@
-// Tensor ops with explicit backward functions: the arithmetic of TP and CP layers.
+// Tensor ops with explicit backward functions: the arithmetic parallel layers are built from.
 //
 // Each op is a pure function from tensors to new tensors. Its backward is a separate function that
 // takes the output gradient plus whatever the forward saved (inputs, outputs, or small statistics

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/devices.h"
 #include "app/cli.h"
 #include "runtime/device/device.h"
 
@@ -96,7 +97,7 @@ TEST(DeviceRunErrors, AGpuThatIsNotThereIsAClearErrorAndWritesNothing) {
   fs::remove(dump);
   std::shared_ptr<runtime::Device> gpu;
   try {
-    gpu = runtime::make_device("gpu");
+    gpu = app::make_device("gpu");
   } catch (const std::exception&) {
   }
   if (gpu) GTEST_SKIP() << "this machine has a GPU (" << gpu->name() << ")";
@@ -112,7 +113,7 @@ TEST(DeviceRunErrors, AnUnknownDeviceIsRefused) {
   const Result r = run({"run", scenario("cp-validation-thd.yaml"), "--device", "tpu"});
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.err, HasSubstr("--device"));
-  EXPECT_THROW((void)runtime::make_device("tpu"), std::exception);
+  EXPECT_THROW((void)app::make_device("tpu"), std::exception);
 }
 
 }  // namespace

@@ -10,8 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/distributed/backends/nccl/cuda.h"
-#include "runtime/distributed/backends/nccl/cuda_device.h"
+#include "cp/attention_kernels.h"
+#include "models/adamw_kernels.h"
+#include "models/cuda_kernels.h"
+#include "runtime/tensor/ops_kernels.h"
+#include "tp/cross_entropy_kernels.h"
+#include "runtime/device/cuda/cuda.h"
+#include "runtime/device/cuda/cuda_device.h"
+#include "runtime/distributed/backends/nccl/device_buffer.h"
 #include "runtime/distributed/backends/nccl/nccl_comm.h"
 #include "runtime/device/device.h"
 #include "runtime/device/device_cases.h"
@@ -33,6 +39,30 @@ using ::testing::HasSubstr;
     }                                                                                          \
   } while (0)
 
+// Every kernel the reference models run, as the app registers them (app/devices.cpp).
+CudaKernels every_kernel() {
+  CudaKernels t;
+  models::add_cuda_kernels(t);
+  return t;
+}
+
+// Needs no GPU: the table is filled by nvcc-compiled code in each layer. 15 kernels of
+// runtime/tensor/ops_kernels.h, 5 of tp/cross_entropy_kernels.h, 6 of cp/attention_kernels.h and
+// 4 of models/*_kernels.h; registering a layer twice (models adds tp's and cp's, which both add
+// runtime/tensor's) adds nothing.
+TEST(GpuKernels, EveryLayersKernelsAreRegisteredOnce) {
+  CudaKernels t = every_kernel();
+  EXPECT_EQ(t.size(), 30u);
+  models::add_cuda_kernels(t);
+  EXPECT_EQ(t.size(), 30u);
+  ASSERT_NE(t.find(std::type_index(typeid(tp::kernels::VocabMaxKernel))), nullptr);
+  EXPECT_EQ(t.find(std::type_index(typeid(tp::kernels::VocabMaxKernel)))->name, "VocabMaxKernel");
+  EXPECT_NE(t.find(std::type_index(typeid(cp::kernels::AttentionForwardKernel))), nullptr);
+  EXPECT_NE(t.find(std::type_index(typeid(models::kernels::AdamWKernel))), nullptr);
+  EXPECT_NE(t.find(std::type_index(typeid(kernels::LayerNormKernel))), nullptr);
+  EXPECT_EQ(t.find(std::type_index(typeid(int))), nullptr);
+}
+
 TEST(GpuDevices, QueryNeverThrowsAndSaysWhyThereIsNone) {
   const DeviceInfo info = device_info();
   EXPECT_GE(info.count, 0);
@@ -45,7 +75,7 @@ TEST(GpuDevices, AMissingDeviceIsAClearError) {
   const int n = device_info().count;
   EXPECT_THAT([&] { set_device(n); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
   EXPECT_THAT([&] { NcclComm::init_all({n}); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
-  EXPECT_THAT([&] { (void)make_cuda_device(n); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
+  EXPECT_THAT([&] { (void)make_cuda_device(n, every_kernel()); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
 }
 
 TEST(GpuBuffers, UploadDownloadRoundTripsEveryDtype) {
@@ -66,7 +96,7 @@ TEST(GpuBuffers, UploadDownloadRoundTripsEveryDtype) {
 // one unit of their own rounding, on values of order 1.
 TEST(GpuOps, EveryOpMatchesTheCpuOp) {
   REQUIRE_DEVICES(1);
-  const std::shared_ptr<Device> gpu = make_cuda_device(0);
+  const std::shared_ptr<Device> gpu = make_cuda_device(0, every_kernel());
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     const double tol = dt == DType::f32 ? 2e-5 : dt == DType::bf16 ? 1.6e-2 : 2e-3;
     testing::device_op_cases(dt, [&](const std::string& what, const testing::OpOutputs& f) {
@@ -99,7 +129,7 @@ TEST(GpuOps, EveryOpMatchesTheCpuOp) {
 
 TEST(GpuOps, TensorsStayOnTheGpuUntilTheHostReads) {
   REQUIRE_DEVICES(1);
-  const std::shared_ptr<Device> gpu = make_cuda_device(0);
+  const std::shared_ptr<Device> gpu = make_cuda_device(0, every_kernel());
   ScopedComputeDevice on(gpu);
   const Tensor x = Tensor::uniform({256, 512}, 5, -1, 1), w = Tensor::uniform({512, 512}, 6, -0.1, 0.1);
   const Tensor ln_w = Tensor::ones({512}), ln_b = Tensor::zeros({512});
@@ -115,7 +145,7 @@ TEST(GpuOps, TensorsStayOnTheGpuUntilTheHostReads) {
 
 TEST(GpuOps, TheCudaDeviceNamesItself) {
   REQUIRE_DEVICES(1);
-  EXPECT_EQ(make_cuda_device(0)->name(), "cuda:0");
+  EXPECT_EQ(make_cuda_device(0, every_kernel())->name(), "cuda:0");
 }
 
 // Collectives over every device of this machine, driven by one process (ncclCommInitAll).

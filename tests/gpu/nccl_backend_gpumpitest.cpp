@@ -12,7 +12,7 @@
 
 #include "mpi/compare.h"
 #include "runtime/distributed/backends/mpi/mpi.h"
-#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/device/cuda/cuda.h"
 #include "runtime/distributed/backends/nccl/nccl_collectives.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"

@@ -15,7 +15,7 @@
 
 #include "runtime/tensor/cost.h"
 #include "runtime/device/device_cases.h"
-#include "runtime/device/device_kernels.h"
+#include "runtime/device/kernel.h"
 #include "runtime/device/emulated_device.h"
 #include "models/adamw.h"
 #include "models/transformer.h"

@@ -12,8 +12,9 @@
 
 #include "runtime/distributed/backends/backend.h"
 #include "runtime/device/device.h"
-#include "runtime/distributed/backends/nccl/cuda.h"
-#include "runtime/distributed/backends/nccl/cuda_device.h"
+#include "runtime/tensor/device_tensors.h"
+#include "runtime/device/cuda/cuda.h"
+#include "runtime/device/cuda/cuda_device.h"
 #include "runtime/distributed/backends/nccl/nccl_comm.h"
 #include "sim/error.h"
 

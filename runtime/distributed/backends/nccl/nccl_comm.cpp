@@ -11,6 +11,13 @@
 #include "sim/error.h"
 
 namespace ranksim::runtime::gpu {
+
+void check_nccl(int status, const char* what) {
+  if (status != ncclSuccess) {
+    throw Error(std::string(what) + ": " + ncclGetErrorString(static_cast<ncclResult_t>(status)));
+  }
+}
+
 namespace {
 
 static_assert(sizeof(ncclUniqueId) == std::tuple_size_v<UniqueId>, "UniqueId must hold an ncclUniqueId");

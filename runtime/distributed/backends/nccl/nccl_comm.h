@@ -19,10 +19,14 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/device/cuda/cuda.h"
+#include "runtime/distributed/backends/nccl/device_buffer.h"
 #include "runtime/distributed/reduce.h"
 
 namespace ranksim::runtime::gpu {
+
+// Throws ranksim::Error("<what>: <NCCL message>") when status (an ncclResult_t) is not success.
+void check_nccl(int status, const char* what);
 
 // An ncclUniqueId as plain bytes (NCCL_UNIQUE_ID_BYTES = 128), so callers need no NCCL header to
 // broadcast it.

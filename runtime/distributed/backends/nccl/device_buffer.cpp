@@ -1,81 +1,13 @@
-#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/distributed/backends/nccl/device_buffer.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
+#include <string>
 #include <utility>
 
 #include "sim/error.h"
 
 namespace ranksim::runtime::gpu {
-
-DeviceInfo device_info() {
-  DeviceInfo info;
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    info.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
-    (void)cudaGetLastError();  // clear the sticky error state of this query
-    return info;
-  }
-  info.count = n;
-  if (n == 0) info.reason = "the CUDA runtime sees no device";
-  return info;
-}
-
-void check_cuda(int status, const char* what) {
-  if (status != cudaSuccess) {
-    throw Error(std::string(what) + ": " + cudaGetErrorString(static_cast<cudaError_t>(status)));
-  }
-}
-
-void check_cublas(int status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw Error(std::string(what) + ": " + cublasGetStatusString(static_cast<cublasStatus_t>(status)));
-  }
-}
-
-void check_nccl(int status, const char* what) {
-  if (status != ncclSuccess) {
-    throw Error(std::string(what) + ": " + ncclGetErrorString(static_cast<ncclResult_t>(status)));
-  }
-}
-
-void set_device(int device) {
-  const DeviceInfo info = device_info();
-  if (device < 0 || device >= info.count) {
-    throw Error("GPU backend: device " + std::to_string(device) + " does not exist (" + std::to_string(info.count) +
-                " device(s)" + (info.reason.empty() ? "" : "; " + info.reason) + ")");
-  }
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
-}
-
-int current_device() {
-  int d = 0;
-  check_cuda(cudaGetDevice(&d), "cudaGetDevice");
-  return d;
-}
-
-Stream::Stream() {
-  cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  stream_ = s;
-}
-Stream::~Stream() {
-  if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-}
-Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
-Stream& Stream::operator=(Stream&& other) noexcept {
-  if (this != &other) {
-    if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-    stream_ = std::exchange(other.stream_, nullptr);
-  }
-  return *this;
-}
-void Stream::synchronize() const {
-  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
-}
 
 DeviceBuffer::DeviceBuffer(std::int64_t numel, DType dtype) : numel_(numel), dtype_(dtype) {
   if (numel < 0) throw Error("DeviceBuffer: negative size " + std::to_string(numel));
@@ -146,10 +78,6 @@ Tensor DeviceBuffer::download(const Shape& shape, const Stream& stream) const {
   stream.synchronize();
   return out;
 }
-
-}  // namespace ranksim::runtime::gpu
-
-namespace ranksim::runtime::gpu {
 
 void DeviceBuffer::download_into(const Tensor& t, const Stream& stream, std::int64_t offset) const {
   if (!t.has_data() || !t.is_contiguous() || t.dtype() != dtype_ || offset < 0 || offset + t.numel() > numel_) {

@@ -1,5 +1,5 @@
-// The CUDA device: runtime/device/device_kernels.h on GPU threads, cuBLAS GEMMs, stream-ordered memory.
-#include "runtime/distributed/backends/nccl/cuda_device.h"
+// The CUDA device: registered kernels on GPU threads, cuBLAS GEMMs, stream-ordered memory.
+#include "runtime/device/cuda/cuda_device.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -8,57 +8,16 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 
-#include "runtime/distributed/backends/nccl/cuda.h"
+#include "runtime/device/cuda/cuda.h"
+#include "runtime/device/cuda/launch.cuh"
 #include "sim/error.h"
 
 namespace ranksim::runtime::gpu {
 namespace {
 
 using i64 = std::int64_t;
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-constexpr i64 kMaxBlocks = 65535;
-
-// A warp's lanes sharing one row (device_kernels.h's row kernels).
-struct WarpLanes {
-  int lane;
-  static constexpr int width = kWarp;
-  __device__ float sum(float x) const {
-    for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-  }
-  __device__ float broadcast(float x, int src) const { return __shfl_sync(0xffffffffu, x, src); }
-  __device__ float max(float x) const {
-    for (int o = kWarp / 2; o > 0; o >>= 1) x = kernels::max_f(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-  }
-  __device__ double sum(double x) const {
-    for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-  }
-  __device__ double max(double x) const {
-    for (int o = kWarp / 2; o > 0; o >>= 1) x = kernels::max_d(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-  }
-};
-
-template <class K>
-__global__ void elementwise(K k, i64 n) {
-  const kernels::SerialLanes lanes;
-  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<i64>(gridDim.x) * blockDim.x) {
-    k(i, lanes);
-  }
-}
-
-// Every lane of a warp takes the same rows, so the warp's shuffles see all 32 lanes.
-template <class K>
-__global__ void rows(K k, i64 n) {
-  const WarpLanes lanes{static_cast<int>(threadIdx.x % kWarp)};
-  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / kWarp);
-  for (i64 r = (blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x) / kWarp; r < n; r += warps) k(r, lanes);
-}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -70,16 +29,10 @@ cudaDataType_t cuda_type(DType t) {
   throw Error(std::string("CUDA device GEMM: dtype ") + dtype_name(t) + " is not supported (f32, bf16, f16)");
 }
 
-int local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return 0;
-}
-
 class CudaDevice final : public Device {
  public:
-  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+  CudaDevice(int ordinal, CudaKernels table) : ordinal_(ordinal), kernels_(std::move(table)) {
+    kernels_.add<kernels::CopyKernel>("CopyKernel");  // the device's own
     set_device(ordinal);  // first: the stream and the cuBLAS handle belong to the device
     stream_ = std::make_unique<Stream>();
     cublasHandle_t h = nullptr;
@@ -135,33 +88,28 @@ class CudaDevice final : public Device {
                  "cublasGemmStridedBatchedEx");
   }
 
-#define RANKSIM_CUDA_LAUNCH(K) \
-  void launch(const kernels::K& k, i64 n) override { start(k, n, #K); }
-  RANKSIM_DEVICE_KERNELS(RANKSIM_CUDA_LAUNCH)
-#undef RANKSIM_CUDA_LAUNCH
-
- private:
-  template <class K>
-  void start(const K& k, i64 n, const char* what) {
-    if (n <= 0) return;
-    const i64 threads = K::kCooperative ? n * kWarp : n;
-    const i64 blocks = std::min<i64>((threads + kThreads - 1) / kThreads, kMaxBlocks);
-    if constexpr (K::kCooperative) {
-      rows<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(k, n);
-    } else {
-      elementwise<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(k, n);
+  void launch(const KernelLaunch& l) override {
+    const CudaKernels::Entry* e = kernels_.find(l.type);
+    if (!e) {
+      throw Error(name() + ": kernel " + l.type.name() +
+                  " has no CUDA launcher; its layer's add_cuda_kernels must register it (runtime/device/cuda/cuda_device.h)");
     }
-    check_cuda(cudaGetLastError(), (std::string(what) + " launch on " + name()).c_str());
+    e->launch(l.kernel, l.items, stream());
+    check_cuda(cudaGetLastError(), (e->name + " launch on " + name()).c_str());
   }
 
+ private:
   int ordinal_;
+  CudaKernels kernels_;
   std::unique_ptr<Stream> stream_;
   cublasHandle_t blas_ = nullptr;
 };
 
 }  // namespace
 
-std::shared_ptr<Device> make_cuda_device(int ordinal) { return std::make_shared<CudaDevice>(ordinal); }
+std::shared_ptr<Device> make_cuda_device(int ordinal, CudaKernels kernels) {
+  return std::make_shared<CudaDevice>(ordinal, std::move(kernels));
+}
 
 void* cuda_stream_of(const Device& d) {
   const auto* c = dynamic_cast<const CudaDevice*>(&d);
@@ -171,17 +119,6 @@ void* cuda_stream_of(const Device& d) {
 int cuda_ordinal_of(const Device& d) {
   const auto* c = dynamic_cast<const CudaDevice*>(&d);
   return c ? c->ordinal() : -1;
-}
-
-void install_cuda_device() {
-  set_gpu_device_factory([] {
-    const DeviceInfo info = device_info();
-    if (info.count == 0) {
-      throw Error("--device gpu needs a CUDA device, and this machine has none (" + info.reason +
-                  "); run with --device cpu (or emulated)");
-    }
-    return make_cuda_device(local_rank() % info.count);
-  });
 }
 
 }  // namespace ranksim::runtime::gpu

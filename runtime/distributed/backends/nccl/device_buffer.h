@@ -1,54 +1,16 @@
-// CUDA device plumbing for the GPU backend (built with RANKSIM_WITH_CUDA): device discovery,
-// error translation, streams and device buffers holding a runtime::Tensor's bytes.
-//
-// Every CUDA, cuBLAS and NCCL failure becomes a ranksim::Error naming the call and the library's
-// own message, so a GPU run fails like any other bad input: a message, a non-zero exit.
-//
-// Tensors stay ranksim's host tensors (runtime/tensor/tensor.h); a DeviceBuffer is the device copy of
-// one, uploaded and downloaded explicitly. Not thread-safe; one process drives one device at a
-// time (set_device).
+// Device memory holding a runtime::Tensor's bytes, for the nccl backend (built with
+// RANKSIM_WITH_CUDA): a DeviceBuffer is the device copy of a host tensor, uploaded and downloaded
+// explicitly on a stream, or a borrowed view of a compute device's copy (in-place collectives).
 #pragma once
 
 #include <cstddef>
-#include <string>
+#include <cstdint>
 
+#include "runtime/device/cuda/cuda.h"
 #include "runtime/device/dtype.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ranksim::runtime::gpu {
-
-struct DeviceInfo {
-  int count = 0;       // usable CUDA devices (0 without a driver or a GPU)
-  std::string reason;  // why count is 0: the CUDA runtime's message
-};
-// Never throws: a machine without a GPU or a driver answers count 0 and says why.
-DeviceInfo device_info();
-
-void set_device(int device);  // Error for a device that does not exist
-int current_device();
-
-// Throw ranksim::Error("<what>: <library message>") on failure. The status is the library's own
-// code (cudaError_t, cublasStatus_t, ncclResult_t), passed as int to keep the CUDA headers out
-// of callers.
-void check_cuda(int status, const char* what);
-void check_cublas(int status, const char* what);
-void check_nccl(int status, const char* what);
-
-// A CUDA stream owned by this object (non-blocking with respect to the default stream).
-class Stream {
- public:
-  Stream();
-  ~Stream();
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  Stream(Stream&& other) noexcept;
-  Stream& operator=(Stream&& other) noexcept;
-  void* handle() const { return stream_; }  // cudaStream_t
-  void synchronize() const;
-
- private:
-  void* stream_ = nullptr;
-};
 
 // Device memory for `numel` elements of `dtype` on the current device.
 class DeviceBuffer {

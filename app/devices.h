@@ -1,0 +1,19 @@
+// Compute devices by the names users give them (`ranksim run --device`), with the kernels of
+// every layer the app runs registered on the GPU.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/device/device.h"
+
+namespace ranksim::app {
+
+// "cpu" (nullptr: no device), "emulated" (runtime/device/emulated_device.h) or "gpu" (the CUDA
+// device of a build with RANKSIM_WITH_CUDA, with models::add_cuda_kernels' kernels; its ordinal
+// is the process's local rank on its node under a launcher, modulo the node's GPUs, else 0).
+// Errors: an unknown name; "gpu" in a build without CUDA or on a machine without a GPU, saying
+// what to use instead.
+std::shared_ptr<runtime::Device> make_device(const std::string& kind);
+
+}  // namespace ranksim::app
