@@ -208,7 +208,7 @@ TEST(Distributed, AsyncWorkCompletesLaterAndReadingTheOutputWaits) {
 
 TEST(Distributed, AWaitedAsyncOutputIsAPlainTensorAfterSpawn) {
   // The pending write an async collective leaves on its output must not outlive the wait: read
-  // outside the run (no rank, no World), the tensor is plain data.
+  // outside the run (no rank, no backend), the tensor is plain data.
   std::vector<Tensor> results(3), untouched(3);
   spawn(
       [&](int rank) {
