@@ -50,9 +50,6 @@ std::ostream& null_out() {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-#if RANKSIM_HAVE_NCCL_BACKEND
-  runtime::gpu::install_nccl_backend();  // --backend nccl; without it, that backend says it is missing
-#endif
   CLI::App cli{"ranksim: simulate multi-rank parallel programs on a modelled fabric"};
   cli.require_subcommand(1);
   cli.set_version_flag("--version", std::string("ranksim ") + RANKSIM_VERSION);
@@ -87,6 +84,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::string scenario_file;
   std::vector<std::string> scenario_sets;
   RunFlags run_flags;
+#if RANKSIM_HAVE_NCCL_BACKEND
+  run_flags.device_collectives = runtime::gpu::nccl_collectives;  // --backend nccl
+#endif
   auto* run_cmd = cli.add_subcommand("run", "Run a scenario file (topology, layout, workload, checks)");
   run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
   run_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");

@@ -1035,6 +1035,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     so.topology = &topo;
     so.algorithm = runtime::parse_algorithm(sc.algorithm);
     so.backend = backend;
+    so.device_collectives = flags.device_collectives;
     so.engine.trace = !trace_path.empty() || !report_path.empty();
     // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
     // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "app/model_workload.h"
+#include "runtime/distributed/spawn_options.h"
 #include "sim/time.h"
 
 namespace ranksim::app {
@@ -99,6 +100,9 @@ struct RunFlags {
   // Where ops compute (runtime/device/device.h): "cpu", "gpu" or "emulated"; empty: gpu with the nccl
   // backend, else cpu. Results on "emulated" equal cpu's bit for bit; "gpu" matches to rounding.
   std::string device;
+  // The nccl backend's collectives (runtime::gpu::nccl_collectives in a CUDA build). Default:
+  // none, and --backend nccl is an Error saying the backend is not available.
+  runtime::DeviceCollectivesFactory device_collectives;
 };
 
 // Runs, prints the summary to out, writes the outputs. Returns 0 when every check passed, 1 when

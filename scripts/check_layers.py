@@ -43,15 +43,9 @@ KNOWN_CYCLES = {
     # comm_types.h takes context_parallel.h's CpLayout and CpContext, and context_parallel.cpp
     # calls the comm types: the layout types want their own header.
     frozenset({"cp/context_parallel", "cp/comm_types"}),
-    # The backend seam: distributed.cpp picks a backend, and the backends take distributed.h's
-    # groups and options; spawn.cpp names both backends.
-    frozenset({"runtime/distributed/distributed", "runtime/distributed/backends/backend"}),
-    frozenset({"runtime/distributed/spawn", "runtime/distributed/backends/mpi/mpi"}),
-    frozenset({"runtime/distributed/backends/backend", "runtime/distributed/spawn",
-               "runtime/distributed/backends/sim/world"}),
-    frozenset({"runtime/distributed/distributed", "runtime/distributed/backends/backend",
-               "runtime/distributed/spawn", "runtime/distributed/backends/sim/world"}),
-    frozenset({"runtime/distributed/spawn", "runtime/distributed/backends/sim/world"}),
+    # schedule_blocks.h takes schedule.h's Step and ScheduleRequest, and schedule.cpp composes the
+    # blocks: the step and request types want their own header.
+    frozenset({"runtime/distributed/schedule", "runtime/distributed/schedule_blocks"}),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # Words that name a layer above the runtime, as code or prose (the safetensors reader's `cp` is a

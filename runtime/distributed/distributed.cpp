@@ -4,14 +4,13 @@
 #include <set>
 
 #include "runtime/distributed/backends/backend.h"
-#include "runtime/distributed/spawn.h"
+#include "runtime/distributed/spawn_options.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
 
 using detail::Backend;
 using detail::GroupState;
-using detail::Part;
 using detail::Signature;
 using detail::WorkState;
 
@@ -95,19 +94,30 @@ void require_usable(const Tensor& t, const char* op, const char* what) {
   t.wait_pending();
 }
 
+// The group a handle names (the world for a default handle). Throws Error for a group made by
+// another run.
+std::shared_ptr<GroupState> resolve(Backend& backend, const ProcessGroup& group) {
+  if (!group.state()) return backend.world_group();
+  if (group.state()->owner != &backend)
+    throw Error("process group " + group.state()->name +
+                " was created by another run (another spawn() or backend); create groups inside "
+                "the run that uses them");
+  return group.state();
+}
+
 int root_index(const GroupState& g, int global, const char* op, const char* role) {
   if (global < 0 || global >= static_cast<int>(g.index_of.size()) || g.index_of[static_cast<size_t>(global)] < 0)
     throw Error(std::string(op) + ": " + role + " rank " + std::to_string(global) + " is not in " + g.name);
   return g.index_of[static_cast<size_t>(global)];
 }
 
-Work finish_post(Backend& w, const std::shared_ptr<WorkState>& work, bool async,
+Work finish_post(Backend& backend, const std::shared_ptr<WorkState>& work, bool async,
                  std::initializer_list<const Tensor*> outputs) {
   if (async) {
     for (const Tensor* t : outputs)
       if (t && t->defined()) t->set_pending_write(std::make_shared<WorkPendingWrite>(work));
   } else {
-    w.wait(*work);
+    backend.wait(*work);
   }
   return Work(work);
 }
@@ -133,46 +143,39 @@ void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 // ---- collectives
 
 Work all_reduce(const Tensor& tensor, const AllreduceOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   require_usable(tensor, "all_reduce", "");
   Signature sig = base(CollectiveKind::all_reduce, tensor, tensor.numel(), opts);
   sig.op = opts.op;
-  Part part;
-  part.has_data = tensor.has_data();
-  part.a = tensor;
-  auto work = w.post(w.resolve(opts.group), sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&tensor});
+  auto work = backend.post(resolve(backend, opts.group), sig, detail::AllReduceTensors{tensor});
+  return finish_post(backend, work, opts.async_op, {&tensor});
 }
 
 Work all_gather_into_tensor(const Tensor& output, const Tensor& input, const AllgatherOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   const char* op = "all_gather_into_tensor";
   require_usable(output, op, "output");
   require_usable(input, op, "input");
   same_dtype(output, input, op);
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   const int64_t n = static_cast<int64_t>(g->ranks.size());
   if (output.numel() != n * input.numel())
     throw Error(std::string(op) + ": output " + output.str() + " must hold group size (" +
                 std::to_string(n) + ") x input " + input.str() + " elements");
   Signature sig = base(CollectiveKind::all_gather, input, input.numel(), opts);
-  Part part;
-  part.has_data = output.has_data() && input.has_data();
   if (output.has_data() != input.has_data())
     throw Error(std::string(op) + ": output and input must both hold data or both be shape-only");
-  part.a = output;
-  part.b = input;
-  auto work = w.post(g, sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&output});
+  auto work = backend.post(g, sig, detail::AllGatherTensors{output, input});
+  return finish_post(backend, work, opts.async_op, {&output});
 }
 
 Work reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceScatterOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   const char* op = "reduce_scatter_tensor";
   require_usable(output, op, "output");
   require_usable(input, op, "input");
   same_dtype(output, input, op);
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   const int64_t n = static_cast<int64_t>(g->ranks.size());
   if (input.numel() != n * output.numel())
     throw Error(std::string(op) + ": input " + input.str() + " must hold group size (" +
@@ -181,23 +184,19 @@ Work reduce_scatter_tensor(const Tensor& output, const Tensor& input, const Redu
     throw Error(std::string(op) + ": output and input must both hold data or both be shape-only");
   Signature sig = base(CollectiveKind::reduce_scatter, output, output.numel(), opts);
   sig.op = opts.op;
-  Part part;
-  part.has_data = output.has_data();
-  part.a = output;
-  part.b = input;
-  auto work = w.post(g, sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&output});
+  auto work = backend.post(g, sig, detail::ReduceScatterTensors{output, input});
+  return finish_post(backend, work, opts.async_op, {&output});
 }
 
 Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAllOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   const char* op = "all_to_all_single";
   require_usable(output, op, "output");
   require_usable(input, op, "input");
   same_dtype(output, input, op);
   if (output.has_data() != input.has_data())
     throw Error(std::string(op) + ": output and input must both hold data or both be shape-only");
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   const int n = static_cast<int>(g->ranks.size());
   auto splits = [&](const Tensor& t, const std::vector<int64_t>& sizes, const char* which) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
@@ -225,44 +224,34 @@ Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAll
                   " but the " + which + " " + t.str() + " has " + std::to_string(rows) + " rows");
     return out;
   };
-  Part part;
-  part.in_splits = splits(input, opts.input_split_sizes, "input");
-  part.out_splits = splits(output, opts.output_split_sizes, "output");
-  part.has_data = output.has_data();
-  part.a = output;
-  part.b = input;
+  detail::AllToAllTensors tensors{output, input, splits(input, opts.input_split_sizes, "input"),
+                                  splits(output, opts.output_split_sizes, "output")};
   // The element count is not part of the signature: uneven splits are the point.
   Signature sig = base(CollectiveKind::all_to_all, input, 0, opts);
   sig.shape = "";
-  auto work = w.post(g, sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&output});
+  auto work = backend.post(g, sig, std::move(tensors));
+  return finish_post(backend, work, opts.async_op, {&output});
 }
 
 Work broadcast(const Tensor& tensor, const BroadcastOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   require_usable(tensor, "broadcast", "");
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   Signature sig = base(CollectiveKind::broadcast, tensor, tensor.numel(), opts);
   sig.root = root_index(*g, opts.src, "broadcast", "src");
-  Part part;
-  part.has_data = tensor.has_data();
-  part.a = tensor;
-  auto work = w.post(g, sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&tensor});
+  auto work = backend.post(g, sig, detail::BroadcastTensors{tensor});
+  return finish_post(backend, work, opts.async_op, {&tensor});
 }
 
 Work reduce(const Tensor& tensor, const ReduceOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   require_usable(tensor, "reduce", "");
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   Signature sig = base(CollectiveKind::reduce, tensor, tensor.numel(), opts);
   sig.root = root_index(*g, opts.dst, "reduce", "dst");
   sig.op = opts.op;
-  Part part;
-  part.has_data = tensor.has_data();
-  part.a = tensor;
-  auto work = w.post(g, sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&tensor});
+  auto work = backend.post(g, sig, detail::ReduceTensors{tensor});
+  return finish_post(backend, work, opts.async_op, {&tensor});
 }
 
 namespace {
@@ -281,66 +270,61 @@ void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, cons
 }  // namespace
 
 Work gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, const GatherOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   require_usable(tensor, "gather", "");
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   Signature sig = base(CollectiveKind::gather, tensor, tensor.numel(), opts);
   sig.root = root_index(*g, opts.dst, "gather", "dst");
-  Part part;
-  part.has_data = tensor.has_data();
-  part.a = tensor;
-  const bool is_root = w.rank() == opts.dst;
+  detail::GatherTensors tensors{tensor, {}};
+  const bool is_root = backend.rank() == opts.dst;
   if (is_root) {
     check_list(gather_list, tensor, static_cast<int>(g->ranks.size()), "gather", "gather_list");
-    part.list = gather_list;
+    tensors.gather_list = gather_list;
   }
-  auto work = w.post(g, sig, std::move(part));
+  auto work = backend.post(g, sig, std::move(tensors));
   if (opts.async_op && is_root)
     for (const Tensor& t : gather_list) t.set_pending_write(std::make_shared<WorkPendingWrite>(work));
-  return finish_post(w, work, opts.async_op, {});
+  return finish_post(backend, work, opts.async_op, {});
 }
 
 Work scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, const ScatterOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   require_usable(tensor, "scatter", "");
-  const auto g = w.resolve(opts.group);
+  const auto g = resolve(backend, opts.group);
   Signature sig = base(CollectiveKind::scatter, tensor, tensor.numel(), opts);
   sig.root = root_index(*g, opts.src, "scatter", "src");
-  Part part;
-  part.has_data = tensor.has_data();
-  part.a = tensor;
-  if (w.rank() == opts.src) {
+  detail::ScatterTensors tensors{tensor, {}};
+  if (backend.rank() == opts.src) {
     check_list(scatter_list, tensor, static_cast<int>(g->ranks.size()), "scatter", "scatter_list");
-    part.list = scatter_list;
+    tensors.scatter_list = scatter_list;
   }
-  auto work = w.post(g, sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {&tensor});
+  auto work = backend.post(g, sig, std::move(tensors));
+  return finish_post(backend, work, opts.async_op, {&tensor});
 }
 
 Work barrier(const BarrierOptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   Signature sig;
   sig.kind = CollectiveKind::barrier;
   sig.algorithm = opts.algorithm;
   sig.dtype = DType::f32;
-  Part part;
-  auto work = w.post(w.resolve(opts.group), sig, std::move(part));
-  return finish_post(w, work, opts.async_op, {});
+  auto work = backend.post(resolve(backend, opts.group), sig, detail::BarrierTensors{});
+  return finish_post(backend, work, opts.async_op, {});
 }
 
 // ---- point-to-point
 
 Work isend(const Tensor& tensor, int dst, const P2POptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   tensor.wait_pending();
-  return Work(w.post_p2p(true, tensor, dst, opts));
+  return Work(backend.post_p2p(true, tensor, dst, resolve(backend, opts.group), opts.tag));
 }
 
 Work irecv(const Tensor& tensor, int src, const P2POptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   tensor.wait_pending();
-  auto work = w.post_p2p(false, tensor, src, opts);
-  if (!work->matched || work->done > w.now())
+  auto work = backend.post_p2p(false, tensor, src, resolve(backend, opts.group), opts.tag);
+  if (!work->matched || work->done > backend.now())
     tensor.set_pending_write(std::make_shared<WorkPendingWrite>(work));
   return Work(work);
 }
@@ -348,10 +332,10 @@ Work irecv(const Tensor& tensor, int src, const P2POptions& opts) {
 void send(const Tensor& tensor, int dst, const P2POptions& opts) { isend(tensor, dst, opts).wait(); }
 
 void recv(const Tensor& tensor, int src, const P2POptions& opts) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   tensor.wait_pending();
-  auto work = w.post_p2p(false, tensor, src, opts);
-  w.wait(*work);
+  auto work = backend.post_p2p(false, tensor, src, resolve(backend, opts.group), opts.tag);
+  backend.wait(*work);
 }
 
 std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops) {
@@ -370,15 +354,17 @@ std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops) {
 void init_process_group(const std::string& backend) {
   Backend* b = Backend::current_or_null();
   if (b == nullptr) {
-    // Outside a run: choose the backend of the runs spawn() starts from now on.
-    set_backend(backend);
+    // Outside a run there is nothing to initialise: each run names its own backend.
+    if (parse_backend(backend) != BackendKind::sim)
+      throw Error("init_process_group: backend '" + backend +
+                  "' requested outside a run; a run's backend is chosen by the run: pass "
+                  "SpawnOptions::backend to spawn() (ranksim run --backend " + backend + ")");
     return;
   }
   if (backend != b->name())
     throw Error("init_process_group: backend '" + backend + "' requested inside a run of the '" +
                 b->name() + "' backend; pass \"" + b->name() +
-                "\" (or choose the backend before spawn(): set_backend(), SpawnOptions::backend, "
-                "ranksim run --backend)");
+                "\" (or choose the run's backend: SpawnOptions::backend, ranksim run --backend)");
   b->set_initialized();
 }
 
@@ -391,18 +377,18 @@ int get_rank(const ProcessGroup& group) { return group.rank(); }
 int get_world_size(const ProcessGroup& group) { return group.size(); }
 
 ProcessGroup new_group(const std::vector<int>& ranks, const std::string& group_desc) {
-  Backend& w = Backend::current();
+  Backend& backend = Backend::current();
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   if (sorted.empty()) throw Error("new_group: the rank list is empty");
   for (size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] < 0 || sorted[i] >= w.size())
+    if (sorted[i] < 0 || sorted[i] >= backend.size())
       throw Error("new_group: rank " + std::to_string(sorted[i]) + " is outside the world of " +
-                  std::to_string(w.size()) + " ranks");
+                  std::to_string(backend.size()) + " ranks");
     if (i > 0 && sorted[i] == sorted[i - 1])
       throw Error("new_group: rank " + std::to_string(sorted[i]) + " is listed twice");
   }
-  std::shared_ptr<GroupState> g = w.find_or_make_group(sorted);
+  std::shared_ptr<GroupState> g = backend.find_or_make_group(sorted);
   // Every creator passes the same description; the first one renames the shared state.
   // ("group[0,2]" -> "<desc>[0,2]"; a group of every rank, "world#<id>" -> "<desc>#<id>")
   if (!group_desc.empty() && (g->name.rfind("group[", 0) == 0 || g->name.rfind("world#", 0) == 0))
@@ -417,27 +403,27 @@ std::string group_desc_of(const std::string& group_name) {
 
 std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
     const std::vector<std::vector<int>>& ranks_per_subgroup, const std::string& group_desc) {
-  Backend& w = Backend::current();
-  std::vector<int> seen(static_cast<size_t>(w.size()), -1);
+  Backend& backend = Backend::current();
+  std::vector<int> seen(static_cast<size_t>(backend.size()), -1);
   for (size_t k = 0; k < ranks_per_subgroup.size(); ++k)
     for (int r : ranks_per_subgroup[k]) {
-      if (r < 0 || r >= w.size())
+      if (r < 0 || r >= backend.size())
         throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) +
                     " in subgroup " + std::to_string(k) + " is outside the world of " +
-                    std::to_string(w.size()) + " ranks");
+                    std::to_string(backend.size()) + " ranks");
       if (seen[static_cast<size_t>(r)] >= 0)
         throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) +
                     " is in subgroups " + std::to_string(seen[static_cast<size_t>(r)]) + " and " +
                     std::to_string(k) + "; every rank must be in exactly one subgroup");
       seen[static_cast<size_t>(r)] = static_cast<int>(k);
     }
-  for (int r = 0; r < w.size(); ++r)
+  for (int r = 0; r < backend.size(); ++r)
     if (seen[static_cast<size_t>(r)] < 0)
       throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) +
                   " is in no subgroup; every rank must be in exactly one");
   std::vector<ProcessGroup> all;
   for (const auto& ranks : ranks_per_subgroup) all.push_back(new_group(ranks, group_desc));
-  return {all[static_cast<size_t>(seen[static_cast<size_t>(w.rank())])], all};
+  return {all[static_cast<size_t>(seen[static_cast<size_t>(backend.rank())])], all};
 }
 
 }  // namespace ranksim::runtime

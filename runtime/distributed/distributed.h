@@ -172,8 +172,9 @@ struct P2POp {
 std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
 
 // Process groups. init_process_group is optional inside spawn (the world exists already);
-// backend must name the run's backend there ("sim" or "mpi"). Called outside any run it chooses
-// the backend of the runs spawn() starts afterwards (set_backend in runtime/distributed/spawn.h).
+// backend must name the run's backend there ("sim", "mpi" or "nccl"). A run's backend is chosen
+// by the run (SpawnOptions::backend, runtime/distributed/spawn_options.h): outside any run,
+// "sim" does nothing and "mpi" or "nccl" is an Error saying so.
 void init_process_group(const std::string& backend = "sim");
 bool is_initialized();
 int get_rank(const ProcessGroup& group = {});

@@ -42,9 +42,9 @@ bool every_process_has_a_gpu() {
 
 TEST(NcclBackend, WithoutAGpuTheBackendSaysSoOnEveryRank) {
   if (every_process_has_a_gpu()) GTEST_SKIP() << "this machine has GPUs: the device tests run instead";
-  gpu::install_nccl_backend();
   SpawnOptions so;
   so.backend = BackendKind::nccl;
+  so.device_collectives = gpu::nccl_collectives;
   EXPECT_THAT([&] { spawn([](int) {}, mpi::world_size(), so); },
               ::testing::ThrowsMessage<Error>(HasSubstr("needs a CUDA device in every process")));
 }
@@ -52,7 +52,6 @@ TEST(NcclBackend, WithoutAGpuTheBackendSaysSoOnEveryRank) {
 // Exact: data movement and sums of small integers.
 TEST(NcclBackend, DataMovementEqualsSimBitForBit) {
   REQUIRE_GPU_PER_PROCESS();
-  gpu::install_nccl_backend();
   const Program program = [](int rank, std::vector<Bytes>& out) {
     const int n = get_world_size();
     Tensor t = Tensor::full({1000}, rank + 1);
@@ -99,8 +98,10 @@ TEST(NcclBackend, DataMovementEqualsSimBitForBit) {
     out.push_back(mpitest::bytes_of(piece));
   };
   const int me = mpi::world_rank();
-  const auto want = run_on(BackendKind::sim, program);
-  const auto got = run_on(BackendKind::nccl, program);
+  SpawnOptions so;
+  so.device_collectives = gpu::nccl_collectives;
+  const auto want = run_on(BackendKind::sim, program, so);
+  const auto got = run_on(BackendKind::nccl, program, so);
   ASSERT_EQ(got[static_cast<size_t>(me)].size(), want[static_cast<size_t>(me)].size());
   for (size_t k = 0; k < want[static_cast<size_t>(me)].size(); ++k) {
     EXPECT_TRUE(got[static_cast<size_t>(me)][k] == want[static_cast<size_t>(me)][k]) << "rank " << me << " output " << k;
@@ -110,11 +111,11 @@ TEST(NcclBackend, DataMovementEqualsSimBitForBit) {
 // Rounding: the TP MLP's all-reduces in f32, against sim to fp32 rounding.
 TEST(NcclBackend, TensorParallelMlpMatchesSimToFp32Rounding) {
   REQUIRE_GPU_PER_PROCESS();
-  gpu::install_nccl_backend();
   std::vector<std::vector<float>> ys(2);
   for (int pass = 0; pass < 2; ++pass) {
     SpawnOptions so;
     so.backend = pass == 0 ? BackendKind::sim : BackendKind::nccl;
+    so.device_collectives = gpu::nccl_collectives;
     so.engine.trace = false;
     const int n = mpi::world_size();
     spawn(

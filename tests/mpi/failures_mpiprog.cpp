@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    set_backend("mpi");
+    SpawnOptions so;
+    so.backend = BackendKind::mpi;
     const int n = mpi::world_size();
     spawn(
         [&](int rank) {
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
             if (rank == 0) recv(Tensor::zeros({4}), 1);
           }
         },
-        mode == "size" ? n + 1 : n);
+        mode == "size" ? n + 1 : n, so);
   } catch (const ranksim::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

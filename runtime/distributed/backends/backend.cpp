@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <utility>
 
+#include "runtime/distributed/backends/device_collectives.h"
 #include "runtime/distributed/reduce.h"
 #include "sim/engine.h"
 #include "sim/error.h"
@@ -25,34 +25,6 @@ void move_bytes(void* dst, const void* src, size_t n) {
 }
 
 }  // namespace
-
-std::string Signature::describe() const {
-  std::ostringstream os;
-  os << to_string(kind) << '(' << dtype_name(dtype) << shape;
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-    case CollectiveKind::reduce_scatter: os << ", op=" << to_string(op); break;
-    case CollectiveKind::reduce: os << ", op=" << to_string(op) << ", root=" << root; break;
-    case CollectiveKind::broadcast:
-    case CollectiveKind::gather:
-    case CollectiveKind::scatter: os << ", root=" << root; break;
-    default: break;
-  }
-  if (algorithm != Algorithm::automatic) os << ", algorithm=" << to_string(algorithm);
-  os << ')';
-  return os.str();
-}
-
-std::string Signature::difference(const Signature& o) const {
-  if (kind != o.kind) return "different collectives";
-  if (dtype != o.dtype) return "different dtypes";
-  if (count != o.count) return "different element counts (" + std::to_string(count) + " vs " +
-                               std::to_string(o.count) + ")";
-  if (op != o.op) return "different reduce ops";
-  if (root != o.root) return "different roots";
-  if (algorithm != o.algorithm) return "different algorithms";
-  return {};
-}
 
 void set_node_layout(GroupState& g, const std::function<int(int)>& node_of_rank) {
   std::map<int, int> per_node;
@@ -155,16 +127,6 @@ const Schedule& ScheduleCache::get(int group_id, const ScheduleRequest& req, Sch
 Backend::~Backend() = default;
 DeviceCollectives::~DeviceCollectives() = default;
 
-namespace {
-DeviceCollectivesFactory& factory_slot() {
-  static DeviceCollectivesFactory f;
-  return f;
-}
-}  // namespace
-
-void set_device_collectives_factory(DeviceCollectivesFactory factory) { factory_slot() = std::move(factory); }
-const DeviceCollectivesFactory& device_collectives_factory() { return factory_slot(); }
-
 Backend* Backend::current_or_null() {
   sim::Engine* e = sim::Engine::current();
   if (e == nullptr || !e->in_rank() || e->context() == nullptr) return nullptr;
@@ -179,20 +141,11 @@ Backend& Backend::current() {
   return *b;
 }
 
-std::shared_ptr<GroupState> Backend::resolve(const ProcessGroup& group) {
-  if (!group.state()) return world_group();
-  if (group.state()->owner != this)
-    throw Error("process group " + group.state()->name +
-                " was created by another run (another spawn() or backend); create groups inside "
-                "the run that uses them");
-  return group.state();
-}
-
 // ---- WorkingBuffer
 
-WorkingBuffer::WorkingBuffer(const Signature& sig, const Part& part, int index, int n,
+WorkingBuffer::WorkingBuffer(const Signature& sig, const CollectiveTensors& tensors, int index, int n,
                              int64_t buffer_elems)
-    : sig_(sig), part_(part), index_(index), n_(n) {
+    : sig_(sig), tensors_(tensors), index_(index), n_(n) {
   const size_t esize = dtype_size(sig.dtype);
   const int64_t c = sig.count;
   const size_t chunk = static_cast<size_t>(c) * esize;
@@ -202,42 +155,50 @@ WorkingBuffer::WorkingBuffer(const Signature& sig, const Part& part, int index, 
     data_ = scratch_.data();
   };
   switch (sig.kind) {
-    case CollectiveKind::all_reduce:
-    case CollectiveKind::broadcast: data_ = bytes_of(part.a); break;
-    case CollectiveKind::reduce:
+    case CollectiveKind::all_reduce: data_ = bytes_of(std::get<AllReduceTensors>(tensors).tensor); break;
+    case CollectiveKind::broadcast: data_ = bytes_of(std::get<BroadcastTensors>(tensors).tensor); break;
+    case CollectiveKind::reduce: {
+      const Tensor& t = std::get<ReduceTensors>(tensors).tensor;
       if (index == sig.root) {
-        data_ = bytes_of(part.a);
+        data_ = bytes_of(t);
       } else {
         scratch(c);
-        copy_bytes(data_, bytes_of(part.a), chunk);
+        copy_bytes(data_, bytes_of(t), chunk);
       }
       break;
-    case CollectiveKind::all_gather:
-      // a = output (n*c), b = input (c); place the input first (memmove: it may be a view of a).
-      data_ = bytes_of(part.a);
-      move_bytes(data_ + mine, bytes_of(part.b), chunk);
+    }
+    case CollectiveKind::all_gather: {
+      // Place the input first (memmove: it may be a view of the output).
+      const auto& t = std::get<AllGatherTensors>(tensors);
+      data_ = bytes_of(t.output);
+      move_bytes(data_ + mine, bytes_of(t.input), chunk);
       break;
+    }
     case CollectiveKind::reduce_scatter:
-      // a = output (c), b = input (n*c); reduce in scratch so the input stays untouched.
+      // Reduce in scratch (n*c) so the input stays untouched.
       scratch(c * n);
-      copy_bytes(data_, bytes_of(part.b), chunk * static_cast<size_t>(n));
+      copy_bytes(data_, bytes_of(std::get<ReduceScatterTensors>(tensors).input), chunk * static_cast<size_t>(n));
       break;
     case CollectiveKind::gather:
       scratch(c * n);
-      copy_bytes(data_ + mine, bytes_of(part.a), chunk);
+      copy_bytes(data_ + mine, bytes_of(std::get<GatherTensors>(tensors).tensor), chunk);
       break;
-    case CollectiveKind::scatter:
+    case CollectiveKind::scatter: {
+      const auto& list = std::get<ScatterTensors>(tensors).scatter_list;
       scratch(c * n);
       if (index == sig.root)
         for (int j = 0; j < n; ++j)
-          copy_bytes(data_ + static_cast<size_t>(j) * chunk, bytes_of(part.list[static_cast<size_t>(j)]), chunk);
+          copy_bytes(data_ + static_cast<size_t>(j) * chunk, bytes_of(list[static_cast<size_t>(j)]), chunk);
       break;
-    case CollectiveKind::all_to_all:
-      // a = output, b = input; scratch = [input | output].
+    }
+    case CollectiveKind::all_to_all: {
+      // scratch = [input | output].
+      const auto& t = std::get<AllToAllTensors>(tensors);
       scratch(buffer_elems);
-      for (int64_t x : part.in_splits) in_total_ += x;
-      copy_bytes(data_, bytes_of(part.b), static_cast<size_t>(in_total_) * esize);
+      for (int64_t x : t.input_splits) in_total_ += x;
+      copy_bytes(data_, bytes_of(t.input), static_cast<size_t>(in_total_) * esize);
       break;
+    }
     case CollectiveKind::barrier: break;
   }
 }
@@ -257,18 +218,21 @@ void WorkingBuffer::finish() {
       break;
     case CollectiveKind::reduce_scatter:
       if (avg) divide_elements(mine, sig_.dtype, c, n_);
-      copy_bytes(bytes_of(part_.a), mine, chunk);
+      copy_bytes(bytes_of(std::get<ReduceScatterTensors>(tensors_).output), mine, chunk);
       break;
     case CollectiveKind::gather:
-      if (index_ == sig_.root)
+      if (index_ == sig_.root) {
+        const auto& list = std::get<GatherTensors>(tensors_).gather_list;
         for (int j = 0; j < n_; ++j)
-          copy_bytes(bytes_of(part_.list[static_cast<size_t>(j)]), data_ + static_cast<size_t>(j) * chunk, chunk);
+          copy_bytes(bytes_of(list[static_cast<size_t>(j)]), data_ + static_cast<size_t>(j) * chunk, chunk);
+      }
       break;
-    case CollectiveKind::scatter: copy_bytes(bytes_of(part_.a), mine, chunk); break;
+    case CollectiveKind::scatter: copy_bytes(bytes_of(std::get<ScatterTensors>(tensors_).tensor), mine, chunk); break;
     case CollectiveKind::all_to_all: {
+      const auto& t = std::get<AllToAllTensors>(tensors_);
       int64_t out_total = 0;
-      for (int64_t x : part_.out_splits) out_total += x;
-      copy_bytes(bytes_of(part_.a), data_ + static_cast<size_t>(in_total_) * esize,
+      for (int64_t x : t.output_splits) out_total += x;
+      copy_bytes(bytes_of(t.output), data_ + static_cast<size_t>(in_total_) * esize,
                  static_cast<size_t>(out_total) * esize);
       break;
     }

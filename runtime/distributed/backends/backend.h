@@ -1,11 +1,12 @@
 // Backend: the seam between the torch.distributed-style API (runtime/distributed/distributed.h) and what
-// executes it — the sim World (fibers, virtual time; runtime/distributed/backends/sim) or one MPI process per
-// rank (runtime/distributed/backends/mpi).
+// executes it — the SimBackend (fibers, virtual time; runtime/distributed/backends/sim) or one MPI process per
+// rank (MpiBackend, runtime/distributed/backends/mpi).
 //
-// distributed.cpp validates arguments, builds a Signature and a Part (this rank's tensors) and
-// hands them to Backend::current(), the backend of the run executing the calling rank: the
-// context of the sim::Engine running the calling fiber. spawn() installs it: the sim World for a
-// sim run, the MpiBackend (on a one-fiber engine) for a run under mpirun. The same user code
+// distributed.cpp validates arguments, builds a Signature and the rank's typed tensors
+// (runtime/distributed/backends/request.h) and hands them to Backend::current(), the backend of
+// the run executing the calling rank: the context of the sim::Engine running the calling fiber.
+// The backend's launcher (runtime/distributed/backends/registry.h) installs it: the SimBackend for
+// a sim run, the MpiBackend (on a one-fiber engine) for a run under mpirun. The same user code
 // therefore runs on either, unchanged.
 //
 // Both backends execute the same Schedule (runtime/distributed/schedule.h) with the same reduce kernels, and
@@ -13,7 +14,8 @@
 // the same bits on both.
 //
 // Groups and works belong to the backend that made them: a ProcessGroup of one run used in
-// another is an Error. Not thread-safe: a backend runs on the thread of its engine.
+// another is an Error (distributed.cpp checks GroupState::owner). Not thread-safe: a backend runs
+// on the thread of its engine.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +27,9 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/distributed/distributed.h"
+#include "runtime/distributed/backends/request.h"
+#include "runtime/distributed/run_report.h"
 #include "runtime/distributed/schedule.h"
-#include "runtime/distributed/spawn.h"
 #include "runtime/tensor/tensor.h"
 #include "sim/time.h"
 
@@ -46,31 +48,6 @@ struct WorkState {
   bool observed = false;
   bool owner_waiting = false;  // sim: the owner is blocked in wait()
   std::function<std::string()> describe;  // for deadlock reports and errors
-};
-
-// What every member of a collective must agree on.
-struct Signature {
-  CollectiveKind kind = CollectiveKind::barrier;
-  DType dtype = DType::f32;
-  int64_t count = 0;  // elements per rank as make_schedule() counts them
-  ReduceOp op = ReduceOp::SUM;
-  int root = 0;       // group index
-  Algorithm algorithm = Algorithm::automatic;
-  std::string shape;  // for messages
-  std::string describe() const;
-  // Empty when equal; else what differs.
-  std::string difference(const Signature& other) const;
-};
-
-// One rank's tensors for a collective.
-struct Part {
-  bool posted = false;
-  sim::Time post;
-  bool has_data = false;
-  Tensor a, b;                 // per kind: all_reduce/broadcast/reduce (a); gathers: a=out b=in...
-  std::vector<Tensor> list;    // gather/scatter lists (root only)
-  std::vector<int64_t> in_splits, out_splits;  // all_to_all, in elements
-  std::shared_ptr<WorkState> work;
 };
 
 // A process group as every backend sees it; backends derive their own state from it.
@@ -97,7 +74,7 @@ Algorithm resolve_algorithm(const GroupState& g, const Signature& sig, Algorithm
 // The ScheduleRequest of a collective on g (all_to_all splits left for the caller to fill).
 ScheduleRequest schedule_request(const GroupState& g, const Signature& sig, Algorithm algorithm);
 
-// The record of a collective (runtime/distributed/spawn.h) without its times: what nccl-tests would call
+// The record of a collective (runtime/distributed/run_report.h) without its times: what nccl-tests would call
 // its size. req is the collective's ScheduleRequest (its splits for all_to_all).
 CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Algorithm algorithm,
                                    uint64_t call, const ScheduleRequest& req);
@@ -139,42 +116,19 @@ class Backend {
   // new_group(): the k-th creation of `ranks` (sorted, valid) by this rank is the same group on
   // every rank.
   virtual std::shared_ptr<GroupState> find_or_make_group(const std::vector<int>& ranks) = 0;
-  // The group a handle names (the world for a default handle). Throws Error for a group made by
-  // another run.
-  std::shared_ptr<GroupState> resolve(const ProcessGroup& group);
 
-  // Posts this rank's part of a collective on g (REQUIRES: arguments validated).
+  // Posts this rank's part of a collective on g (REQUIRES: arguments validated, g made by this
+  // backend, kind_of(tensors) == sig.kind).
   virtual std::shared_ptr<WorkState> post(const std::shared_ptr<GroupState>& g, Signature sig,
-                                          Part part) = 0;
+                                          CollectiveTensors tensors) = 0;
+  // Posts a send of `tensor` to global rank peer (is_send) or a receive into it from peer, on g
+  // with the user's tag (REQUIRES: g made by this backend).
   virtual std::shared_ptr<WorkState> post_p2p(bool is_send, const Tensor& tensor, int peer,
-                                              const P2POptions& opts) = 0;
+                                              const std::shared_ptr<GroupState>& g, int tag) = 0;
   // Blocks until the work completes; rethrows its error.
   virtual void wait(WorkState& work) = 0;
   virtual bool poll(WorkState& work) = 0;
 };
-
-// Collectives on devices inside the mpi backend's processes: the nccl backend
-// (runtime/distributed/backends/nccl). The mpi backend keeps the processes, groups, point-to-point, clocks,
-// records and traces, and hands every collective that carries data to this object; shape-only
-// collectives and barriers stay on MPI.
-class DeviceCollectives {
- public:
-  virtual ~DeviceCollectives();
-  virtual const char* name() const = 0;
-  // A group this process is a member of (index: its place in ranks), with the group's MPI
-  // communicator (a pointer to an MPI_Comm) to bootstrap its device communicator over.
-  // Collective over the group's members, in group-creation order.
-  virtual void add_group(int id, const std::vector<int>& ranks, int index, const void* mpi_comm) = 0;
-  // Runs the collective sig with this rank's part (layouts: runtime/distributed/distributed.cpp; roots are
-  // group indices) on group id: reads the inputs, writes the outputs.
-  virtual void run(int id, const Signature& sig, Part& part, int index) = 0;
-};
-// Makes the DeviceCollectives of a process, after MPI is initialised: installed by the GPU
-// library (runtime/distributed/backends/nccl) and called by spawn() for the nccl backend. Without one, the
-// nccl backend is an Error saying ranksim was built without CUDA and NCCL.
-using DeviceCollectivesFactory = std::function<std::unique_ptr<DeviceCollectives>()>;
-void set_device_collectives_factory(DeviceCollectivesFactory factory);
-const DeviceCollectivesFactory& device_collectives_factory();
 
 // One group rank's working buffer for a collective (layout: runtime/distributed/schedule.h): set up from
 // the rank's tensors, run through the schedule, then written back to the outputs by finish()
@@ -183,15 +137,17 @@ const DeviceCollectivesFactory& device_collectives_factory();
 // are not outputs stay untouched.
 class WorkingBuffer {
  public:
-  // REQUIRES: part.has_data; `index` is the rank's group index in a group of n; buffer_elems is
-  // the schedule's buffer_elems (used by all_to_all).
-  WorkingBuffer(const Signature& sig, const Part& part, int index, int n, int64_t buffer_elems);
+  // REQUIRES: has_data(tensors), kind_of(tensors) == sig.kind; `index` is the rank's group index
+  // in a group of n; buffer_elems is the schedule's buffer_elems (used by all_to_all). tensors
+  // must outlive the buffer.
+  WorkingBuffer(const Signature& sig, const CollectiveTensors& tensors, int index, int n,
+                int64_t buffer_elems);
   std::byte* data() { return data_; }
   void finish();
 
  private:
   const Signature& sig_;
-  const Part& part_;
+  const CollectiveTensors& tensors_;
   int index_, n_;
   std::vector<std::byte> scratch_;
   std::byte* data_ = nullptr;

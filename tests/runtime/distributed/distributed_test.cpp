@@ -208,7 +208,7 @@ TEST(Distributed, AsyncWorkCompletesLaterAndReadingTheOutputWaits) {
 
 TEST(Distributed, AWaitedAsyncOutputIsAPlainTensorAfterSpawn) {
   // The pending write an async collective leaves on its output must not outlive the wait: read
-  // outside the run (no rank, no World), the tensor is plain data.
+  // outside the run (no rank, no backend), the tensor is plain data.
   std::vector<Tensor> results(3), untouched(3);
   spawn(
       [&](int rank) {
@@ -290,7 +290,11 @@ TEST(Distributed, CallsOutsideSpawnAreClearErrors) {
               ThrowsMessage<Error>(HasSubstr("unknown backend 'gloo'; use sim, mpi or nccl")));
   EXPECT_EQ(parse_backend("nccl"), BackendKind::nccl);
   EXPECT_STREQ(to_string(BackendKind::nccl), "nccl");
-  EXPECT_EQ(default_backend(), BackendKind::sim);
+  EXPECT_EQ(SpawnOptions{}.backend, BackendKind::sim);
+  // A run's backend is chosen by the run: outside one, only the default can be named.
+  EXPECT_NO_THROW(init_process_group("sim"));
+  EXPECT_THAT([] { init_process_group("mpi"); },
+              ThrowsMessage<Error>(HasSubstr("requested outside a run; a run's backend is chosen by the run")));
 }
 
 TEST(Distributed, AGroupOfAnotherRunIsAnError) {

@@ -2,7 +2,8 @@
 // schedules (runtime/distributed/schedule.h) over MPI point-to-point, so results are bit-identical to the
 // sim backend's for the same algorithm.
 //
-// Entry points: spawn() with SpawnOptions::backend = mpi (runtime/distributed/spawn.h) calls spawn_mpi; the
+// Entry points: spawn() with SpawnOptions::backend = mpi (runtime/distributed/spawn.h) calls spawn_mpi
+// (through runtime/distributed/backends/registry.h); the
 // functions in runtime::mpi let a program (the ranksim CLI, a test) ask about the MPI job before
 // or after a run. Built only when CMake finds MPI (RANKSIM_WITH_MPI); otherwise every entry
 // point throws Error("built without MPI; install with scripts/setup.sh --with-mpi ...").
@@ -31,7 +32,8 @@
 
 #include <functional>
 
-#include "runtime/distributed/spawn.h"
+#include "runtime/distributed/run_report.h"
+#include "runtime/distributed/spawn_options.h"
 #include "sim/topology.h"
 
 namespace ranksim::runtime {
@@ -48,11 +50,11 @@ int world_size();
 }  // namespace mpi
 
 namespace detail {
-// spawn() under the mpi backend, or the nccl backend when `device` is set (the collectives with
-// data run on DeviceCollectives, runtime/distributed/backends/backend.h). REQUIRES: topology has at least
-// nprocs devices.
+// spawn() under the mpi backend, or the nccl backend when opts.backend is nccl (the collectives
+// with data run on opts.device_collectives, runtime/distributed/backends/device_collectives.h;
+// without one, an Error). REQUIRES: topology has at least nprocs devices.
 RunReport spawn_mpi(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts,
-                    const sim::Topology& topology, bool device = false);
+                    const sim::Topology& topology);
 }  // namespace detail
 
 }  // namespace ranksim::runtime

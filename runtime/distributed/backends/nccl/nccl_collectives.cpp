@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
-#include "runtime/distributed/backends/backend.h"
 #include "runtime/device/device.h"
 #include "runtime/tensor/device_tensors.h"
 #include "runtime/device/cuda/cuda.h"
@@ -21,7 +21,7 @@
 namespace ranksim::runtime::gpu {
 namespace {
 
-using detail::Part;
+using detail::CollectiveTensors;
 using detail::Signature;
 
 void check_mpi(int rc, const char* what) {
@@ -68,12 +68,12 @@ class NcclCollectives final : public detail::DeviceCollectives {
     comms_.emplace(id, std::make_unique<NcclComm>(uid, static_cast<int>(ranks.size()), index));
   }
 
-  void run(int id, const Signature& sig, Part& part, int index) override {
+  void run(int id, const Signature& sig, const CollectiveTensors& tensors, int index) override {
     const auto it = comms_.find(id);
     if (it == comms_.end()) throw Error("nccl backend: group " + std::to_string(id) + " has no NCCL communicator");
     NcclComm& c = *it->second;
-    if (Device* dev = direct_device(sig, part)) {
-      run_in_place(*dev, c, sig, part, index);
+    if (Device* dev = direct_device(sig, tensors)) {
+      run_in_place(*dev, c, sig, tensors, index);
       return;
     }
     const Stream& s = c.stream();
@@ -81,69 +81,79 @@ class NcclCollectives final : public detail::DeviceCollectives {
     using K = CollectiveKind;
     switch (sig.kind) {
       case K::all_reduce: {
-        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        const Tensor& t = std::get<detail::AllReduceTensors>(tensors).tensor;
+        DeviceBuffer b = DeviceBuffer::upload(t, s);
         c.all_reduce(b, checked_op(sig));
         done(c);
-        b.download_into(part.a, s);
+        b.download_into(t, s);
         break;
       }
       case K::broadcast: {
-        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        const Tensor& t = std::get<detail::BroadcastTensors>(tensors).tensor;
+        DeviceBuffer b = DeviceBuffer::upload(t, s);
         c.broadcast(b, sig.root);
         done(c);
-        b.download_into(part.a, s);
+        b.download_into(t, s);
         break;
       }
       case K::reduce: {
-        DeviceBuffer b = DeviceBuffer::upload(part.a, s);
+        const Tensor& t = std::get<detail::ReduceTensors>(tensors).tensor;
+        DeviceBuffer b = DeviceBuffer::upload(t, s);
         c.reduce(b, sig.root, checked_op(sig));
         done(c);
-        if (index == sig.root) b.download_into(part.a, s);
+        if (index == sig.root) b.download_into(t, s);
         break;
       }
       case K::all_gather: {
-        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
-        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        const auto& t = std::get<detail::AllGatherTensors>(tensors);
+        const DeviceBuffer in = DeviceBuffer::upload(t.input, s);
+        DeviceBuffer out(t.output.numel(), t.output.dtype());
         c.all_gather(out, in);
         done(c);
-        out.download_into(part.a, s);
+        out.download_into(t.output, s);
         break;
       }
       case K::reduce_scatter: {
-        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
-        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        const auto& t = std::get<detail::ReduceScatterTensors>(tensors);
+        const DeviceBuffer in = DeviceBuffer::upload(t.input, s);
+        DeviceBuffer out(t.output.numel(), t.output.dtype());
         c.reduce_scatter(out, in, checked_op(sig));
         done(c);
-        out.download_into(part.a, s);
+        out.download_into(t.output, s);
         break;
       }
       case K::all_to_all: {
-        const DeviceBuffer in = DeviceBuffer::upload(part.b, s);
-        DeviceBuffer out(part.a.numel(), part.a.dtype());
-        c.all_to_all_v(out, in, part.in_splits, offsets(part.in_splits), part.out_splits, offsets(part.out_splits));
+        const auto& t = std::get<detail::AllToAllTensors>(tensors);
+        const DeviceBuffer in = DeviceBuffer::upload(t.input, s);
+        DeviceBuffer out(t.output.numel(), t.output.dtype());
+        c.all_to_all_v(out, in, t.input_splits, offsets(t.input_splits), t.output_splits, offsets(t.output_splits));
         done(c);
-        out.download_into(part.a, s);
+        out.download_into(t.output, s);
         break;
       }
       case K::gather: {
-        const DeviceBuffer in = DeviceBuffer::upload(part.a, s);
-        DeviceBuffer out(index == sig.root ? part.a.numel() * n : 0, part.a.dtype());
+        const auto& t = std::get<detail::GatherTensors>(tensors);
+        const DeviceBuffer in = DeviceBuffer::upload(t.tensor, s);
+        DeviceBuffer out(index == sig.root ? t.tensor.numel() * n : 0, t.tensor.dtype());
         c.gather(out, in, sig.root);
         done(c);
         if (index == sig.root) {
-          for (int i = 0; i < n; ++i) out.download_into(part.list[static_cast<std::size_t>(i)], s, i * part.a.numel());
+          for (int i = 0; i < n; ++i) {
+            out.download_into(t.gather_list[static_cast<std::size_t>(i)], s, i * t.tensor.numel());
+          }
         }
         break;
       }
       case K::scatter: {
-        DeviceBuffer in(index == sig.root ? part.a.numel() * n : 0, part.a.dtype());
+        const auto& t = std::get<detail::ScatterTensors>(tensors);
+        DeviceBuffer in(index == sig.root ? t.tensor.numel() * n : 0, t.tensor.dtype());
         if (index == sig.root) {
-          for (int i = 0; i < n; ++i) in.copy_from(part.list[static_cast<std::size_t>(i)], s, i * part.a.numel());
+          for (int i = 0; i < n; ++i) in.copy_from(t.scatter_list[static_cast<std::size_t>(i)], s, i * t.tensor.numel());
         }
-        DeviceBuffer out(part.a.numel(), part.a.dtype());
+        DeviceBuffer out(t.tensor.numel(), t.tensor.dtype());
         c.scatter(out, in, sig.root);
         done(c);
-        out.download_into(part.a, s);
+        out.download_into(t.tensor, s);
         break;
       }
       case K::barrier:
@@ -155,17 +165,31 @@ class NcclCollectives final : public detail::DeviceCollectives {
   // The compute device when it is this process's GPU and the collective's tensors are contiguous:
   // NCCL then works on the tensors' device copies in place, with no host staging. Gather and
   // scatter, whose lists are separate tensors, stage through the host.
-  Device* direct_device(const Signature& sig, const Part& part) const {
+  Device* direct_device(const Signature& sig, const CollectiveTensors& tensors) const {
     Device* dev = compute_device();
     if (!dev || cuda_ordinal_of(*dev) != device_) return nullptr;
     if (sig.kind == CollectiveKind::gather || sig.kind == CollectiveKind::scatter ||
         sig.kind == CollectiveKind::barrier) {
       return nullptr;
     }
-    for (const Tensor* t : {&part.a, &part.b}) {
-      if (t->defined() && (!t->has_data() || !t->is_contiguous())) return nullptr;
+    const auto [out, in] = in_place_tensors(tensors);
+    for (const Tensor* t : {out, in}) {
+      if (t != nullptr && (!t->has_data() || !t->is_contiguous())) return nullptr;
     }
     return dev;
+  }
+
+  // The tensors NCCL works on in place: {the output (or the in-place tensor), the input or
+  // nullptr}. REQUIRES: not gather, scatter or barrier.
+  static std::pair<const Tensor*, const Tensor*> in_place_tensors(const CollectiveTensors& tensors) {
+    using P = std::pair<const Tensor*, const Tensor*>;
+    if (const auto* t = std::get_if<detail::AllReduceTensors>(&tensors)) return P{&t->tensor, nullptr};
+    if (const auto* t = std::get_if<detail::BroadcastTensors>(&tensors)) return P{&t->tensor, nullptr};
+    if (const auto* t = std::get_if<detail::ReduceTensors>(&tensors)) return P{&t->tensor, nullptr};
+    if (const auto* t = std::get_if<detail::AllGatherTensors>(&tensors)) return P{&t->output, &t->input};
+    if (const auto* t = std::get_if<detail::ReduceScatterTensors>(&tensors)) return P{&t->output, &t->input};
+    const auto& t = std::get<detail::AllToAllTensors>(tensors);
+    return P{&t.output, &t.input};
   }
 
   // t's device copy (uploaded first when the host wrote it since), as a buffer NCCL reads and
@@ -174,10 +198,12 @@ class NcclCollectives final : public detail::DeviceCollectives {
     return DeviceBuffer::borrow(const_cast<void*>(device_pointer(dev, t)), t.numel(), t.dtype());
   }
 
-  static void run_in_place(Device& dev, NcclComm& c, const Signature& sig, const Part& part, int index) {
+  static void run_in_place(Device& dev, NcclComm& c, const Signature& sig, const CollectiveTensors& tensors,
+                           int index) {
     using K = CollectiveKind;
-    DeviceBuffer a = device_copy(dev, part.a);
-    DeviceBuffer b = part.b.defined() ? device_copy(dev, part.b) : DeviceBuffer();
+    const auto [out, in] = in_place_tensors(tensors);
+    DeviceBuffer a = device_copy(dev, *out);
+    DeviceBuffer b = in != nullptr ? device_copy(dev, *in) : DeviceBuffer();
     dev.synchronize();  // the kernels that wrote the inputs ran on the compute device's stream
     switch (sig.kind) {
       case K::all_reduce: c.all_reduce(a, checked_op(sig)); break;
@@ -185,15 +211,17 @@ class NcclCollectives final : public detail::DeviceCollectives {
       case K::reduce: c.reduce(a, sig.root, checked_op(sig)); break;
       case K::all_gather: c.all_gather(a, b); break;
       case K::reduce_scatter: c.reduce_scatter(a, b, checked_op(sig)); break;
-      case K::all_to_all:
-        c.all_to_all_v(a, b, part.in_splits, offsets(part.in_splits), part.out_splits, offsets(part.out_splits));
+      case K::all_to_all: {
+        const auto& t = std::get<detail::AllToAllTensors>(tensors);
+        c.all_to_all_v(a, b, t.input_splits, offsets(t.input_splits), t.output_splits, offsets(t.output_splits));
         break;
+      }
       case K::gather:
       case K::scatter:
       case K::barrier: throw Error("nccl backend: " + sig.describe() + " does not run in place on the device");
     }
     done(c);  // the next kernels on the compute device's stream read the results
-    if (sig.kind != K::reduce || index == sig.root) mark_device_written(dev, part.a);
+    if (sig.kind != K::reduce || index == sig.root) mark_device_written(dev, *out);
   }
 
   // Element offsets of consecutive chunks of the given sizes.
@@ -218,8 +246,6 @@ class NcclCollectives final : public detail::DeviceCollectives {
 
 }  // namespace
 
-void install_nccl_backend() {
-  detail::set_device_collectives_factory([] { return std::make_unique<NcclCollectives>(); });
-}
+std::unique_ptr<detail::DeviceCollectives> nccl_collectives() { return std::make_unique<NcclCollectives>(); }
 
 }  // namespace ranksim::runtime::gpu

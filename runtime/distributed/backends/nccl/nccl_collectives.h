@@ -7,7 +7,8 @@
 //   No GPU is an Error carrying the CUDA runtime's reason.
 // - Groups: each group's NCCL communicator is made from an id its first member creates and
 //   broadcasts over the group's MPI communicator (MPI_Bcast), then ncclCommInitRank.
-// - A collective: the rank's tensors are uploaded, the NCCL call runs on the group's stream, the
+// - A collective: the rank's tensors (typed per kind, runtime/distributed/backends/request.h) are
+//   uploaded, the NCCL call runs on the group's stream, the
 //   outputs are downloaded into the tensors. all_reduce, broadcast, reduce, all_gather,
 //   reduce_scatter, all_to_all (uneven splits), gather and scatter; AVG is NCCL's ncclAvg
 //   (floating dtypes only). The times the mpi backend records include the copies.
@@ -15,9 +16,15 @@
 //   collective; NCCL hangs or fails on a mismatch.
 #pragma once
 
+#include <memory>
+
+#include "runtime/distributed/backends/device_collectives.h"
+
 namespace ranksim::runtime::gpu {
 
-// Installs the factory that spawn() uses for the nccl backend (idempotent).
-void install_nccl_backend();
+// This process's NCCL collectives, for SpawnOptions::device_collectives
+// (runtime/distributed/spawn_options.h) of a run with BackendKind::nccl: spawn() calls it after
+// MPI is initialised. Throws Error when the process has no CUDA device.
+std::unique_ptr<detail::DeviceCollectives> nccl_collectives();
 
 }  // namespace ranksim::runtime::gpu

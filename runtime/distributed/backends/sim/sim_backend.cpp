@@ -1,4 +1,4 @@
-#include "runtime/distributed/backends/sim/world.h"
+#include "runtime/distributed/backends/sim/sim_backend.h"
 
 #include <algorithm>
 #include <cstring>
@@ -29,8 +29,8 @@ void copy_bytes(void* dst, const void* src, size_t n) {
 
 }  // namespace
 
-World::World(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
-             int nranks)
+SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
+                       int nranks)
     : engine_(engine),
       topology_(topology),
       network_(topology),
@@ -47,7 +47,7 @@ World::World(sim::Engine& engine, const sim::Topology& topology, Algorithm defau
   engine_.set_context(static_cast<Backend*>(this));
 }
 
-std::shared_ptr<SimGroup> World::make_group(std::vector<int> ranks) {
+std::shared_ptr<SimGroup> SimBackend::make_group(std::vector<int> ranks) {
   auto g = std::make_shared<SimGroup>();
   g->owner = static_cast<const Backend*>(this);
   g->id = static_cast<int>(groups_.size());
@@ -64,7 +64,7 @@ std::shared_ptr<SimGroup> World::make_group(std::vector<int> ranks) {
   return g;
 }
 
-std::shared_ptr<GroupState> World::find_or_make_group(const std::vector<int>& ranks) {
+std::shared_ptr<GroupState> SimBackend::find_or_make_group(const std::vector<int>& ranks) {
   const int occurrence = creations_[{rank(), ranks}]++;
   auto& slot = registry_[{ranks, occurrence}];
   if (!slot) {
@@ -74,8 +74,8 @@ std::shared_ptr<GroupState> World::find_or_make_group(const std::vector<int>& ra
   return slot;
 }
 
-std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Signature sig,
-                                       Part part) {
+std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& gp, Signature sig,
+                                            CollectiveTensors tensors) {
   SimGroup& g = static_cast<SimGroup&>(*gp);
   const int me = rank();
   const int idx = g.index_of[static_cast<size_t>(me)];
@@ -89,7 +89,7 @@ std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Si
   if (p.arrived == 0) {
     p.sig = sig;
     p.first_rank = me;
-    p.parts.resize(static_cast<size_t>(n));
+    p.arrivals.resize(static_cast<size_t>(n));
   } else {
     const std::string diff = p.sig.difference(sig);
     if (!diff.empty()) {
@@ -98,19 +98,20 @@ std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Si
                   " but rank " + std::to_string(me) + " called " + sig.describe() + " (" + diff +
                   "); every member must issue the same collectives in the same order");
     }
-    const Part& first = p.parts[static_cast<size_t>(g.index_of[static_cast<size_t>(p.first_rank)])];
-    if (first.has_data != part.has_data) {
+    const Arrival& first = p.arrivals[static_cast<size_t>(g.index_of[static_cast<size_t>(p.first_rank)])];
+    const bool first_data = has_data(first.tensors), my_data = has_data(tensors);
+    if (first_data != my_data) {
       throw Error("collective " + sig.describe() + " on " + g.name + " call #" +
                   std::to_string(call) + " mixes shape-only and data tensors: rank " +
-                  std::to_string(p.first_rank) + (first.has_data ? " has data" : " is shape-only") +
-                  ", rank " + std::to_string(me) + (part.has_data ? " has data" : " is shape-only"));
+                  std::to_string(p.first_rank) + (first_data ? " has data" : " is shape-only") +
+                  ", rank " + std::to_string(me) + (my_data ? " has data" : " is shape-only"));
     }
   }
-  auto w = std::make_shared<WorkState>();
-  w->owner = me;
+  auto work = std::make_shared<WorkState>();
+  work->owner = me;
   std::weak_ptr<SimGroup> weak = std::static_pointer_cast<SimGroup>(gp);
   const std::string what = sig.describe();
-  w->describe = [weak, call, what, n] {
+  work->describe = [weak, call, what, n] {
     std::ostringstream os;
     os << what;
     auto g2 = weak.lock();
@@ -120,24 +121,21 @@ std::shared_ptr<WorkState> World::post(const std::shared_ptr<GroupState>& gp, Si
     if (it != g2->pending.end()) {
       std::vector<int> missing;
       for (int i = 0; i < n; ++i)
-        if (!it->second.parts[static_cast<size_t>(i)].posted) missing.push_back(g2->ranks[static_cast<size_t>(i)]);
+        if (!it->second.arrivals[static_cast<size_t>(i)].posted) missing.push_back(g2->ranks[static_cast<size_t>(i)]);
       os << ": waiting for rank" << (missing.size() == 1 ? " " : "s ") << join_ranks(missing)
          << " to join";
     }
     return os.str();
   };
-  part.posted = true;
-  part.post = engine_.now();
-  part.work = w;
-  p.parts[static_cast<size_t>(idx)] = std::move(part);
+  p.arrivals[static_cast<size_t>(idx)] = Arrival{true, engine_.now(), std::move(tensors), work};
   if (++p.arrived == n) {
     complete(g, call, p);
     g.pending.erase(call);
   }
-  return w;
+  return work;
 }
 
-void World::complete(SimGroup& g, uint64_t call, Pending& p) {
+void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
   const int n = static_cast<int>(g.ranks.size());
   const Signature& sig = p.sig;
   const size_t esize = dtype_size(sig.dtype);
@@ -147,24 +145,26 @@ void World::complete(SimGroup& g, uint64_t call, Pending& p) {
   ScheduleRequest req = schedule_request(g, sig, algo);
   if (sig.kind == CollectiveKind::all_to_all) {
     req.splits.assign(static_cast<size_t>(n), {});
-    for (int i = 0; i < n; ++i) req.splits[static_cast<size_t>(i)] = p.parts[static_cast<size_t>(i)].in_splits;
+    for (int i = 0; i < n; ++i)
+      req.splits[static_cast<size_t>(i)] = std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(i)].tensors).input_splits;
     // Rank j's output splits must match what every rank sends it.
-    for (int j = 0; j < n; ++j) check_splits(g, call, req, j, p.parts[static_cast<size_t>(j)].out_splits);
+    for (int j = 0; j < n; ++j)
+      check_splits(g, call, req, j, std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(j)].tensors).output_splits);
   }
   Schedule local;
   const Schedule* sched = &schedules_.get(g.id, req, local);
 
-  if (p.parts.front().has_data) execute_data(g, p, *sched);
+  if (has_data(p.arrivals.front().tensors)) execute_data(g, p, *sched);
 
   std::vector<sim::Time> start(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i)
-    start[static_cast<size_t>(i)] = p.parts[static_cast<size_t>(i)].post +
+    start[static_cast<size_t>(i)] = p.arrivals[static_cast<size_t>(i)].post +
                                     topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
   const std::vector<sim::Time> done = time_schedule(g, *sched, start, esize);
 
   CollectiveRecord rec = collective_record(g, sig, algo, call, req);
   for (int i = 0; i < n; ++i) {
-    rec.start = std::max(rec.start, p.parts[static_cast<size_t>(i)].post);
+    rec.start = std::max(rec.start, p.arrivals[static_cast<size_t>(i)].post);
     rec.end = std::max(rec.end, done[static_cast<size_t>(i)]);
   }
   records_.push_back(rec);
@@ -172,8 +172,8 @@ void World::complete(SimGroup& g, uint64_t call, Pending& p) {
   if (engine_.options().trace) {
     const std::string name = to_string(sig.kind);
     for (int i = 0; i < n; ++i) {
-      const Part& part = p.parts[static_cast<size_t>(i)];
-      engine_.trace().add(sim::Span{g.ranks[static_cast<size_t>(i)], sim::SpanKind::comm, part.post,
+      const Arrival& arrival = p.arrivals[static_cast<size_t>(i)];
+      engine_.trace().add(sim::Span{g.ranks[static_cast<size_t>(i)], sim::SpanKind::comm, arrival.post,
                                     done[static_cast<size_t>(i)], name,
                                     {{"group", g.name},
                                      {"call", std::to_string(call)},
@@ -182,23 +182,23 @@ void World::complete(SimGroup& g, uint64_t call, Pending& p) {
                                      {"algorithm", to_string(algo)}}});
     }
   }
-  for (int i = 0; i < n; ++i) finish(*p.parts[static_cast<size_t>(i)].work, done[static_cast<size_t>(i)]);
+  for (int i = 0; i < n; ++i) finish(*p.arrivals[static_cast<size_t>(i)].work, done[static_cast<size_t>(i)]);
 }
 
-void World::execute_data(SimGroup& g, Pending& p, const Schedule& s) {
+void SimBackend::execute_data(SimGroup& g, Pending& p, const Schedule& s) {
   const int n = static_cast<int>(g.ranks.size());
-  std::vector<WorkingBuffer> work;
-  work.reserve(static_cast<size_t>(n));
+  std::vector<WorkingBuffer> working;
+  working.reserve(static_cast<size_t>(n));
   std::vector<std::byte*> bufs;
   for (int i = 0; i < n; ++i) {
-    work.emplace_back(p.sig, p.parts[static_cast<size_t>(i)], i, n, s.buffer_elems);
-    bufs.push_back(work.back().data());
+    working.emplace_back(p.sig, p.arrivals[static_cast<size_t>(i)].tensors, i, n, s.buffer_elems);
+    bufs.push_back(working.back().data());
   }
   execute_schedule(s, bufs, dtype_size(p.sig.dtype), reduce_kernel(p.sig.dtype, p.sig.op));
-  for (WorkingBuffer& b : work) b.finish();
+  for (WorkingBuffer& b : working) b.finish();
 }
 
-std::vector<sim::Time> World::time_schedule(const GroupState& g, const Schedule& s,
+std::vector<sim::Time> SimBackend::time_schedule(const GroupState& g, const Schedule& s,
                                             const std::vector<sim::Time>& start, size_t elem_size) {
   std::vector<sim::Time> t = start;
   std::vector<std::tuple<int, int, int64_t>> pairs;
@@ -256,47 +256,46 @@ std::vector<sim::Time> World::time_schedule(const GroupState& g, const Schedule&
   return t;
 }
 
-void World::finish(WorkState& w, sim::Time done) {
-  w.matched = true;
-  w.done = done;
-  if (w.owner_waiting) {
-    w.owner_waiting = false;
-    engine_.wake(w.owner, done);
+void SimBackend::finish(WorkState& work, sim::Time done) {
+  work.matched = true;
+  work.done = done;
+  if (work.owner_waiting) {
+    work.owner_waiting = false;
+    engine_.wake(work.owner, done);
   }
 }
 
-void World::wait(WorkState& w) {
+void SimBackend::wait(WorkState& work) {
   const int me = rank();
-  if (w.owner != me) {
+  if (work.owner != me) {
     throw Error("rank " + std::to_string(me) + " waited on a Work owned by rank " +
-                std::to_string(w.owner) + ": a Work belongs to the rank that started it");
+                std::to_string(work.owner) + ": a Work belongs to the rank that started it");
   }
   const sim::Time before = engine_.now();
-  if (!w.matched) {
-    w.owner_waiting = true;
-    engine_.block(w.describe);
-  } else if (w.done > before) {
-    engine_.sleep_until(w.done);
+  if (!work.matched) {
+    work.owner_waiting = true;
+    engine_.block(work.describe);
+  } else if (work.done > before) {
+    engine_.sleep_until(work.done);
   }
   comm_time_[static_cast<size_t>(me)] += engine_.now() - before;
-  w.observed = true;
-  if (w.error) std::rethrow_exception(w.error);
+  work.observed = true;
+  if (work.error) std::rethrow_exception(work.error);
 }
 
-bool World::poll(WorkState& w) {
-  if (w.matched && w.done <= engine_.now()) {
-    w.observed = true;
+bool SimBackend::poll(WorkState& work) {
+  if (work.matched && work.done <= engine_.now()) {
+    work.observed = true;
     return true;
   }
   const sim::Time step = sim::Time::us(1);
-  engine_.sleep_until(w.matched ? std::min(w.done, engine_.now() + step) : engine_.now() + step);
-  w.observed = w.matched && w.done <= engine_.now();
-  return w.observed;
+  engine_.sleep_until(work.matched ? std::min(work.done, engine_.now() + step) : engine_.now() + step);
+  work.observed = work.matched && work.done <= engine_.now();
+  return work.observed;
 }
 
-std::shared_ptr<WorkState> World::post_p2p(bool is_send, const Tensor& tensor, int peer,
-                                           const P2POptions& opts) {
-  const auto gp = resolve(opts.group);
+std::shared_ptr<WorkState> SimBackend::post_p2p(bool is_send, const Tensor& tensor, int peer,
+                                                const std::shared_ptr<GroupState>& gp, int tag) {
   const GroupState& g = *gp;
   const int me = rank();
   const char* verb = is_send ? "send" : "recv";
@@ -311,21 +310,21 @@ std::shared_ptr<WorkState> World::post_p2p(bool is_send, const Tensor& tensor, i
   if (tensor.has_data() && !tensor.is_contiguous())
     throw Error(std::string(verb) + " needs a contiguous tensor, got a strided view " + tensor.str() +
                 "; call .contiguous() first");
-  const ChannelKey key = is_send ? ChannelKey{g.id, me, peer, opts.tag} : ChannelKey{g.id, peer, me, opts.tag};
-  auto w = std::make_shared<WorkState>();
-  w->owner = me;
+  const ChannelKey key = is_send ? ChannelKey{g.id, me, peer, tag} : ChannelKey{g.id, peer, me, tag};
+  auto work = std::make_shared<WorkState>();
+  work->owner = me;
   const std::string desc = std::string(verb) + "(" + (is_send ? "dst=" : "src=") + std::to_string(peer) +
-                           ", tag=" + std::to_string(opts.tag) + ", " + g.name + ", " + tensor.str() +
+                           ", tag=" + std::to_string(tag) + ", " + g.name + ", " + tensor.str() +
                            "): no matching " + (is_send ? "recv" : "send") + " posted by rank " +
                            std::to_string(peer);
-  w->describe = [desc] { return desc; };
+  work->describe = [desc] { return desc; };
   Channel& ch = channels_[key];
-  (is_send ? ch.sends : ch.recvs).push_back(P2PPost{tensor, engine_.now(), w});
+  (is_send ? ch.sends : ch.recvs).push_back(P2PPost{tensor, engine_.now(), work});
   match_p2p(key, ch);
-  return w;
+  return work;
 }
 
-void World::match_p2p(const ChannelKey& key, Channel& ch) {
+void SimBackend::match_p2p(const ChannelKey& key, Channel& ch) {
   while (!ch.sends.empty() && !ch.recvs.empty()) {
     P2PPost s = std::move(ch.sends.front());
     P2PPost r = std::move(ch.recvs.front());
@@ -357,7 +356,7 @@ void World::match_p2p(const ChannelKey& key, Channel& ch) {
   }
 }
 
-void World::charge(const OpCost& cost) {
+void SimBackend::charge(const OpCost& cost) {
   sim::Engine* e = sim::Engine::current();
   if (e != &engine_ || !e->in_rank()) return;
   const int r = e->rank();
@@ -370,12 +369,30 @@ void World::charge(const OpCost& cost) {
     engine_.trace().add(sim::Span{r, sim::SpanKind::compute, begin, begin + dt, cost.op, {}});
 }
 
-RunReport World::take_report() {
+RunReport SimBackend::take_report() {
   RunReport rep;
   rep.collectives = std::move(records_);
   rep.compute = compute_time_;
   rep.comm = comm_time_;
   return rep;
+}
+
+RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts,
+                    const sim::Topology& topology) {
+  sim::Engine engine(opts.engine);
+  if (opts.progress) engine.set_progress(opts.progress);
+  SimBackend backend(engine, topology, opts.algorithm, nprocs);
+  {
+    ScopedCostSink sink(&backend);
+    engine.run(nprocs, fn);
+  }
+  RunReport report = backend.take_report();
+  report.makespan = engine.makespan();
+  report.clocks.resize(static_cast<size_t>(nprocs));
+  for (int r = 0; r < nprocs; ++r) report.clocks[static_cast<size_t>(r)] = engine.clock(r);
+  report.events = engine.stats().events;
+  report.trace = std::move(engine.trace());
+  return report;
 }
 
 }  // namespace ranksim::runtime::detail

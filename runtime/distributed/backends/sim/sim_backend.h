@@ -1,10 +1,11 @@
-// World: the sim backend's shared state for one spawn() run — groups, call matching, data
-// movement and timing of every collective and point-to-point operation.
+// SimBackend: the sim backend's shared state for one spawn() run — groups, call matching, data
+// movement and timing of every collective and point-to-point operation. spawn_sim() runs a
+// program on it (runtime/distributed/backends/registry.h).
 //
 // Matching: each group keeps a call counter per member; the n-th collective a member posts on a
 // group joins pending record n. The first poster fixes the signature (op, dtype, element count,
 // reduce op, root, algorithm); a later poster that differs fails with an Error naming both ranks
-// and both signatures. When the last member posts, the World, on that member's fiber:
+// and both signatures. When the last member posts, the SimBackend, on that member's fiber:
 //   1. builds the algorithm's Schedule (cached per shape) and, if the tensors hold data, executes
 //      it on the members' buffers (runtime/distributed/execute.h) — one fixed reduction order;
 //   2. times it: every rank starts at its post time plus the device's launch overhead; each step's
@@ -33,9 +34,9 @@
 #include <vector>
 
 #include "runtime/distributed/backends/backend.h"
+#include "runtime/distributed/run_report.h"
+#include "runtime/distributed/spawn_options.h"
 #include "runtime/tensor/cost.h"
-#include "runtime/distributed/distributed.h"
-#include "runtime/distributed/spawn.h"
 #include "sim/compute.h"
 #include "sim/engine.h"
 #include "sim/network.h"
@@ -43,22 +44,31 @@
 
 namespace ranksim::runtime::detail {
 
+// One member's post of a pending collective.
+struct Arrival {
+  bool posted = false;
+  sim::Time post;
+  CollectiveTensors tensors;
+  std::shared_ptr<WorkState> work;
+};
+
+// A collective some members have posted: matched against the first poster's signature.
 struct Pending {
   Signature sig;
   int first_rank = -1;
   int arrived = 0;
-  std::vector<Part> parts;
+  std::vector<Arrival> arrivals;  // by group index
 };
 
-// The sim World's groups: call matching state besides what every backend keeps.
+// The SimBackend's groups: call matching state besides what every backend keeps.
 struct SimGroup : GroupState {
   std::vector<uint64_t> next_call; // per member
   std::map<uint64_t, Pending> pending;
 };
 
-class World : public Backend, public CostSink {
+class SimBackend : public Backend, public CostSink {
  public:
-  World(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
+  SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
         int nranks);
 
   sim::Engine& engine() { return engine_; }
@@ -75,9 +85,9 @@ class World : public Backend, public CostSink {
   std::shared_ptr<GroupState> find_or_make_group(const std::vector<int>& ranks) override;
   // Posts this rank's part of a collective; completes it if this rank is the last member.
   std::shared_ptr<WorkState> post(const std::shared_ptr<GroupState>& group, Signature sig,
-                                  Part part) override;
+                                  CollectiveTensors tensors) override;
   std::shared_ptr<WorkState> post_p2p(bool is_send, const Tensor& tensor, int peer,
-                                      const P2POptions& opts) override;
+                                      const std::shared_ptr<GroupState>& group, int tag) override;
   void wait(WorkState& work) override;
   bool poll(WorkState& work) override;
 
@@ -102,7 +112,7 @@ class World : public Backend, public CostSink {
   void execute_data(SimGroup& g, Pending& p, const Schedule& s);
   std::vector<sim::Time> time_schedule(const GroupState& g, const Schedule& s,
                                        const std::vector<sim::Time>& start, size_t elem_size);
-  void finish(WorkState& w, sim::Time done);
+  void finish(WorkState& work, sim::Time done);
   void match_p2p(const ChannelKey& key, Channel& ch);
 
   sim::Engine& engine_;
@@ -122,5 +132,10 @@ class World : public Backend, public CostSink {
   std::vector<CollectiveRecord> records_;
   std::vector<sim::Time> compute_time_, comm_time_;
 };
+
+// spawn() on the sim backend: nprocs fibers of a fresh engine sharing one SimBackend.
+// REQUIRES: topology has at least nprocs devices.
+RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptions& opts,
+                    const sim::Topology& topology);
 
 }  // namespace ranksim::runtime::detail

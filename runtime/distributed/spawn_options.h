@@ -1,0 +1,51 @@
+// How spawn() (runtime/distributed/spawn.h) runs a program: the backend, the machine, the
+// engine's settings, the default algorithm, and, for the nccl backend, the device collectives.
+//
+// Everything a run needs is in its SpawnOptions: nothing is chosen process-wide, so two runs in
+// one process (a test comparing sim with mpi) each get exactly what they ask for.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "runtime/distributed/schedule.h"
+#include "sim/engine.h"
+#include "sim/topology.h"
+
+namespace ranksim::runtime {
+
+enum class BackendKind : uint8_t { sim, mpi, nccl };
+const char* to_string(BackendKind backend);
+// Parses "sim", "mpi" or "nccl"; throws ranksim::Error otherwise.
+BackendKind parse_backend(std::string_view name);
+
+namespace detail {
+class DeviceCollectives;  // runtime/distributed/backends/device_collectives.h
+}  // namespace detail
+// Makes the DeviceCollectives of this process, after MPI is initialised (the nccl backend's:
+// runtime::gpu::nccl_collectives, runtime/distributed/backends/nccl/nccl_collectives.h).
+using DeviceCollectivesFactory = std::function<std::unique_ptr<detail::DeviceCollectives>()>;
+
+struct SpawnOptions {
+  // The machine. Default: nullptr, an ideal single node of nprocs devices on a switch (100 GB/s
+  // per device each way, 1 us latency, 100 TFLOP/s f32, 1 TB/s memory).
+  const sim::Topology* topology = nullptr;
+  // Stacks and tracing. Default: 256 KiB stacks, trace on.
+  sim::EngineOptions engine;
+  // Algorithm for collectives that ask for Algorithm::automatic. Default: automatic, i.e.
+  // choose_algorithm() by size, group size and node layout.
+  Algorithm algorithm = Algorithm::automatic;
+  // Called about once a second of wall time during long runs (see sim::Engine::set_progress).
+  std::function<void(const sim::Engine::Progress&)> progress;
+  // Where the ranks run. mpi and nccl initialise MPI (an Error when ranksim was built without
+  // it). Default: sim.
+  BackendKind backend = BackendKind::sim;
+  // The nccl backend's collectives on devices; read only when backend is nccl, where it is
+  // required (without it spawn() throws an Error saying the nccl backend is not available).
+  // Default: none.
+  DeviceCollectivesFactory device_collectives;
+};
+
+}  // namespace ranksim::runtime
