@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev googletest  # tests
   libbenchmark-dev       # benches/
   libcli11-dev           # the ranksim command line
+  nlohmann-json3-dev     # the run summary (--json) and ranksim compare
   chromium               # renders `ranksim run --report` pages in a test (headless)
 )
 for arg in "$@"; do
