@@ -195,6 +195,12 @@ StepRun run_text(const std::string& text, const std::vector<std::string>& sets =
   return r;
 }
 
+TEST(Scenario, SummaryEscapesNamesAsJsonRequires) {
+  const StepRun r = run_text(std::string("name: 'say \"hi\" \\ there'\n") + (kGood + 8));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.json, HasSubstr("\"scenario\": \"say \\\"hi\\\" \\\\ there\","));
+}
+
 std::string json_virtual_time(const std::string& json) {
   const std::string key = "\"virtual_time_us\": ";
   const size_t at = json.find(key);
