@@ -19,19 +19,11 @@ namespace {
 using runtime::CollectiveKind;
 using runtime::Tensor;
 
-struct OpInfo {
-  const char* name;
-  CollectiveKind kind;  // sendrecv is timed like broadcast (busbw factor 1)
+// What a sweep times: a collective with a one-tensor buffer contract, or sendrecv (a ring of
+// point-to-point pairs, timed like broadcast: busbw factor 1).
+struct SweepOp {
+  CollectiveKind kind;
   bool sendrecv;
-};
-
-const OpInfo kOps[] = {
-    {"all_reduce", CollectiveKind::all_reduce, false},
-    {"all_gather", CollectiveKind::all_gather, false},
-    {"reduce_scatter", CollectiveKind::reduce_scatter, false},
-    {"all_to_all", CollectiveKind::all_to_all, false},
-    {"broadcast", CollectiveKind::broadcast, false},
-    {"sendrecv", CollectiveKind::broadcast, true},
 };
 
 }  // namespace
@@ -55,9 +47,13 @@ namespace {
 // Exact-sum input of rank r, element e.
 double val(int r, int64_t e) { return (r + 1) + static_cast<double>(e % 5); }
 
-const OpInfo& find_op(const std::string& name) {
-  for (const OpInfo& i : kOps)
-    if (name == i.name) return i;
+SweepOp find_op(const std::string& name) {
+  if (name == "sendrecv") return {CollectiveKind::broadcast, true};
+  if (const auto kind = runtime::parse_collective_kind(name))
+    if (*kind == CollectiveKind::all_reduce || *kind == CollectiveKind::all_gather ||
+        *kind == CollectiveKind::reduce_scatter || *kind == CollectiveKind::all_to_all ||
+        *kind == CollectiveKind::broadcast)
+      return {*kind, false};
   throw Error("unknown --op '" + name +
               "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
 }
@@ -72,7 +68,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   req.algorithm = o.algorithm;
   req.dtype = o.dtype;
   req.check = o.check;
-  const OpInfo& op = find_op(o.op);
+  const SweepOp op = find_op(o.op);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
   if (!runtime::dtype_from_name(o.dtype))
     throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
@@ -81,7 +77,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     throw Error("--ranks " + std::to_string(n) + " is more than the " +
                 std::to_string(topo.num_devices()) + " devices of topology '" + topo.name() +
                 "' (" + o.topology + "); use fewer ranks or more nodes (--set nodes=N)");
-  out << "# ranksim bench collectives: " << op.name << " on " << n << " ranks of " << topo.name()
+  out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name()
       << " (" << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype "
       << o.dtype << ", algorithm " << o.algorithm << ", "
       << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
@@ -104,7 +100,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
 }
 
 std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o) {
-  const OpInfo* op = &find_op(o.op);
+  const SweepOp op = find_op(o.op);
   const auto dtype = runtime::dtype_from_name(o.dtype);
   if (!dtype) throw Error("unknown dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
   const runtime::Algorithm algo = runtime::parse_algorithm(o.algorithm);
@@ -112,11 +108,11 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
   if (n > topo.num_devices())
     throw Error(std::to_string(n) + " ranks are more than the " + std::to_string(topo.num_devices()) +
                 " devices of topology '" + topo.name() + "'");
-  if (op->sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
+  if (op.sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
   const size_t esize = runtime::dtype_size(*dtype);
-  const bool per_rank_share = op->kind == CollectiveKind::all_gather ||
-                              op->kind == CollectiveKind::reduce_scatter ||
-                              op->kind == CollectiveKind::all_to_all;
+  const bool per_rank_share = op.kind == CollectiveKind::all_gather ||
+                              op.kind == CollectiveKind::reduce_scatter ||
+                              op.kind == CollectiveKind::all_to_all;
   std::vector<SweepRow> rows;
   for (const int64_t size : o.sizes) {
     // Elements per rank: the whole buffer, or one rank's share of it.
@@ -152,7 +148,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
             for (int q = 0; q < n; ++q) s += val(q, e);
             return s;
           };
-          switch (op->kind) {
+          switch (op.kind) {
             case CollectiveKind::all_reduce: {
               Tensor t = make(count);
               fill(t, r, 0);
@@ -191,7 +187,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
               break;
             }
             default: {
-              if (op->sendrecv) {
+              if (op.sendrecv) {
                 Tensor s = make(count), d = make(count);
                 fill(s, r, 0);
                 auto works = runtime::batch_isend_irecv(
@@ -214,7 +210,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     SweepRow row;
     row.count = per_rank_share ? count * n : count;
     row.bytes = row.count * static_cast<int64_t>(esize);
-    if (op->sendrecv) {
+    if (op.sendrecv) {
       row.seconds = rep.makespan.seconds();
       row.algorithm = "p2p";
     } else {
@@ -223,7 +219,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
       row.algorithm = runtime::to_string(rec.algorithm);
     }
     row.algbw = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds : 0.0;
-    row.busbw = row.algbw * busbw_factor(op->kind, n);
+    row.busbw = row.algbw * busbw_factor(op.kind, n);
     row.wrong = o.check ? wrong : -1;
     rows.push_back(row);
   }

@@ -1,8 +1,9 @@
 #include "app/compare.h"
 
-#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <ostream>
 #include <string>
@@ -33,49 +34,53 @@ struct Summary {
   std::vector<CollLine> collectives;
 };
 
-// The `--json` summary of a run. JSON is a subset of YAML's flow style, so yaml-cpp reads it.
+// The `--json` summary of a run (summary_json.h).
 Summary load(const std::string& path) {
-  YAML::Node root;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("compare: cannot read '" + path + "': no such file, or not readable");
+  nlohmann::json root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw Error("compare: cannot read '" + path + "': no such file, or not readable");
-  } catch (const YAML::ParserException& e) {
-    throw Error("compare: '" + path + "' is not JSON (line " + std::to_string(e.mark.line + 1) + "): " + e.msg);
+    root = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error("compare: '" + path + "' is not JSON: " + e.what());
   }
-  auto need = [&](const YAML::Node& n, const char* key) {
-    if (!n.IsMap() || !n[key]) {
+  auto need = [&](const nlohmann::json& n, const char* key) -> const nlohmann::json& {
+    if (!n.is_object() || !n.contains(key)) {
       throw Error("compare: '" + path + "' has no \"" + key +
                   "\"; it is not a ranksim run summary (write one with ranksim run --json FILE)");
     }
-    return n[key];
+    return n.at(key);
+  };
+  auto text_or = [](const nlohmann::json& n, const char* key, const char* otherwise) {
+    return n.contains(key) ? n.at(key).get<std::string>() : std::string(otherwise);
   };
   Summary s;
   s.path = path;
   try {
-    s.scenario = need(root, "scenario").as<std::string>();
-    s.topology = root["topology"] ? root["topology"].as<std::string>() : "";
-    s.backend = root["backend"] ? root["backend"].as<std::string>() : "sim";
-    s.ranks = need(root, "ranks").as<long long>();
-    s.total_us = need(root, "virtual_time_us").as<double>();
-    for (const YAML::Node& r : need(root, "ranks_detail")) {
-      s.ranks_detail.push_back({need(r, "clock_us").as<double>(), need(r, "compute_us").as<double>(),
-                                need(r, "comm_us").as<double>()});
+    s.scenario = need(root, "scenario").get<std::string>();
+    s.topology = text_or(root, "topology", "");
+    s.backend = text_or(root, "backend", "sim");
+    s.ranks = need(root, "ranks").get<long long>();
+    s.total_us = need(root, "virtual_time_us").get<double>();
+    for (const nlohmann::json& r : need(root, "ranks_detail")) {
+      s.ranks_detail.push_back({need(r, "clock_us").get<double>(), need(r, "compute_us").get<double>(),
+                                need(r, "comm_us").get<double>()});
     }
-    for (const YAML::Node& c : need(root, "collectives")) {
+    for (const nlohmann::json& c : need(root, "collectives")) {
       CollLine l;
-      l.op = need(c, "op").as<std::string>();
-      l.group_size = need(c, "group_size").as<long long>();
-      l.dtype = need(c, "dtype").as<std::string>();
-      l.bytes = need(c, "bytes").as<long long>();
-      l.algorithm = need(c, "algorithm").as<std::string>();
-      l.calls = need(c, "calls").as<long long>();
-      l.time_us = need(c, "time_us").as<double>();
-      l.group = c["group"] ? c["group"].as<std::string>() : "";
+      l.op = need(c, "op").get<std::string>();
+      l.group_size = need(c, "group_size").get<long long>();
+      l.dtype = need(c, "dtype").get<std::string>();
+      l.bytes = need(c, "bytes").get<long long>();
+      l.algorithm = need(c, "algorithm").get<std::string>();
+      l.calls = need(c, "calls").get<long long>();
+      l.time_us = need(c, "time_us").get<double>();
+      l.group = text_or(c, "group", "");
       s.collectives.push_back(l);
     }
-  } catch (const YAML::Exception& e) {
-    throw Error("compare: '" + path + "' has a field of the wrong type (" + e.msg + "); is it a ranksim run summary?");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("compare: '" + path + "' has a field of the wrong type (" + e.what() +
+                "); is it a ranksim run summary?");
   }
   return s;
 }

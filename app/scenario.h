@@ -4,7 +4,8 @@
 // Loading validates everything before anything runs: an unknown key (with the closest known
 // key suggested), a wrong type, a bad unit, a layout whose sizes do not fit the topology — each
 // is a ConfigError naming file:line:column (or the --set override it came from) and what was
-// expected. `--set a.b=value` overrides any key by its dotted path before validation;
+// expected. `--set a.b=value` overrides any key by its dotted path before validation (a list
+// element by its index: workload.steps.do.1.all_reduce.bytes=4MiB, checks.0.max_time=2ms);
 // `--set topology.<key>=value` overrides a key of the topology file instead.
 //
 // Workloads (this version): `collectives` — an nccl-tests sweep of one collective; `steps` — a
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "app/model_workload.h"
 #include "runtime/distributed/spawn_options.h"
 #include "sim/time.h"
+#include "sim/topology.h"
 
 namespace ranksim::app {
 
@@ -69,6 +72,8 @@ struct Scenario {
   std::string description;
   std::string topology_path;               // resolved against the scenario's folder
   std::vector<std::string> topology_sets;  // overrides of the topology file
+  // The topology, loaded once (with topology_sets) when the scenario is loaded; runs share it.
+  std::shared_ptr<const sim::Topology> topology;
   int ranks = 0;                           // resolved: world size
   int tp = 1, cp = 1, pp = 1, dp = 1;
   std::string cp_comm = "p2p";              // parallel.cp_comm: p2p, all_gather, a2a, a2a+p2p

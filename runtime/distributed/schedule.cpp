@@ -26,6 +26,14 @@ const char* to_string(CollectiveKind k) {
   return "?";
 }
 
+std::optional<CollectiveKind> parse_collective_kind(std::string_view name) {
+  for (CollectiveKind k : {CollectiveKind::all_reduce, CollectiveKind::broadcast, CollectiveKind::reduce,
+                           CollectiveKind::all_gather, CollectiveKind::reduce_scatter, CollectiveKind::gather,
+                           CollectiveKind::scatter, CollectiveKind::all_to_all, CollectiveKind::barrier})
+    if (name == to_string(k)) return k;
+  return std::nullopt;
+}
+
 const char* to_string(Algorithm a) {
   switch (a) {
     case Algorithm::automatic: return "auto";

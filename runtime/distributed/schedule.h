@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,11 @@ namespace ranksim::runtime {
 enum class CollectiveKind : uint8_t {
   all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather, scatter, all_to_all, barrier
 };
+// The collective's torch.distributed-style name ("all_reduce", "all_gather", ...), and back: the
+// one mapping between names and kinds that the CLI, scenarios and reports share. The parser
+// takes exactly the names to_string gives; nullopt for any other.
 const char* to_string(CollectiveKind k);
+std::optional<CollectiveKind> parse_collective_kind(std::string_view name);
 
 enum class Algorithm : uint8_t {
   automatic,     // chosen by choose_algorithm()

@@ -116,6 +116,23 @@ TEST(Scenario, OverridesChangeKeysByDottedPath) {
   EXPECT_EQ(big.ranks, 32);
 }
 
+TEST(Scenario, OverridesIndexListsLikeTopologyOverrides) {
+  TempScenario s(std::string(kGood) + "checks: [{max_time: 1 s}]\n");
+  const Scenario sc = load_scenario(s.path.string(), {"workload.steps.do.1.all_reduce.bytes=4 MiB",
+                                                      "workload.steps.do.1.all_reduce.group=tp",
+                                                      "checks.0.max_time=2 s"});
+  ASSERT_EQ(sc.steps.size(), 2u);
+  EXPECT_EQ(sc.steps[1].bytes, 4.0 * 1024 * 1024);
+  EXPECT_EQ(sc.steps[1].group, "tp");
+  ASSERT_EQ(sc.checks.size(), 1u);
+  EXPECT_EQ(sc.checks[0].text, "virtual time <= 2 s");
+  EXPECT_THAT(load_error(kGood, {"workload.steps.do.2.wait=1"}),
+              HasSubstr("override 'workload.steps.do.2.wait=1':1:19: index 2 is out of range: "
+                        "'workload.steps.do' has 2 elements"));
+  EXPECT_THAT(load_error(kGood, {"workload.steps.do.0.all_reduce.bytes=1 MiB"}),
+              HasSubstr("'workload.steps.do.0' has no entry 'all_reduce' (entries: compute)"));
+}
+
 TEST(Scenario, ErrorsNameTheFileLineColumnAndSuggest) {
   EXPECT_THAT(load_error(std::string(kGood) + "paralel: {tp: 2}\n"),
               HasSubstr("s.yaml:8:1: unknown key 'paralel' in the scenario; did you mean 'parallel'?"));
@@ -176,6 +193,12 @@ StepRun run_text(const std::string& text, const std::vector<std::string>& sets =
   j << std::ifstream(f.json).rdbuf();
   r.json = j.str();
   return r;
+}
+
+TEST(Scenario, SummaryEscapesNamesAsJsonRequires) {
+  const StepRun r = run_text(std::string("name: 'say \"hi\" \\ there'\n") + (kGood + 8));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.json, HasSubstr("\"scenario\": \"say \\\"hi\\\" \\\\ there\","));
 }
 
 std::string json_virtual_time(const std::string& json) {

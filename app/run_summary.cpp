@@ -1,0 +1,73 @@
+#include "app/run_summary.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "app/nccl_table.h"
+#include "runtime/distributed/distributed.h"
+#include "sim/units.h"
+
+namespace ranksim::app {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+runtime::CollectiveKind CollectiveLine::kind() const {
+  return runtime::parse_collective_kind(op).value_or(runtime::CollectiveKind::broadcast);
+}
+
+std::vector<CollectiveLine> group_collectives(const runtime::RunReport& report) {
+  std::vector<CollectiveLine> lines;
+  for (const auto& rec : report.collectives) {
+    const std::string op = runtime::to_string(rec.kind);
+    const std::string algo = runtime::to_string(rec.algorithm);
+    const std::string desc = runtime::group_desc_of(rec.group);
+    auto it = std::find_if(lines.begin(), lines.end(), [&](const CollectiveLine& l) {
+      return l.op == op && l.group_size == rec.group_size && l.dtype == rec.dtype && l.bytes == rec.bytes &&
+             l.algorithm == algo && l.desc == desc;
+    });
+    if (it == lines.end()) {
+      lines.push_back({op, rec.dtype, algo, desc, rec.group_size, rec.bytes, 0, 0.0});
+      it = lines.end() - 1;
+    }
+    ++it->calls;
+    it->seconds += (rec.end - rec.start).seconds();
+  }
+  return lines;
+}
+
+void evaluate_checks(const Scenario& sc, RunSummary& s) {
+  s.checks.clear();
+  if (s.validation) {
+    const models::ValidationReport& v = *s.validation;
+    const models::ValidationThresholds& t = v.thresholds;
+    s.checks.push_back({"validation logits: >= " + fmt("%g", 100 * t.logits_share) + "% within " + fmt("%g", t.logits_atol),
+                        v.logits_ok, fmt("%.2f%%", 100 * v.logits_share)});
+    s.checks.push_back({"validation loss: relative difference <= " + fmt("%g", t.loss_rel), v.loss_ok,
+                        fmt("%.3g", v.loss_rel)});
+    s.checks.push_back({"validation gradients: norm difference <= " + fmt("%g", t.grad_norm_diff) + ", >= " +
+                            fmt("%g", 100 * t.acceptable_share) + "% acceptable",
+                        v.grads_ok, fmt("%.3g", v.grad_max_norm_diff) + ", " + fmt("%.0f%%", 100 * v.acceptable_share)});
+  }
+  for (const ScenarioCheck& ck : sc.checks) {
+    if (ck.kind == ScenarioCheck::Kind::max_time) {
+      s.checks.push_back({ck.text, s.makespan <= ck.time, s.makespan.str()});
+      continue;
+    }
+    double busbw = -1;
+    if (!s.sweep.empty() && sc.sweep_op == ck.op) busbw = s.sweep.back().busbw;
+    for (const CollectiveLine& l : s.lines)
+      if (l.op == ck.op)
+        busbw = std::max(busbw, static_cast<double>(l.bytes) / l.seconds_per_call() *
+                                    busbw_factor(l.kind(), l.group_size));
+    s.checks.push_back({ck.text, busbw >= ck.busbw,
+                        busbw < 0 ? "no " + ck.op + " in this run" : sim::units::format_bandwidth(busbw)});
+  }
+  s.passed = std::none_of(s.sweep.begin(), s.sweep.end(), [](const SweepRow& r) { return r.wrong > 0; }) &&
+             std::all_of(s.checks.begin(), s.checks.end(), [](const CheckResult& c) { return c.passed; });
+}
+
+}  // namespace ranksim::app

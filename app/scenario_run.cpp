@@ -1,0 +1,154 @@
+// run_scenario: one run of a loaded scenario, from its workload's runner (workloads.h) to the
+// summary writers (text, JSON, HTML) and the trace.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include "app/devices.h"
+#include "app/model_workload.h"
+#include "app/run_summary.h"
+#include "app/scenario.h"
+#include "app/summary_html.h"
+#include "app/summary_json.h"
+#include "app/summary_text.h"
+#include "app/workloads.h"
+#include "runtime/device/device.h"
+#include "sim/check.h"
+#include "sim/error.h"
+
+namespace ranksim::app {
+
+namespace fs = std::filesystem;
+
+runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, bool trace,
+                                  const std::function<void(int)>& rank) {
+  runtime::SpawnOptions so;
+  so.topology = sc.topology.get();
+  so.algorithm = runtime::parse_algorithm(sc.algorithm);
+  so.backend = runtime::parse_backend(flags.backend);
+  so.device_collectives = flags.device_collectives;
+  so.engine.trace = trace;
+  // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
+  // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep
+  // frames, and AddressSanitizer's frames are several times larger.
+  bool layers = sc.model.has_value();
+  for (const ScenarioStep& st : sc.steps)
+    layers = layers || st.kind == ScenarioStep::Kind::tp_mlp || st.kind == ScenarioStep::Kind::cp_attention;
+  std::size_t stack = layers ? 512 * 1024 : 64 * 1024;
+#if defined(__SANITIZE_ADDRESS__)
+  stack *= 4;
+#endif
+  so.engine.stack.size = stack;
+  // A progress line on a terminal for runs longer than a second; nothing when piped.
+  const bool tty = !flags.quiet && ::isatty(STDERR_FILENO) != 0;
+  bool printed = false;
+  if (tty) {
+    so.progress = [&](const sim::Engine::Progress& p) {
+      std::fprintf(stderr, "\r  %llu events, %d/%d ranks finished, virtual time %s   ",
+                   static_cast<unsigned long long>(p.events), p.finished, p.ranks, p.now.str().c_str());
+      printed = true;
+    };
+  }
+  runtime::RunReport rep = runtime::spawn(rank, sc.ranks, so);
+  if (printed) std::fprintf(stderr, "\r%80s\r", "");
+  return rep;
+}
+
+int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
+  RANKSIM_CHECK(sc.topology != nullptr, "run_scenario: the scenario was not loaded by load_scenario");
+  const sim::Topology& topo = *sc.topology;
+  const std::string trace_path = !flags.trace.empty() ? flags.trace : sc.out_trace;
+  const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
+  const std::string report_path = !flags.report.empty() ? flags.report : sc.out_report;
+  RunSummary s;
+  s.backend = flags.backend;
+  s.device_kind = !flags.device.empty() ? flags.device : flags.backend == "nccl" ? "gpu" : "cpu";
+  const std::shared_ptr<runtime::Device> device = make_device(s.device_kind);
+  const runtime::ScopedComputeDevice on_device(device);
+  print_run_header(out, sc, topo, device.get());
+
+  const runtime::BackendKind backend = runtime::parse_backend(flags.backend);
+  if (sc.sweep_op && backend != runtime::BackendKind::sim)
+    throw Error(sc.file + ": a collectives sweep runs on the sim backend only; use a steps workload "
+                "to time collectives with --backend " + flags.backend);
+  const bool trace = !trace_path.empty() || !report_path.empty();
+  std::optional<ModelInputs> model_in;
+  if (sc.sweep_op) {
+    s.sweep = run_sweep_workload(sc);
+    for (const SweepRow& r : s.sweep) s.makespan += sim::Time::from_seconds(r.seconds);
+    print_sweep_table(out, sc, s.sweep);
+  } else {
+    if (sc.model) {
+      model_in = run_model_workload(sc, flags, trace, s);
+    } else {
+      s.report = run_steps_workload(sc, flags, trace);
+    }
+    s.makespan = s.report.makespan;
+    s.lines = group_collectives(s.report);
+    print_rank_table(out, sc, s);
+    print_collectives_table(out, s);
+  }
+  if (sc.model) {
+    if (sc.model->validate) s.validation = validate_against_baseline(*sc.model, *model_in, s.model_dump, sc.dp);
+    print_model_section(out, sc, s);
+  }
+  evaluate_checks(sc, s);
+  print_totals(out, s, backend != runtime::BackendKind::sim, device.get());
+
+  if (sc.model) write_model_outputs(sc, s, out);
+  if (!json_path.empty()) {
+    write_json_summary(json_path, sc, topo.name(), s);
+    out << "summary: " << json_path << "\n";
+  }
+  if (!report_path.empty()) {
+    write_run_report(report_path, sc, topo, s);
+    out << "report: " << report_path << "\n";
+  }
+  if (!trace_path.empty() && !sc.sweep_op) {
+    s.report.trace.save(trace_path);
+    out << "trace: " << trace_path << " (open in ui.perfetto.dev)\n";
+  }
+  return s.passed ? 0 : 1;
+}
+
+void list_shipped(const std::string& root, std::ostream& out) {
+  for (const char* folder : {"topologies", "scenarios"}) {
+    out << folder << ":\n";
+    std::vector<fs::path> files;
+    const fs::path dir = fs::path(root) / folder;
+    if (fs::exists(dir))
+      for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().extension() == ".yaml") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      std::string what;
+      try {
+        const YAML::Node n = YAML::LoadFile(f.string());
+        if (n["description"]) what = n["description"].as<std::string>();
+        else if (n["name"]) what = n["name"].as<std::string>();
+      } catch (const YAML::Exception&) {
+        what = "(unreadable)";
+      }
+      if (what.empty()) {
+        // Topologies describe themselves in their first comment line.
+        std::ifstream in(f);
+        std::string line;
+        if (std::getline(in, line) && line.rfind("# ", 0) == 0) what = line.substr(2);
+      }
+      char buf[300];
+      std::snprintf(buf, sizeof buf, "  %-28s %s\n", (std::string(folder) + "/" + f.filename().string()).c_str(), what.c_str());
+      out << buf;
+    }
+  }
+}
+
+}  // namespace ranksim::app

@@ -1,0 +1,165 @@
+#include "app/summary_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <ostream>
+
+#include "sim/check.h"
+#include "sim/io.h"
+
+namespace ranksim::app {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The notation of each number field that is not an integer (the key names the field; a list's
+// elements follow the list's key).
+const std::map<std::string, const char*, std::less<>>& float_formats() {
+  static const std::map<std::string, const char*, std::less<>> formats = {
+      {"virtual_time_us", "%.6f"}, {"clock_us", "%.6f"},   {"compute_us", "%.6f"},   {"comm_us", "%.6f"},
+      {"time_us", "%.6f"},         {"algbw_GBps", "%.6f"}, {"busbw_GBps", "%.6f"},   {"pipeline_wait_us", "%.6f"},
+      {"loss", "%.9g"},            {"losses", "%.9g"},     {"logits_share", "%.6f"}, {"acceptable_share", "%.6f"},
+      {"logits_max_diff", "%.6g"}, {"loss_rel", "%.6g"},   {"grad_max_norm_diff", "%.6g"}, {"norm_diff", "%.6g"}};
+  return formats;
+}
+
+// A Time in microseconds: exact to the picosecond at 6 decimals.
+double us(sim::Time t) { return static_cast<double>(t.picoseconds()) / 1e6; }
+
+std::string text_of(const Json& v) {
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void write_inline(std::ostream& out, const Json& v, const std::string& key) {
+  if (v.is_object()) {
+    out << "{";
+    bool first = true;
+    for (const auto& [k, child] : v.items()) {
+      out << (first ? "" : ", ") << text_of(Json(k)) << ": ";
+      write_inline(out, child, k);
+      first = false;
+    }
+    out << "}";
+  } else if (v.is_array()) {
+    out << "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      out << (i ? ", " : "");
+      write_inline(out, v[i], key);
+    }
+    out << "]";
+  } else if (v.is_number_float()) {
+    const double x = v.get<double>();
+    const auto f = float_formats().find(key);
+    RANKSIM_CHECK(f != float_formats().end(), "summary_json: a number field without a notation");
+    if (!std::isfinite(x)) {
+      out << "null";
+    } else {
+      out << fmt(f->second, x);
+    }
+  } else {
+    out << text_of(v);
+  }
+}
+
+void write_layout(std::ostream& out, const Json& top) {
+  out << "{";
+  bool first = true;
+  for (const auto& [k, v] : top.items()) {
+    out << (first ? "\n  " : ",\n  ") << text_of(Json(k)) << ": ";
+    first = false;
+    if (!v.is_array()) {
+      write_inline(out, v, k);
+      continue;
+    }
+    out << "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      out << (i ? ",\n    " : "\n    ");
+      write_inline(out, v[i], k);
+    }
+    out << "\n  ]";
+  }
+  out << "\n}\n";
+}
+
+Json model_json(const Scenario& sc, const RunSummary& s) {
+  const ModelWorkload& m = *sc.model;
+  Json j = Json::object();
+  if (m.train) {
+    Json waits = Json::array();
+    for (double w : s.pipeline_wait) waits.push_back(us(sim::Time::from_seconds(w)));
+    j["pipeline_wait_us"] = waits;
+    Json losses = Json::array();
+    for (double l : s.train_result.losses) losses.push_back(std::isfinite(l) ? Json(l) : Json(nullptr));
+    j["losses"] = losses;
+  } else {
+    const bool numbers = !m.shape_only && std::isfinite(s.model_dump.loss);
+    j["loss"] = numbers ? Json(s.model_dump.loss) : Json(nullptr);
+    j["tokens"] = s.model_dump.tokens;
+  }
+  if (s.validation) {
+    const models::ValidationReport& v = *s.validation;
+    Json grads = Json::array();
+    for (const auto& g : v.grads)
+      grads.push_back(Json{{"name", g.name}, {"norm_diff", g.norm_diff}, {"category", models::category_name(g.category)}});
+    j["validation"] = Json{{"baseline", baseline_name(m)},
+                           {"logits_share", v.logits_share},
+                           {"logits_max_diff", v.logits_max_diff},
+                           {"loss_rel", v.loss_rel},
+                           {"grad_max_norm_diff", v.grad_max_norm_diff},
+                           {"acceptable_share", v.acceptable_share},
+                           {"passed", v.ok()},
+                           {"grads", grads}};
+  }
+  return j;
+}
+
+}  // namespace
+
+void write_json_summary(const std::string& path, const Scenario& sc, const std::string& topology_name,
+                        const RunSummary& s) {
+  const runtime::RunReport& rep = s.report;
+  Json j = Json::object();
+  j["scenario"] = sc.name;
+  j["backend"] = s.backend;
+  j["device"] = s.device_kind;
+  j["topology"] = topology_name;
+  j["ranks"] = sc.ranks;
+  j["layout"] = Json{{"tp", sc.tp}, {"cp", sc.cp}, {"dp", sc.dp}, {"pp", sc.pp}};
+  j["virtual_time_us"] = us(s.makespan);
+  Json ranks = Json::array();
+  for (size_t r = 0; r < rep.clocks.size(); ++r)
+    ranks.push_back(Json{{"rank", r}, {"clock_us", us(rep.clocks[r])}, {"compute_us", us(rep.compute[r])},
+                         {"comm_us", us(rep.comm[r])}});
+  j["ranks_detail"] = ranks;
+  Json collectives = Json::array();
+  for (const CollectiveLine& l : s.lines) {
+    Json c{{"op", l.op},   {"group_size", l.group_size}, {"dtype", l.dtype},
+           {"bytes", l.bytes}, {"algorithm", l.algorithm},  {"calls", l.calls},
+           {"time_us", l.seconds_per_call() * 1e6}};
+    if (!l.desc.empty()) c["group"] = l.desc;
+    collectives.push_back(c);
+  }
+  j["collectives"] = collectives;
+  Json sweep = Json::array();
+  for (const SweepRow& r : s.sweep)
+    sweep.push_back(Json{{"bytes", r.bytes},
+                         {"count", r.count},
+                         {"algorithm", r.algorithm},
+                         {"time_us", r.seconds * 1e6},
+                         {"algbw_GBps", r.algbw / 1e9},
+                         {"busbw_GBps", r.busbw / 1e9},
+                         {"wrong", r.wrong}});
+  j["sweep"] = sweep;
+  if (sc.model) j["model"] = model_json(sc, s);
+  Json checks = Json::array();
+  for (const CheckResult& c : s.checks)
+    checks.push_back(Json{{"check", c.text}, {"passed", c.passed}, {"measured", c.measured}});
+  j["checks"] = checks;
+  j["passed"] = s.passed;
+  sim::write_file_atomically(path, [&](std::ostream& out) { write_layout(out, j); });
+}
+
+}  // namespace ranksim::app

@@ -1,0 +1,137 @@
+#include "app/summary_text.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <string>
+
+#include "app/nccl_table.h"
+#include "sim/units.h"
+
+namespace ranksim::app {
+
+void print_run_header(std::ostream& out, const Scenario& sc, const sim::Topology& topo, const runtime::Device* device) {
+  out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " ("
+      << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp
+      << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << ", "
+      << (sc.real_data ? "real data" : "shape-only") << "\n";
+  if (!sc.description.empty()) out << "  " << sc.description << "\n";
+  if (device) out << "  ops compute on the " << device->name() << " device\n";
+  out << "\n";
+}
+
+void print_sweep_table(std::ostream& out, const Scenario& sc, const std::vector<SweepRow>& sweep) {
+  out << *sc.sweep_op << " sweep (" << sc.sweep_dtype << "):\n";
+  print_table_header(out);
+  const runtime::CollectiveKind kind =
+      runtime::parse_collective_kind(*sc.sweep_op).value_or(runtime::CollectiveKind::broadcast);  // sendrecv: 1
+  for (const SweepRow& r : sweep) {
+    TableRow row{r.bytes, r.count, sc.sweep_dtype, r.algorithm, r.seconds, r.wrong};
+    print_table_row(out, row, kind, sc.ranks);
+  }
+}
+
+void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {
+  const runtime::RunReport& rep = s.report;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%6s %12s %12s %12s %12s\n", "rank", "time", "compute", "comm", "idle");
+  out << buf;
+  const int shown = sc.ranks <= 16 ? sc.ranks : 8;
+  for (int r = 0; r < sc.ranks; ++r) {
+    if (r >= shown) {
+      out << "   ... (" << sc.ranks - shown << " more ranks)\n";
+      break;
+    }
+    const sim::Time idle = s.makespan - rep.compute[static_cast<size_t>(r)] - rep.comm[static_cast<size_t>(r)];
+    std::snprintf(buf, sizeof buf, "%6d %12s %12s %12s %12s\n", r, s.makespan.str().c_str(),
+                  rep.compute[static_cast<size_t>(r)].str().c_str(), rep.comm[static_cast<size_t>(r)].str().c_str(),
+                  (idle > sim::Time::zero() ? idle : sim::Time::zero()).str().c_str());
+    out << buf;
+  }
+}
+
+void print_collectives_table(std::ostream& out, const RunSummary& s) {
+  const bool described = std::any_of(s.lines.begin(), s.lines.end(), [](const CollectiveLine& l) { return !l.desc.empty(); });
+  char buf[200];
+  out << "\n";
+  std::snprintf(buf, sizeof buf, "%-15s %6s %6s %14s %13s %8s %12s %12s %12s", "collective", "ranks", "type",
+                "size(B)", "algorithm", "calls", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+  out << buf << (described ? "  group\n" : "\n");
+  for (const CollectiveLine& l : s.lines) {
+    const double per_call = l.seconds_per_call();
+    const double algbw = per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 : 0;
+    std::snprintf(buf, sizeof buf, "%-15s %6d %6s %14lld %13s %8lld %12.2f %12.2f %12.2f", l.op.c_str(), l.group_size,
+                  l.dtype.c_str(), static_cast<long long>(l.bytes), l.algorithm.c_str(),
+                  static_cast<long long>(l.calls), per_call * 1e6, algbw, algbw * busbw_factor(l.kind(), l.group_size));
+    out << buf << (described ? "  " + (l.desc.empty() ? std::string("-") : l.desc) + "\n" : std::string("\n"));
+  }
+}
+
+void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s) {
+  const ModelWorkload& m = *sc.model;
+  const models::TransformerConfig& c = m.config;
+  out << "\nmodel: reference transformer, vocab " << c.vocab << ", hidden " << c.hidden << ", " << c.heads
+      << " heads of " << c.head_dim << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype) << ", "
+      << (m.attention.format == cp::Format::thd ? "thd" : "bshd") << " " << models::mask_name(m.attention.mask);
+  if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
+    out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";
+  out << ", cp_comm " << sc.cp_comm << "\n";
+  if (m.encoder) {
+    const EncoderSettings& e = *m.encoder;
+    std::string order;
+    for (const auto& d : m.order) order += (order.empty() ? "" : "-") + d;
+    const char* mode = e.dp > sc.dp ? "fan-in" : e.dp < sc.dp ? "fan-out" : "identity";
+    out << "  encoder: 2-layer MLP " << e.config.features << " -> " << e.config.ffn << " -> " << c.hidden
+        << " at tp=" << e.tp << " dp=" << e.dp << ", bridged (" << mode << ") into the transformer's " << order
+        << " grid; its outputs replace the embeddings\n";
+    out << "  training: " << m.train->steps << " steps, adamw lr " << fmt("%g", m.train->optimizer.lr)
+        << ", weight decay " << fmt("%g", m.train->optimizer.weight_decay) << "\n";
+  } else if (m.train) {
+    const TrainSettings& t = *m.train;
+    out << "  training: " << t.steps << " steps, " << t.micro_batches << " micro-batches per DP rank, adamw lr "
+        << fmt("%g", t.optimizer.lr) << ", weight decay " << fmt("%g", t.optimizer.weight_decay)
+        << (t.clip_grad_norm ? ", clip " + fmt("%g", *t.clip_grad_norm) : std::string()) << ", zero " << t.zero
+        << ", layers " << c.layers << " over pp=" << sc.pp << "\n";
+  }
+  if (m.train && sc.pp > 1) {
+    const auto [lo, hi] = std::minmax_element(s.pipeline_wait.begin(), s.pipeline_wait.end());
+    out << "  pipeline: time blocked in stage-to-stage receives (the 1F1B bubble plus activation transfers, "
+           "counted in comm above): " << sim::Time::from_seconds(*lo).str() << " to "
+        << sim::Time::from_seconds(*hi).str() << " per rank\n";
+  }
+  if (m.shape_only) {
+    out << "  shape-only: timing only, no numbers\n";
+  } else if (m.train) {
+    out << "  step    loss";
+    if (m.train->clip_grad_norm) out << "   grad norm";
+    out << "\n";
+    for (std::size_t i = 0; i < s.train_result.losses.size(); ++i) {
+      out << fmt("  %4.0f", static_cast<double>(i + 1)) << fmt("  %.6f", s.train_result.losses[i]);
+      if (m.train->clip_grad_norm) out << fmt("  %10.6f", s.train_result.grad_norms[i]);
+      out << "\n";
+    }
+  } else {
+    out << "  loss " << fmt("%.6f", s.model_dump.loss) << " over " << s.model_dump.tokens << " labelled tokens\n";
+  }
+  if (s.validation) {
+    out << "\n";
+    models::print_validation(*s.validation, baseline_name(m),
+                             "tp=" + std::to_string(sc.tp) + " cp=" + std::to_string(sc.cp) + " " + sc.cp_comm, out);
+  }
+}
+
+void print_totals(std::ostream& out, const RunSummary& s, bool wall_time, runtime::Device* device) {
+  out << (wall_time ? "\nwall time: " : "\nvirtual time: ") << s.makespan << "\n";
+  if (device) {
+    const runtime::DeviceStats& ds = device->stats();
+    out << "device " << device->name() << ": " << ds.ops << " ops (" << ds.kernels << " kernels, " << ds.gemms
+        << " GEMMs); " << ds.uploads << " uploads (" << sim::units::format_bytes(static_cast<uint64_t>(ds.upload_bytes))
+        << "), " << ds.downloads << " downloads ("
+        << sim::units::format_bytes(static_cast<uint64_t>(ds.download_bytes)) << ")\n";
+  }
+  if (!s.checks.empty()) out << "checks:\n";
+  for (const CheckResult& c : s.checks)
+    out << "  [" << (c.passed ? "pass" : "FAIL") << "] " << c.text << " (measured " << c.measured << ")\n";
+}
+
+}  // namespace ranksim::app

@@ -1,0 +1,26 @@
+// The text summary that `ranksim run` prints, in the order it prints it: the run's header, the
+// sweep table (nccl-tests' layout) or the per-rank and per-collective tables, the model
+// workload's section, then the totals and the checks. Internal to app/.
+#pragma once
+
+#include <iosfwd>
+
+#include "app/run_summary.h"
+#include "app/scenario.h"
+#include "runtime/device/device.h"
+#include "sim/topology.h"
+
+namespace ranksim::app {
+
+// device: where ops compute; null when none was made.
+void print_run_header(std::ostream& out, const Scenario& sc, const sim::Topology& topo, const runtime::Device* device);
+void print_sweep_table(std::ostream& out, const Scenario& sc, const std::vector<SweepRow>& sweep);
+// Time, compute, comm and idle per rank (the first 8 of a run over 16 ranks).
+void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
+void print_collectives_table(std::ostream& out, const RunSummary& s);
+// REQUIRES: sc.model.
+void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s);
+// The run's time (virtual, or wall on a real backend), the device's counters, the checks.
+void print_totals(std::ostream& out, const RunSummary& s, bool wall_time, runtime::Device* device);
+
+}  // namespace ranksim::app
