@@ -20,6 +20,8 @@
 #include "runtime/distributed/backends/nccl/device_buffer.h"
 #include "runtime/distributed/backends/nccl/nccl_comm.h"
 #include "runtime/device/device.h"
+#include "cp/attention_device_cases.h"
+#include "models/device_cases.h"
 #include "runtime/device/device_cases.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/tensor.h"
@@ -99,7 +101,7 @@ TEST(GpuOps, EveryOpMatchesTheCpuOp) {
   const std::shared_ptr<Device> gpu = make_cuda_device(0, every_kernel());
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     const double tol = dt == DType::f32 ? 2e-5 : dt == DType::bf16 ? 1.6e-2 : 2e-3;
-    testing::device_op_cases(dt, [&](const std::string& what, const testing::OpOutputs& f) {
+    const testing::DeviceCheck check = [&](const std::string& what, const testing::OpOutputs& f) {
       const std::vector<Tensor> cpu = f();
       std::vector<Tensor> dev;
       {
@@ -123,7 +125,10 @@ TEST(GpuOps, EveryOpMatchesTheCpuOp) {
           ASSERT_NEAR(d[j], c[j], tol * (1 + std::abs(c[j]))) << what << " output " << i << " at " << j;
         }
       }
-    });
+    };
+    testing::device_op_cases(dt, check);
+    testing::attention_device_cases(dt, check);
+    testing::model_device_cases(dt, check);
   }
 }
 
