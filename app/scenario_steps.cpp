@@ -147,7 +147,7 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
                   sim::join(kCollectiveOps) + "), sendrecv, wait, tp_mlp or cp_attention");
   const YAML::Node key = n.begin()->first;
   const YAML::Node body = n.begin()->second;
-  const std::string kind = key.Scalar();
+  const std::string& kind = key.Scalar();
   ScenarioStep st;
   if (kind == "wait") {
     st.kind = ScenarioStep::Kind::collective;

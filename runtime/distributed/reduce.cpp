@@ -1,6 +1,7 @@
 #include "runtime/distributed/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 namespace ranksim::runtime {
@@ -45,8 +46,8 @@ struct Max {
   template <class T>
   T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (a != a) return a;
-      if (b != b) return b;
+      if (std::isnan(a)) return a;
+      if (std::isnan(b)) return b;
     }
     return a < b ? b : a;
   }
@@ -55,8 +56,8 @@ struct Min {
   template <class T>
   T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (a != a) return a;
-      if (b != b) return b;
+      if (std::isnan(a)) return a;
+      if (std::isnan(b)) return b;
     }
     return b < a ? b : a;
   }

@@ -26,6 +26,8 @@ namespace {
 
 // --- A small JSON reader, enough for safetensors headers ------------------------------------
 
+struct JsonMember;
+
 struct Json {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
@@ -33,7 +35,14 @@ struct Json {
   bool boolean = false;
   std::string text;  // a string's decoded value, or a number's literal
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in header order
+  std::vector<JsonMember> members;  // in header order
+};
+
+// A member of an object (a struct rather than a std::pair: Json is incomplete where Json names
+// its members, and a vector of an incomplete struct is allowed where a pair of one is not).
+struct JsonMember {
+  std::string key;
+  Json value;
 };
 
 const char* kind_name(Json::Kind k) {
@@ -112,7 +121,7 @@ class JsonParser {
         skip_ws();
         expect(':');
         skip_ws();
-        v.members.emplace_back(std::move(key), value(depth + 1));
+        v.members.push_back(JsonMember{std::move(key), value(depth + 1)});
         skip_ws();
         if (peek() == ',') {
           ++pos_;

@@ -37,6 +37,9 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;  // C++17's guide: clang 14 does not deduce aggregates
+
 }  // namespace
 
 CollectiveKind kind_of(const CollectiveTensors& tensors) {
