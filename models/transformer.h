@@ -28,11 +28,8 @@
 // reduce_gradients). The loss and its gradient are token-weighted over the whole CP group: any
 // layout gives the gradient of the same batch.
 //
-// Batches. BSHD: input_ids and labels i64 [B, S], every row one sequence; S % (2 cp) == 0 for
-// cp > 1. THD: input_ids and labels i64 [T] (packed real tokens), cu_seqlens the cumulative real
-// lengths; for cp > 1 each sequence is padded to a multiple of 2 cp with id kPadId and label -100
-// (cp/partition.h pad_thd_for_cp). Labels are already shifted (spec E6). Masks: BSHD causal or
-// no_mask; THD padding (attention inside each sequence) or causal (causal inside each sequence);
+// Batches (models/batch.h): BSHD rows or THD packed sequences, labels already shifted; the loss
+// (models/loss.h). Masks: BSHD causal or no_mask; THD padding (attention inside each sequence) or causal (causal inside each sequence);
 // optional sliding window [left, right] (-1 unbounded; a causal mask takes right = 0 or -1).
 #pragma once
 

@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev       # benches/
   libcli11-dev           # the ranksim command line
   python3                # scripts/check_layers.py (a ctest test)
+  clang-format clang-tidy  # scripts/format.sh and scripts/tidy.sh (CI runs both)
   nlohmann-json3-dev     # the run summary (--json) and ranksim compare
   chromium               # renders `ranksim run --report` pages in a test (headless)
 )
