@@ -46,9 +46,6 @@ KNOWN_CYCLES = {
     # schedule_blocks.h takes schedule.h's Step and ScheduleRequest, and schedule.cpp composes the
     # blocks: the step and request types want their own header.
     frozenset({"runtime/distributed/schedule", "runtime/distributed/schedule_blocks"}),
-    # topology_reader.h returns a spec whose types topology.h declares, and topology.cpp builds
-    # from the reader: the spec types want their own header.
-    frozenset({"sim/topology", "sim/topology_reader"}),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # Words that name a layer above the runtime, as code or prose (the safetensors reader's `cp` is a
