@@ -43,9 +43,6 @@ KNOWN_CYCLES = {
     # comm_types.h takes context_parallel.h's CpLayout and CpContext, and context_parallel.cpp
     # calls the comm types: the layout types want their own header.
     frozenset({"cp/context_parallel", "cp/comm_types"}),
-    # schedule_blocks.h takes schedule.h's Step and ScheduleRequest, and schedule.cpp composes the
-    # blocks: the step and request types want their own header.
-    frozenset({"runtime/distributed/schedule", "runtime/distributed/schedule_blocks"}),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # Words that name a layer above the runtime, as code or prose (the safetensors reader's `cp` is a
