@@ -40,9 +40,6 @@ KNOWN_CYCLES = {
     # ops.cpp calls its device path, which returns ops.h's result structs: splitting ops.cpp by
     # kind of op (one unit per kind, no ops.cpp) breaks it.
     frozenset({"runtime/tensor/ops", "runtime/tensor/device_ops"}),
-    # comm_types.h takes context_parallel.h's CpLayout and CpContext, and context_parallel.cpp
-    # calls the comm types: the layout types want their own header.
-    frozenset({"cp/context_parallel", "cp/comm_types"}),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # Words that name a layer above the runtime, as code or prose (the safetensors reader's `cp` is a
