@@ -91,7 +91,8 @@ P2pStep p2p_step(const CpLayout& layout, std::int64_t r, std::int64_t kv_rank,
                  const AttentionOptions& opts);
 
 // The process groups a rank passes. For p2p, all_gather and a2a only `cp` is used; a2a+p2p also
-// needs this rank's a2a and p2p subgroups (hierarchical_cp_groups builds them).
+// needs this rank's a2a and p2p subgroups (context_parallel.h's hierarchical_cp_groups builds
+// them).
 struct CpGroups {
   CpGroups() = default;
   CpGroups(runtime::ProcessGroup cp_group)  // NOLINT: a plain CP group converts implicitly
