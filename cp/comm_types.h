@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cp/attention.h"
-#include "cp/context_parallel.h"
+#include "cp/layout.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/tensor/tensor.h"
 

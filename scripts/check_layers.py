@@ -40,15 +40,6 @@ KNOWN_CYCLES = {
     # ops.cpp calls its device path, which returns ops.h's result structs: splitting ops.cpp by
     # kind of op (one unit per kind, no ops.cpp) breaks it.
     frozenset({"runtime/tensor/ops", "runtime/tensor/device_ops"}),
-    # comm_types.h takes context_parallel.h's CpLayout and CpContext, and context_parallel.cpp
-    # calls the comm types: the layout types want their own header.
-    frozenset({"cp/context_parallel", "cp/comm_types"}),
-    # schedule_blocks.h takes schedule.h's Step and ScheduleRequest, and schedule.cpp composes the
-    # blocks: the step and request types want their own header.
-    frozenset({"runtime/distributed/schedule", "runtime/distributed/schedule_blocks"}),
-    # topology_reader.h returns a spec whose types topology.h declares, and topology.cpp builds
-    # from the reader: the spec types want their own header.
-    frozenset({"sim/topology", "sim/topology_reader"}),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # Words that name a layer above the runtime, as code or prose (the safetensors reader's `cp` is a

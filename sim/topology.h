@@ -25,6 +25,9 @@
 // Route latency is the sum of its links' latencies; route bandwidth is the smallest link
 // bandwidth (+infinity for the empty route from a device to itself).
 //
+// The hardware as the file describes it (DeviceKind, Fabric, FatTreeLevel, Network) is declared in
+// sim/topology_spec.h, included here; Topology keeps those values and adds the graph.
+//
 // Errors: every problem in the YAML (or in an override) is a ConfigError with the 1-based line
 // and column of the offending node, saying what is wrong and what was expected. A missing file
 // is an Error naming the path. A Topology is immutable after loading; const methods are safe to
@@ -32,24 +35,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "sim/time.h"
+#include "sim/topology_spec.h"
 
 namespace ranksim::sim {
-
-struct DeviceKind {
-  std::string name;
-  // dtype name ("f64", "f32", "tf32", "bf16", "f16", "fp8", "i8", "i32", "i64") -> FLOP/s.
-  std::map<std::string, double, std::less<>> peak_flops;
-  double memory_bandwidth = 0;  // bytes/s
-  uint64_t memory_bytes = 0;
-  Time launch_overhead;  // added to every kernel. Default: 0
-};
 
 struct Device {
   int id = 0;
@@ -82,36 +74,6 @@ struct Route {
   std::vector<int> links;  // link ids from source to destination
   Time latency;            // sum of the links' latencies
   double bandwidth = 0;    // bottleneck (smallest) link bandwidth; +inf when links is empty
-};
-
-enum class FabricType : uint8_t { none, switched, ring, mesh, links };
-
-// The intra-node fabric as written (after ring/mesh expansion into explicit links).
-struct Fabric {
-  FabricType type = FabricType::none;
-  std::string name;      // link kind name; Default: the type ("switch", "ring", ...)
-  double bandwidth = 0;  // switched: per device per direction; ring/mesh: per link direction
-  Time latency;          // switched: device to device through the switch; else per link
-  struct LocalLink {
-    int a = 0, b = 0;  // local device indices; full duplex
-    double bandwidth = 0;
-    Time latency;
-  };
-  std::vector<LocalLink> links;  // ring, mesh, links
-};
-
-struct FatTreeLevel {
-  std::string name;        // "leaf", "spine", "core"
-  int children = 0;        // units of the level below per switch group; 0 = unbounded (top)
-  Time latency;            // one traversal of a switch at this level
-  double oversubscription = 1.0;  // down / up bandwidth of a switch group (not on the top level)
-  bool rail_optimized = false;    // level 1 only: one group per local device index (rail)
-};
-
-struct Network {
-  double nic_bandwidth = 0;  // bytes/s per device, each direction
-  Time nic_latency;          // at each end of a transfer (NIC, PCIe, host)
-  std::vector<FatTreeLevel> levels;  // bottom (leaf) first
 };
 
 class Topology {

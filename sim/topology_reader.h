@@ -1,6 +1,7 @@
-// Reading a topology file: the YAML tree (overrides applied) to a TopologySpec, every value
-// checked. Topology::parse (sim/topology.h) reads a spec here, then lays out its vertices, links
-// and routes; this file knows the format (docs/topology.md), topology.cpp the graph.
+// Reading a topology file: the YAML tree (overrides applied) to a TopologySpec
+// (sim/topology_spec.h), every value checked. Topology::parse (sim/topology.h) reads a spec here,
+// then lays out its vertices, links and routes; this file knows the format (docs/topology.md),
+// topology.cpp the graph. The reader depends on the spec only, never on the Topology it feeds.
 //
 // Errors: each problem is a ConfigError at the offending node's file:line:column (or at the
 // --set override that put it there), saying what is wrong and what was expected.
@@ -9,23 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/topology.h"
+#include "sim/topology_spec.h"
 #include "sim/yaml_input.h"
 
 namespace ranksim::sim {
-
-// A topology as written: validated, not yet laid out as a graph.
-struct TopologySpec {
-  std::string name;
-  int num_nodes = 1;
-  int devices_per_node = 0;
-  std::vector<DeviceKind> kinds;
-  int kind_index = 0;  // the nodes' device kind, an index into kinds
-  std::string device_label = "dev";
-  Fabric fabric;  // ring and mesh expanded into explicit links
-  bool has_network = false;
-  Network network;  // meaningful when has_network
-};
 
 // The known keys of a topology file, for validation and for --set.
 const YamlSchema& topology_schema();

@@ -22,48 +22,18 @@
 //   scatter         n*c         (root's input; rank i's piece ends at i*c)
 //   all_to_all      in + out    (input then output regions; uneven splits allowed)
 //   barrier         0           (moves of zero elements: latency only)
+//
+// The vocabulary shared with the building blocks (runtime/distributed/schedule_blocks.h) --
+// CollectiveKind, Algorithm, Move, Step, ScheduleRequest, chunk_begin -- is declared in
+// runtime/distributed/schedule_types.h, included here.
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
 #include <vector>
 
+#include "runtime/distributed/schedule_types.h"
+
 namespace ranksim::runtime {
-
-enum class CollectiveKind : uint8_t {
-  all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather, scatter, all_to_all, barrier
-};
-// The collective's torch.distributed-style name ("all_reduce", "all_gather", ...), and back: the
-// one mapping between names and kinds that the CLI, scenarios and reports share. The parser
-// takes exactly the names to_string gives; nullopt for any other.
-const char* to_string(CollectiveKind k);
-std::optional<CollectiveKind> parse_collective_kind(std::string_view name);
-
-enum class Algorithm : uint8_t {
-  automatic,     // chosen by choose_algorithm()
-  ring,          // bandwidth-optimal rings; 2(n-1) steps for all-reduce
-  tree,          // recursive halving-doubling / binomial trees; O(log n) steps
-  direct,        // every pair at once (all-to-all, gather, scatter) or root fan-out/fan-in
-  hierarchical,  // intra-node first, then across nodes with one rank per node and local index
-};
-const char* to_string(Algorithm a);
-// Parses "auto", "ring", "tree", "direct", "hierarchical"; throws ranksim::Error otherwise.
-Algorithm parse_algorithm(std::string_view name);
-
-struct Move {
-  int src = 0;  // group-local rank indices
-  int dst = 0;
-  int64_t src_off = 0;
-  int64_t dst_off = 0;
-  int64_t count = 0;
-  bool reduce = false;
-};
-
-struct Step {
-  std::vector<Move> moves;
-};
 
 struct Schedule {
   CollectiveKind kind = CollectiveKind::barrier;
@@ -72,19 +42,6 @@ struct Schedule {
   int64_t buffer_elems = 0;       // working buffer size per rank (all_to_all: largest in+out)
   std::vector<Step> steps;
   int64_t moved_elems() const;  // sum of move counts (a rough size of the traffic)
-};
-
-struct ScheduleRequest {
-  CollectiveKind kind = CollectiveKind::all_reduce;
-  Algorithm algorithm = Algorithm::ring;
-  int nranks = 1;
-  int64_t count = 0;  // per-rank element count (see the table above); unused for all_to_all
-  int root = 0;       // group-local root for broadcast, reduce, gather, scatter
-  // hierarchical: node of each group rank (same number of ranks on each node, in the same
-  // local order). Empty = one node.
-  std::vector<int> node_of;
-  // all_to_all: split_sizes[i][j] = elements rank i sends to rank j (so rank j receives it).
-  std::vector<std::vector<int64_t>> splits;
 };
 
 // Builds the schedule; throws ranksim::Error when the algorithm cannot serve the request (for
@@ -97,12 +54,5 @@ Schedule make_schedule(const ScheduleRequest& req);
 // per node, direct for all-to-all, gather and scatter.
 Algorithm choose_algorithm(CollectiveKind kind, int nranks, int64_t bytes, int nodes,
                            bool equal_ranks_per_node);
-
-// Element offset where chunk i of `count` elements split into n near-equal chunks begins:
-// floor(i * count / n). Chunk i is [chunk_begin(i), chunk_begin(i+1)).
-inline int64_t chunk_begin(int64_t count, int n, int i) {
-  // i * count / n without overflow: i * (count % n) < n * n.
-  return count / n * i + (count % n) * i / n;
-}
 
 }  // namespace ranksim::runtime

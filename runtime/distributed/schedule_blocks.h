@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/distributed/schedule.h"
+#include "runtime/distributed/schedule_types.h"
 
 namespace ranksim::runtime::blocks {
 

@@ -11,7 +11,7 @@
 //
 // fp32 bound. The reference and the CP run compute every (query, key) term with the same f32
 // kernel; they differ in how the per-row sums are split and recombined. From the kernel's own
-// analysis (tests/cp/attention_test.cpp) a result summed over at most L keys (and, for dK/dV, at
+// analysis (tests/cp/attention_reference.h) a result summed over at most L keys (and, for dK/dV, at
 // most L queries) is within 4 (d^1.5 + 2L + 8) u of the exact value, relative to the largest
 // magnitude of that tensor (at least 1: |out| <= 1, the lse is O(log L)), u = 2^-24. The CP run
 // adds at most cp merge / correction / accumulation steps (p2p LSE merge and out correction,
