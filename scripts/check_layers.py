@@ -37,9 +37,6 @@ KNOWN_CYCLES = {
     # tensors: breaking it moves Tensor's copies (and their strided helpers) into their own unit.
     frozenset({"runtime/tensor/tensor", "runtime/tensor/device_ops", "runtime/tensor/device_tensors"}),
     frozenset({"runtime/tensor/tensor", "runtime/tensor/device_ops", "runtime/tensor/ops"}),
-    # ops.cpp calls its device path, which returns ops.h's result structs: splitting ops.cpp by
-    # kind of op (one unit per kind, no ops.cpp) breaks it.
-    frozenset({"runtime/tensor/ops", "runtime/tensor/device_ops"}),
     # comm_types.h takes context_parallel.h's CpLayout and CpContext, and context_parallel.cpp
     # calls the comm types: the layout types want their own header.
     frozenset({"cp/context_parallel", "cp/comm_types"}),
