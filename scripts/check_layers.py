@@ -33,10 +33,6 @@ SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh")
 # (the structure issue's notes say how). The check fails on any other cycle, and on a listed one
 # that no longer exists, so that the list only shrinks.
 KNOWN_CYCLES = {
-    # Tensor::clone/contiguous/to/copy_ run on a device through the ops' device path, which takes
-    # tensors: breaking it moves Tensor's copies (and their strided helpers) into their own unit.
-    frozenset({"runtime/tensor/tensor", "runtime/tensor/device_ops", "runtime/tensor/device_tensors"}),
-    frozenset({"runtime/tensor/tensor", "runtime/tensor/device_ops", "runtime/tensor/ops"}),
     # comm_types.h takes context_parallel.h's CpLayout and CpContext, and context_parallel.cpp
     # calls the comm types: the layout types want their own header.
     frozenset({"cp/context_parallel", "cp/comm_types"}),
