@@ -1,6 +1,7 @@
 // The device path of runtime/tensor/ops.h and of Tensor's copies (internal to runtime/tensor):
-// each function runs one op on a Device after runtime/tensor/ops.cpp (or tensor.cpp) has checked
-// its arguments, and returns tensors that live on the device (runtime/tensor/device_tensors.h).
+// each function runs one op on a Device after the op (runtime/tensor/ops_*.cpp, or
+// tensor_copy.cpp for a copy) has checked its arguments, and returns tensors that live on the
+// device (runtime/tensor/device_tensors.h).
 // Index tensors (ids, targets) must already have been range-checked. Other layers run their own
 // kernels through runtime/tensor/device_tensors.h, not through this header.
 #pragma once
@@ -45,7 +46,7 @@ CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor
 Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
                               const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
                               std::int64_t count);
-// Tensor copies (runtime/tensor/tensor.cpp) on the device: the device when it is installed, every tensor
+// Tensor copies (runtime/tensor/tensor_copy.cpp) on the device: the device when it is installed, every tensor
 // has data in a device dtype and at most kernels::kMaxDims dims, and one of them (need_resident)
 // already lives there; else nullptr (the copy runs on the host).
 Device* device_for_copy(std::initializer_list<const Tensor*> tensors, std::initializer_list<const Tensor*> need_resident);

@@ -1,7 +1,7 @@
-// The device kernels of runtime/tensor/ops.h (their device path: runtime/tensor/ops_device.cpp),
+// The device kernels of runtime/tensor/ops.h (their device path: runtime/tensor/device_ops.cpp),
 // written once for nvcc and the host compiler under runtime/device/kernel.h's contract. Each
-// follows the CPU loop of runtime/tensor/ops.cpp in its sum order, so the emulated device gives
-// the CPU's bits.
+// follows the CPU loop of its op (runtime/tensor/ops_*.cpp) in its sum order, so the emulated
+// device gives the CPU's bits.
 //
 // Column reductions (bias and LayerNorm weight gradients, embedding gradients) run one item per
 // column, over rows in increasing order, on every device: deterministic, coalesced.
@@ -43,7 +43,7 @@ struct ScaleKernel {
   }
 };
 
-constexpr float kGeluC = 0.79788456080286535588f;  // sqrt(2 / pi), as runtime/tensor/ops.cpp
+constexpr float kGeluC = 0.79788456080286535588f;  // sqrt(2 / pi), as runtime/tensor/ops_elementwise.cpp
 constexpr float kGeluA = 0.044715f;
 
 struct GeluKernel {

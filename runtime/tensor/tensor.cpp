@@ -9,8 +9,7 @@
 
 #include <malloc.h>
 
-#include "runtime/tensor/cost.h"
-#include "runtime/tensor/device_ops.h"
+#include "runtime/tensor/strided_copy.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
@@ -79,81 +78,6 @@ std::uint64_t random_bits(std::uint64_t seed, std::uint64_t counter) {
 
 namespace {
 
-std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
-  std::vector<std::int64_t> strides(shape.size());
-  std::int64_t s = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= shape[i];
-  }
-  return strides;
-}
-
-// Walks two same-shaped strided layouts together, calling fn(offset_a, offset_b, count, step_a,
-// step_b) for each innermost row (offsets and steps in elements).
-template <class Fn>
-void for_each_row(const Shape& shape, const std::vector<std::int64_t>& sa, std::int64_t off_a,
-                  const std::vector<std::int64_t>& sb, std::int64_t off_b, Fn&& fn) {
-  const std::int64_t numel = shape_numel(shape);
-  if (numel == 0) return;
-  const std::size_t nd = shape.size();
-  if (nd == 0) {
-    fn(off_a, off_b, std::int64_t{1}, std::int64_t{1}, std::int64_t{1});
-    return;
-  }
-  const std::int64_t inner = shape[nd - 1];
-  std::vector<std::int64_t> idx(nd, 0);
-  const std::int64_t rows = numel / inner;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    fn(off_a, off_b, inner, sa[nd - 1], sb[nd - 1]);
-    for (std::size_t d = nd - 1; d-- > 0;) {
-      ++idx[d];
-      off_a += sa[d];
-      off_b += sb[d];
-      if (idx[d] < shape[d]) break;
-      off_a -= sa[d] * shape[d];
-      off_b -= sb[d] * shape[d];
-      idx[d] = 0;
-    }
-  }
-}
-
-template <class T>
-void strided_copy_same(const std::byte* src, std::int64_t so, std::int64_t ss, std::byte* dst,
-                       std::int64_t d_o, std::int64_t ds, std::int64_t n) {
-  const T* s = reinterpret_cast<const T*>(src) + so;
-  T* d = reinterpret_cast<T*>(dst) + d_o;
-  for (std::int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
-}
-
-// Copies a strided source layout into a strided destination layout of the same shape, converting.
-void strided_convert(const std::byte* src, DType sdt, const Shape& shape,
-                     const std::vector<std::int64_t>& sst, std::int64_t soff, std::byte* dst,
-                     DType ddt, const std::vector<std::int64_t>& dst_strides, std::int64_t doff) {
-  const std::size_t ssz = dtype_size(sdt);
-  const std::size_t dsz = dtype_size(ddt);
-  for_each_row(
-      shape, sst, soff, dst_strides, doff,
-      [&](std::int64_t so, std::int64_t d_o, std::int64_t n, std::int64_t ss, std::int64_t ds) {
-        if ((ss == 1 || n == 1) && (ds == 1 || n == 1)) {
-          convert_elements(src + so * static_cast<std::int64_t>(ssz), sdt,
-                           dst + d_o * static_cast<std::int64_t>(dsz), ddt,
-                           static_cast<std::size_t>(n));
-        } else if (sdt == ddt && ssz == 2) {
-          strided_copy_same<std::uint16_t>(src, so, ss, dst, d_o, ds, n);
-        } else if (sdt == ddt && ssz == 4) {
-          strided_copy_same<std::uint32_t>(src, so, ss, dst, d_o, ds, n);
-        } else if (sdt == ddt && ssz == 8) {
-          strided_copy_same<std::uint64_t>(src, so, ss, dst, d_o, ds, n);
-        } else {
-          for (std::int64_t i = 0; i < n; ++i) {
-            convert_elements(src + (so + i * ss) * static_cast<std::int64_t>(ssz), sdt,
-                             dst + (d_o + i * ds) * static_cast<std::int64_t>(dsz), ddt, 1);
-          }
-        }
-      });
-}
-
 // Natural logarithm from IEEE basic operations only (frexp and ldexp are exact), so that randn
 // gives the same bits with every libm. ln(x) = e ln2 + 2 atanh(t), t = (m-1)/(m+1), m in
 // [sqrt(1/2), sqrt(2)), where |t| <= 0.1716 and twelve series terms reach double precision.
@@ -182,7 +106,7 @@ double unit_uniform(std::uint64_t bits) {  // [0, 1) with 53 random bits
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype)
     : storage_(std::move(storage)),
       shape_(std::move(shape)),
-      strides_(contiguous_strides(shape_)),
+      strides_(strided::contiguous_strides(shape_)),
       numel_(shape_numel(shape_)),
       dtype_(dtype) {}
 
@@ -450,100 +374,8 @@ Tensor Tensor::view(const Shape& shape) const {
     throw Error("Tensor::view" + shape_str(shape) + ": " + str() + " has " +
                 std::to_string(numel_) + " elements");
   }
-  auto strides = contiguous_strides(out);
+  auto strides = strided::contiguous_strides(out);
   return with_layout(std::move(out), std::move(strides), offset_);
-}
-
-// --- Copies ---------------------------------------------------------------------------------
-
-Tensor Tensor::reshape(const Shape& shape) const {
-  return is_contiguous() ? view(shape) : contiguous().view(shape);
-}
-
-Tensor Tensor::contiguous() const {
-  if (!defined()) throw Error("Tensor::contiguous: the tensor is undefined");
-  return is_contiguous() ? *this : clone();
-}
-
-Tensor Tensor::clone() const {
-  if (!defined()) throw Error("Tensor::clone: the tensor is undefined");
-  if (Device* dev = device_ops::device_for_copy({this}, {this})) {  // stays on the device
-    charge({"copy", 0.0, 2.0 * static_cast<double>(nbytes()), dtype_});
-    return device_ops::copy_to_new(*dev, *this, dtype_);
-  }
-  wait_pending();
-  charge({"copy", 0.0, 2.0 * static_cast<double>(nbytes()), dtype_});
-  if (!has_data()) return shape_only(shape_, dtype_);
-  Tensor out = zeros(shape_, dtype_);
-  strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
-                  out.storage_->host(), dtype_, out.strides_, 0);
-  return out;
-}
-
-Tensor Tensor::to(DType dtype) const {
-  if (!defined()) throw Error("Tensor::to: the tensor is undefined");
-  if (dtype == dtype_) return *this;
-  const OpCost cost{"convert", static_cast<double>(numel_),
-                    static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(dtype)),
-                    dtype_};
-  if (Device* dev = dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16
-                        ? device_ops::device_for_copy({this}, {this})
-                        : nullptr) {
-    charge(cost);
-    return device_ops::copy_to_new(*dev, *this, dtype);
-  }
-  wait_pending();
-  charge(cost);
-  if (!has_data()) return shape_only(shape_, dtype);
-  Tensor out = zeros(shape_, dtype);
-  strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
-                  out.storage_->host(), dtype, out.strides_, 0);
-  return out;
-}
-
-void Tensor::copy_(const Tensor& src) const {
-  if (!defined() || !src.defined()) throw Error("Tensor::copy_: undefined tensor");
-  if (src.shape_ != shape_) {
-    throw Error("Tensor::copy_: source " + src.str() + " does not match destination " + str());
-  }
-  const OpCost cost{"copy", 0.0,
-                    static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(src.dtype_)),
-                    dtype_};
-  if (Device* dev = shares_storage(src) ? nullptr : device_ops::device_for_copy({this, &src}, {this, &src})) {
-    charge(cost);
-    device_ops::copy_into(*dev, *this, src);
-    return;
-  }
-  src.wait_pending();
-  wait_pending();
-  charge(cost);
-  if (!has_data()) return;
-  src.require_data("Tensor::copy_ source");
-  ++storage_->host_version;
-  // A source sharing this storage could overlap the destination; copy it out first.
-  Tensor from = src;
-  if (shares_storage(src)) {
-    from = zeros(shape_, src.dtype_);
-    strided_convert(src.storage_->host(), src.dtype_, shape_, src.strides_, src.offset_,
-                    from.storage_->host(), src.dtype_, from.strides_, 0);
-  }
-  strided_convert(from.storage_->host(), from.dtype_, shape_, from.strides_, from.offset_,
-                  storage_->host(), dtype_, strides_, offset_);
-}
-
-void Tensor::fill_(double value) const {
-  if (!defined()) throw Error("Tensor::fill_: the tensor is undefined");
-  wait_pending();
-  if (!has_data()) return;
-  ++storage_->host_version;
-  // Convert once, then replicate the element's bytes.
-  std::byte element[8];
-  convert_elements(&value, DType::f64, element, dtype_, 1);
-  const std::size_t sz = dtype_size(dtype_);
-  Tensor one = from_bytes({}, dtype_, element, sz);
-  std::vector<std::int64_t> zero_strides(shape_.size(), 0);
-  strided_convert(one.storage_->host(), dtype_, shape_, zero_strides, 0, storage_->host(),
-                  dtype_, strides_, offset_);
 }
 
 // --- Element access -------------------------------------------------------------------------
@@ -598,9 +430,9 @@ std::vector<T> Tensor::to_vector() const {
   require_data("Tensor::to_vector");
   wait_pending();
   std::vector<T> out(static_cast<std::size_t>(numel_));
-  strided_convert(storage_->host(), dtype_, shape_, strides_, offset_,
-                  reinterpret_cast<std::byte*>(out.data()), dtype_of<T>, contiguous_strides(shape_),
-                  0);
+  strided::convert(storage_->host(), dtype_, shape_, strides_, offset_,
+                   reinterpret_cast<std::byte*>(out.data()), dtype_of<T>,
+                   strided::contiguous_strides(shape_), 0);
   return out;
 }
 
@@ -653,6 +485,10 @@ void* Tensor::storage_bytes_unsynchronized() const {
   require_data("Tensor::storage_bytes_unsynchronized");
   return storage_->host();
 }
+
+std::byte* Tensor::host_bytes() const { return storage_->host(); }
+
+void Tensor::count_host_write() const { ++storage_->host_version; }
 
 void Tensor::wait_pending() const {
   if (!storage_) return;

@@ -198,6 +198,11 @@ class Tensor {
   std::int64_t element_offset(std::initializer_list<std::int64_t> index, const char* what) const;
   void require_data(const char* what) const;
   Tensor with_layout(Shape shape, std::vector<std::int64_t> strides, std::int64_t offset) const;
+  // For the copies (runtime/tensor/tensor_copy.cpp), which see the storage only through these:
+  // its host bytes (allocated at first access; REQUIRES: defined()), and counting a host write
+  // (see host_version()).
+  std::byte* host_bytes() const;
+  void count_host_write() const;
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;
