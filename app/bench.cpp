@@ -74,13 +74,12 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
   (void)runtime::parse_algorithm(o.algorithm);
   if (n > topo.num_devices())
-    throw Error("--ranks " + std::to_string(n) + " is more than the " +
-                std::to_string(topo.num_devices()) + " devices of topology '" + topo.name() +
-                "' (" + o.topology + "); use fewer ranks or more nodes (--set nodes=N)");
-  out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name()
-      << " (" << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype "
-      << o.dtype << ", algorithm " << o.algorithm << ", "
-      << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
+    throw Error("--ranks " + std::to_string(n) + " is more than the " + std::to_string(topo.num_devices()) +
+                " devices of topology '" + topo.name() + "' (" + o.topology +
+                "); use fewer ranks or more nodes (--set nodes=N)");
+  out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name() << " ("
+      << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << o.dtype << ", algorithm "
+      << o.algorithm << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
   print_table_header(out);
   int64_t total_wrong = 0;
   for (const SweepRow& r : run_sweep(topo, req)) {
@@ -95,7 +94,9 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     print_table_row(out, row, op.kind, n);
   }
   if (o.check)
-    out << "# " << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements") << "\n";
+    out << "# "
+        << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements")
+        << "\n";
   return total_wrong == 0 ? 0 : 1;
 }
 
@@ -110,8 +111,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
                 " devices of topology '" + topo.name() + "'");
   if (op.sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
   const size_t esize = runtime::dtype_size(*dtype);
-  const bool per_rank_share = op.kind == CollectiveKind::all_gather ||
-                              op.kind == CollectiveKind::reduce_scatter ||
+  const bool per_rank_share = op.kind == CollectiveKind::all_gather || op.kind == CollectiveKind::reduce_scatter ||
                               op.kind == CollectiveKind::all_to_all;
   std::vector<SweepRow> rows;
   for (const int64_t size : o.sizes) {
@@ -191,8 +191,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
                 Tensor s = make(count), d = make(count);
                 fill(s, r, 0);
                 auto works = runtime::batch_isend_irecv(
-                    {{runtime::P2POp::Kind::isend, s, (r + 1) % n},
-                     {runtime::P2POp::Kind::irecv, d, (r + n - 1) % n}});
+                    {{runtime::P2POp::Kind::isend, s, (r + 1) % n}, {runtime::P2POp::Kind::irecv, d, (r + n - 1) % n}});
                 for (auto& w : works) w.wait();
                 verify(d, [&](int64_t e) { return val((r + n - 1) % n, e); });
               } else {

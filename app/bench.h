@@ -12,11 +12,11 @@
 namespace ranksim::app {
 
 struct BenchOptions {
-  std::string topology;            // path to a topology YAML file
-  std::vector<std::string> sets;   // "key=value" overrides of the topology
-  std::string op = "all_reduce";   // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv
-  int ranks = 0;                   // 0: every device of the topology
-  std::string sizes = "8B:128MiB"; // MIN:MAX (doubling) or one size
+  std::string topology;             // path to a topology YAML file
+  std::vector<std::string> sets;    // "key=value" overrides of the topology
+  std::string op = "all_reduce";    // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv
+  int ranks = 0;                    // 0: every device of the topology
+  std::string sizes = "8B:128MiB";  // MIN:MAX (doubling) or one size
   std::string algorithm = "auto";
   std::string dtype = "f32";
   bool check = false;

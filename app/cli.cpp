@@ -9,8 +9,8 @@
 #include "app/compare.h"
 #include "app/demo.h"
 #include "app/scenario.h"
-#include "models/train.h"
 #include "app/topo.h"
+#include "models/train.h"
 #include "runtime/distributed/backends/mpi/mpi.h"
 #if RANKSIM_HAVE_NCCL_BACKEND
 #include "runtime/distributed/backends/nccl/nccl_collectives.h"
@@ -55,7 +55,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cli.set_version_flag("--version", std::string("ranksim ") + RANKSIM_VERSION);
 
   DemoOptions demo_opts;
-  auto* demo_cmd = cli.add_subcommand("demo", "Run ranks through one training step on a topology and show what happened");
+  auto* demo_cmd =
+      cli.add_subcommand("demo", "Run ranks through one training step on a topology and show what happened");
   demo_cmd->add_option("--topology,-t", demo_opts.topology, "Topology YAML file")->required();
   demo_cmd->add_option("--set", demo_opts.sets, "Override a topology key: --set nodes=4");
   demo_cmd->add_option("--ranks,-n", demo_opts.ranks, "Ranks (default: every device)");
@@ -89,17 +90,21 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 #endif
   auto* run_cmd = cli.add_subcommand("run", "Run a scenario file (topology, layout, workload, checks)");
   run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
-  run_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");
+  run_cmd->add_option("--set", scenario_sets,
+                      "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");
   run_cmd->add_option("--trace", run_flags.trace, "Write a Chrome trace JSON (Perfetto)");
   run_cmd->add_option("--json", run_flags.json, "Write the summary as JSON");
-  run_cmd->add_option("--report", run_flags.report, "Write a self-contained HTML report (summary, SVG timeline, busbw plot)");
-  run_cmd->add_option("--backend", run_flags.backend,
-                      "sim (default); mpi: one process per rank, started by mpirun -np <ranks>; nccl: as mpi, "
-                      "with the collectives on each process's GPU through NCCL")
+  run_cmd->add_option("--report", run_flags.report,
+                      "Write a self-contained HTML report (summary, SVG timeline, busbw plot)");
+  run_cmd
+      ->add_option("--backend", run_flags.backend,
+                   "sim (default); mpi: one process per rank, started by mpirun -np <ranks>; nccl: as mpi, "
+                   "with the collectives on each process's GPU through NCCL")
       ->check(CLI::IsMember({"sim", "mpi", "nccl"}));
-  run_cmd->add_option("--device", run_flags.device,
-                      "Where ops compute: cpu (default; gpu with --backend nccl), gpu (CUDA: the process's GPU), "
-                      "emulated (the GPU kernels run on the CPU, for checking the device path)")
+  run_cmd
+      ->add_option("--device", run_flags.device,
+                   "Where ops compute: cpu (default; gpu with --backend nccl), gpu (CUDA: the process's GPU), "
+                   "emulated (the GPU kernels run on the CPU, for checking the device path)")
       ->check(CLI::IsMember({"cpu", "gpu", "emulated"}));
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
@@ -109,7 +114,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       "consolidate", "Join a training run's per-rank shard files (train.shards) into one checkpoint");
   consolidate_cmd->add_option("scenario", scenario_file, "The scenario that wrote them (its model sizes)")->required();
   consolidate_cmd->add_option("shards", shard_dir, "The folder of shard-tp<t>-pp<p>.safetensors files")->required();
-  consolidate_cmd->add_option("output", consolidated, "The checkpoint to write (loadable as model.weights)")->required();
+  consolidate_cmd->add_option("output", consolidated, "The checkpoint to write (loadable as model.weights)")
+      ->required();
   consolidate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
   std::string list_root = RANKSIM_SOURCE_DIR;
   std::string predicted_json, measured_json;
@@ -139,15 +145,17 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         runtime::mpi::init();
         // Every process runs the scenario as its rank; rank 0 prints and writes the outputs
         // (its report holds every rank's times and trace).
-        if (runtime::mpi::world_rank() != 0) return run_scenario(quiet_rank(std::move(sc), run_flags), run_flags, null_out());
+        if (runtime::mpi::world_rank() != 0)
+          return run_scenario(quiet_rank(std::move(sc), run_flags), run_flags, null_out());
       }
       return run_scenario(sc, run_flags, out);
     }
     if (*validate_cmd) {
       const Scenario sc = load_scenario(scenario_file, scenario_sets);
-      out << scenario_file << ": valid — " << sc.name << ", " << sc.ranks << " ranks (tp=" << sc.tp
-          << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << "), "
-          << (sc.model      ? std::string("reference transformer") + (sc.model->validate ? " with a validation baseline" : "")
+      out << scenario_file << ": valid — " << sc.name << ", " << sc.ranks << " ranks (tp=" << sc.tp << " cp=" << sc.cp
+          << " dp=" << sc.dp << " pp=" << sc.pp << "), "
+          << (sc.model
+                  ? std::string("reference transformer") + (sc.model->validate ? " with a validation baseline" : "")
               : sc.sweep_op ? *sc.sweep_op + " sweep"
                             : std::to_string(sc.steps.size()) + " steps x " + std::to_string(sc.repeat))
           << "\n";
@@ -158,7 +166,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       if (!sc.model) throw Error(scenario_file + ": consolidate needs a scenario with a model: section");
       auto [weights, state] = models::consolidate_shards(shard_dir, sc.model->config);
       models::TrainResult r;
-      for (const auto& [name, shape] : models::parameter_shapes(sc.model->config)) r.params.emplace_back(name, weights.at(name));
+      for (const auto& [name, shape] : models::parameter_shapes(sc.model->config))
+        r.params.emplace_back(name, weights.at(name));
       r.optimizer_state = std::move(state);
       models::save_checkpoint(consolidated, r);
       out << "consolidated " << r.params.size() << " parameters and their optimizer state from " << shard_dir

@@ -63,8 +63,8 @@ Summary load(const std::string& path) {
     s.ranks = need(root, "ranks").get<long long>();
     s.total_us = need(root, "virtual_time_us").get<double>();
     for (const nlohmann::json& r : need(root, "ranks_detail")) {
-      s.ranks_detail.push_back({need(r, "clock_us").get<double>(), need(r, "compute_us").get<double>(),
-                                need(r, "comm_us").get<double>()});
+      s.ranks_detail.push_back(
+          {need(r, "clock_us").get<double>(), need(r, "compute_us").get<double>(), need(r, "comm_us").get<double>()});
     }
     for (const nlohmann::json& c : need(root, "collectives")) {
       CollLine l;
@@ -105,8 +105,10 @@ int compare_summaries(const std::string& predicted_path, const std::string& meas
                 "; compare two runs of the same scenario and layout");
   }
   out << "compare: " << p.scenario << ", " << p.ranks << " ranks\n"
-      << "  predicted: " << p.path << " (" << p.backend << (p.topology.empty() ? "" : ", topology " + p.topology) << ")\n"
-      << "  measured:  " << m.path << " (" << m.backend << (m.topology.empty() ? "" : ", topology " + m.topology) << ")\n"
+      << "  predicted: " << p.path << " (" << p.backend << (p.topology.empty() ? "" : ", topology " + p.topology)
+      << ")\n"
+      << "  measured:  " << m.path << " (" << m.backend << (m.topology.empty() ? "" : ", topology " + m.topology)
+      << ")\n"
       << "  ratio = measured / predicted\n\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "total time  %14.3f us predicted  %14.3f us measured  ratio %s\n\n", p.total_us,

@@ -5,9 +5,9 @@
 #include <ostream>
 
 #include "app/nccl_table.h"
-#include "runtime/tensor/cost.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/cost.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 #include "sim/units.h"
@@ -18,15 +18,15 @@ int demo(const DemoOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
   if (n > topo.num_devices())
-    throw Error("--ranks " + std::to_string(n) + " is more than the " +
-                std::to_string(topo.num_devices()) + " devices of '" + o.topology + "'");
+    throw Error("--ranks " + std::to_string(n) + " is more than the " + std::to_string(topo.num_devices()) +
+                " devices of '" + o.topology + "'");
   const double g = static_cast<double>(o.gemm);
   const int64_t grad_elems = o.grad_bytes / 2;
 
   out << "ranksim demo: " << n << " ranks on " << topo.name() << " (" << topo.num_nodes()
       << (topo.num_nodes() == 1 ? " node, " : " nodes, ") << topo.kind_of(0).name << ")\n"
-      << "  each rank: bf16 GEMM " << o.gemm << "x" << o.gemm << "x" << o.gemm
-      << ", then all_reduce of " << sim::units::format_bytes(static_cast<uint64_t>(grad_elems * 2))
+      << "  each rank: bf16 GEMM " << o.gemm << "x" << o.gemm << "x" << o.gemm << ", then all_reduce of "
+      << sim::units::format_bytes(static_cast<uint64_t>(grad_elems * 2))
       << " of bf16 gradients, then barrier (shape-only: timed, no data)\n\n";
 
   runtime::SpawnOptions so;

@@ -11,12 +11,12 @@
 namespace ranksim::app {
 
 struct DemoOptions {
-  std::string topology;           // topology YAML path
-  std::vector<std::string> sets;  // "key=value" topology overrides
-  int ranks = 0;                  // 0: every device
-  int64_t gemm = 8192;            // the GEMM is gemm x gemm x gemm
+  std::string topology;              // topology YAML path
+  std::vector<std::string> sets;     // "key=value" topology overrides
+  int ranks = 0;                     // 0: every device
+  int64_t gemm = 8192;               // the GEMM is gemm x gemm x gemm
   int64_t grad_bytes = 256ll << 20;  // all-reduced gradient bytes (bf16)
-  std::string trace;              // Chrome trace JSON path; empty = none
+  std::string trace;                 // Chrome trace JSON path; empty = none
 };
 
 int demo(const DemoOptions& options, std::ostream& out);

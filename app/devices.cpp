@@ -34,9 +34,10 @@ std::shared_ptr<runtime::Device> make_gpu() {
   models::add_cuda_kernels(kernels);
   return runtime::gpu::make_cuda_device(local_rank() % info.count, std::move(kernels));
 #else
-  throw Error("--device gpu: this ranksim was built without the GPU backend (RANKSIM_WITH_CUDA is OFF: "
-              "nvcc, the CUDA toolkit or NCCL was not found, or a sanitizer build); use --device cpu or "
-              "emulated, or rebuild where CUDA is installed (docs/gpu.md)");
+  throw Error(
+      "--device gpu: this ranksim was built without the GPU backend (RANKSIM_WITH_CUDA is OFF: "
+      "nvcc, the CUDA toolkit or NCCL was not found, or a sanitizer build); use --device cpu or "
+      "emulated, or rebuild where CUDA is installed (docs/gpu.md)");
 #endif
 }
 

@@ -38,7 +38,8 @@ ModelInputs load_multimodal_inputs(const ModelWorkload& m) {
       if (t.shape() != shape) {
         throw Error(f.path + ": '" + name + "' is " + t.str() + ", expected shape " + runtime::shape_str(shape));
       }
-      if (!runtime::is_floating(t.dtype())) throw Error(f.path + ": '" + name + "' is " + t.str() + "; it must be floating");
+      if (!runtime::is_floating(t.dtype()))
+        throw Error(f.path + ": '" + name + "' is " + t.str() + "; it must be floating");
       in.weights[name] = t.to(DType::f32);
     }
   } else {
@@ -48,7 +49,8 @@ ModelInputs load_multimodal_inputs(const ModelWorkload& m) {
     const runtime::SafetensorsFile f = runtime::load_safetensors(m.batch);
     for (const char* name : {"input_ids", "labels", "features"}) {
       if (!f.contains(name)) {
-        throw Error(f.path + ": no '" + name + "' tensor (a multimodal batch holds input_ids and labels [B, S] and "
+        throw Error(f.path + ": no '" + name +
+                    "' tensor (a multimodal batch holds input_ids and labels [B, S] and "
                     "features [B, S, features])");
       }
     }
@@ -174,7 +176,8 @@ std::string baseline_name(const ModelWorkload& m) {
 models::ValidationReport validate_against_baseline(const ModelWorkload& m, const ModelInputs& in,
                                                    const models::TransformerDump& run, int dp) {
   models::TransformerRunSpec spec = model_spec(m, in, m.baseline_tp, m.baseline_cp, dp);
-  if (spec.attention.comm == cp::CommType::a2a_p2p && m.baseline_cp != spec.attention.a2a_size * spec.attention.p2p_size) {
+  if (spec.attention.comm == cp::CommType::a2a_p2p &&
+      m.baseline_cp != spec.attention.a2a_size * spec.attention.p2p_size) {
     spec.attention.a2a_size = spec.attention.p2p_size = 0;  // the default split of the baseline's cp
   }
   if (m.baseline_cp == 1) spec.attention.comm = cp::CommType::p2p;  // unused at cp = 1

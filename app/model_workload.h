@@ -31,19 +31,19 @@ struct TrainSettings {
 // encoder: a second model on its own (tp, dp) grid whose outputs replace the transformer's
 // embeddings through the colocated bridge (models/multimodal.h).
 struct EncoderSettings {
-  int tp = 1, dp = 1;             // encoder.{tp, dp}: its grid, tp * dp = the run's ranks
-  models::EncoderConfig config;   // encoder.{features, ffn}
+  int tp = 1, dp = 1;            // encoder.{tp, dp}: its grid, tp * dp = the run's ranks
+  models::EncoderConfig config;  // encoder.{features, ffn}
 };
 
 struct ModelWorkload {
-  models::TransformerConfig config;    // model.{vocab, hidden, heads, head_dim, ffn, dtype}
-  models::AttentionSetup attention;    // model.{format, mask, window}; parallel.{cp_comm, hierarchical_cp}
-  std::string weights;                 // model.weights: a safetensors file; empty = seeded init
-  std::uint64_t seed = 42;             // model.seed: the seeded init's seed
-  std::string batch;                   // batch: a safetensors file; empty = synthetic
-  std::vector<std::int64_t> lengths;   // batch: {lengths: [...]} / {rows, seq_len}; empty = built-in
-  std::string dump;                    // dump: output safetensors; empty = none
-  bool shape_only = false;             // data: shape_only (timing only: no dump, no validation)
+  models::TransformerConfig config;   // model.{vocab, hidden, heads, head_dim, ffn, dtype}
+  models::AttentionSetup attention;   // model.{format, mask, window}; parallel.{cp_comm, hierarchical_cp}
+  std::string weights;                // model.weights: a safetensors file; empty = seeded init
+  std::uint64_t seed = 42;            // model.seed: the seeded init's seed
+  std::string batch;                  // batch: a safetensors file; empty = synthetic
+  std::vector<std::int64_t> lengths;  // batch: {lengths: [...]} / {rows, seq_len}; empty = built-in
+  std::string dump;                   // dump: output safetensors; empty = none
+  bool shape_only = false;            // data: shape_only (timing only: no dump, no validation)
   // validate: a baseline run of the same model and batch, compared with the framework's metrics.
   bool validate = false;
   int baseline_tp = 1, baseline_cp = 1;

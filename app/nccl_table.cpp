@@ -8,18 +8,21 @@ namespace ranksim::app {
 double busbw_factor(runtime::CollectiveKind kind, int n) {
   using runtime::CollectiveKind;
   switch (kind) {
-    case CollectiveKind::all_reduce: return 2.0 * (n - 1) / n;
+    case CollectiveKind::all_reduce:
+      return 2.0 * (n - 1) / n;
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
-    case CollectiveKind::all_to_all: return static_cast<double>(n - 1) / n;
-    default: return 1.0;
+    case CollectiveKind::all_to_all:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 
 void print_table_header(std::ostream& out) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%14s %13s %5s %13s %12s %12s %12s %7s\n", "size(B)", "count",
-                "type", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::snprintf(buf, sizeof buf, "%14s %13s %5s %13s %12s %12s %12s %7s\n", "size(B)", "count", "type", "algorithm",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   out << buf;
 }
 
@@ -27,12 +30,14 @@ void print_table_row(std::ostream& out, const TableRow& r, runtime::CollectiveKi
   const double algbw = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0;
   const double busbw = algbw * busbw_factor(kind, n);
   char wrong[24];
-  if (r.wrong < 0) std::snprintf(wrong, sizeof wrong, "N/A");
-  else std::snprintf(wrong, sizeof wrong, "%lld", static_cast<long long>(r.wrong));
+  if (r.wrong < 0)
+    std::snprintf(wrong, sizeof wrong, "N/A");
+  else
+    std::snprintf(wrong, sizeof wrong, "%lld", static_cast<long long>(r.wrong));
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%14lld %13lld %5s %13s %12.2f %12.2f %12.2f %7s\n",
-                static_cast<long long>(r.bytes), static_cast<long long>(r.count), r.dtype.c_str(),
-                r.algorithm.c_str(), r.seconds * 1e6, algbw, busbw, wrong);
+  std::snprintf(buf, sizeof buf, "%14lld %13lld %5s %13s %12.2f %12.2f %12.2f %7s\n", static_cast<long long>(r.bytes),
+                static_cast<long long>(r.count), r.dtype.c_str(), r.algorithm.c_str(), r.seconds * 1e6, algbw, busbw,
+                wrong);
   out << buf;
 }
 

@@ -26,7 +26,6 @@ struct TableRow {
 };
 
 void print_table_header(std::ostream& out);
-void print_table_row(std::ostream& out, const TableRow& row, runtime::CollectiveKind kind,
-                     int nranks);
+void print_table_row(std::ostream& out, const TableRow& row, runtime::CollectiveKind kind, int nranks);
 
 }  // namespace ranksim::app

@@ -20,11 +20,20 @@ std::string esc(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -65,21 +74,20 @@ void timeline(std::ostream& o, const ReportData& d) {
       slot = static_cast<std::size_t>(std::find(named.begin(), named.end(), desc) - named.begin());
       if (slot == named.size()) named.push_back(desc);
     }
-    const char* color = !desc.empty()                    ? kNamed[slot % std::size(kNamed)]
+    const char* color = !desc.empty()                      ? kNamed[slot % std::size(kNamed)]
                         : s.kind == sim::SpanKind::compute ? "#4c78a8"
-                        : s.kind == sim::SpanKind::comm  ? "#f58518"
-                                                         : "#bab0ac";
+                        : s.kind == sim::SpanKind::comm    ? "#f58518"
+                                                           : "#bab0ac";
     const double x = left + width * s.start.seconds() / span;
     const double w = std::max(0.5, width * (s.end - s.start).seconds() / span);
     // Compute in the upper half of a lane, communication in the lower half: async collectives
     // overlap compute, and both stay visible.
     const double half = (lane_h - 2) / 2;
     const double y = top + s.rank * lane_h + 1 + (s.kind == sim::SpanKind::compute ? 0 : half);
-    o << "<rect class=\"span " << sim::to_string(s.kind) << "\" x=\"" << num(x) << "\" y=\""
-      << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(half)
-      << "\" fill=\"" << color << "\"><title>" << esc(s.name) << (desc.empty() ? "" : " on " + esc(desc)) << " "
-      << esc(s.start.str()) << " - "
-      << esc(s.end.str()) << "</title></rect>\n";
+    o << "<rect class=\"span " << sim::to_string(s.kind) << "\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\""
+      << num(w) << "\" height=\"" << num(half) << "\" fill=\"" << color << "\"><title>" << esc(s.name)
+      << (desc.empty() ? "" : " on " + esc(desc)) << " " << esc(s.start.str()) << " - " << esc(s.end.str())
+      << "</title></rect>\n";
   }
   const double axis_y = top + lanes * lane_h + 12;
   for (int t = 0; t <= 4; ++t) {
@@ -107,28 +115,32 @@ void sweep_plot(std::ostream& o, const ReportData& d) {
     return left + w * (std::log2(static_cast<double>(std::max<int64_t>(1, b))) - x0) / std::max(1.0, x1 - x0);
   };
   auto Y = [&](double v) { return top + h - h * v / ymax; };
-  o << "<h2>" << esc(d.sweep_op) << " bus bandwidth</h2>\n<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
-    << left + w + 20 << "\" height=\"" << top + h + bottom << "\" font-family=\"sans-serif\" font-size=\"10\">\n"
+  o << "<h2>" << esc(d.sweep_op)
+    << " bus bandwidth</h2>\n<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + 20
+    << "\" height=\"" << top + h + bottom << "\" font-family=\"sans-serif\" font-size=\"10\">\n"
     << "<line x1=\"" << left << "\" y1=\"" << top + h << "\" x2=\"" << left + w << "\" y2=\"" << top + h
-    << "\" stroke=\"black\"/><line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-    << top + h << "\" stroke=\"black\"/>\n";
+    << "\" stroke=\"black\"/><line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << top + h
+    << "\" stroke=\"black\"/>\n";
   for (int t = 0; t <= 4; ++t) {
     const double v = ymax * t / 4;
     o << "<text x=\"" << left - 4 << "\" y=\"" << num(Y(v) + 3) << "\" text-anchor=\"end\">" << num(v) << "</text>\n";
   }
-  o << "<text x=\"10\" y=\"" << top - 6 << "\">busbw (GB/s)</text>\n<polyline fill=\"none\" stroke=\"#4c78a8\" stroke-width=\"2\" points=\"";
+  o << "<text x=\"10\" y=\"" << top - 6
+    << "\">busbw (GB/s)</text>\n<polyline fill=\"none\" stroke=\"#4c78a8\" stroke-width=\"2\" points=\"";
   for (const auto& p : d.sweep) o << num(X(p.bytes)) << ',' << num(Y(p.busbw_gbps)) << ' ';
   o << "\"/>\n";
   for (size_t i = 0; i < d.sweep.size(); ++i) {
     const auto& p = d.sweep[i];
     o << "<circle class=\"point\" cx=\"" << num(X(p.bytes)) << "\" cy=\"" << num(Y(p.busbw_gbps))
-      << "\" r=\"3\" fill=\"#4c78a8\"><title>" << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes))))
-      << ": " << num(p.busbw_gbps) << " GB/s</title></circle>\n";
+      << "\" r=\"3\" fill=\"#4c78a8\"><title>"
+      << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << ": "
+      << num(p.busbw_gbps) << " GB/s</title></circle>\n";
     if (i % 3 == 0 || i + 1 == d.sweep.size())
       o << "<text x=\"" << num(X(p.bytes)) << "\" y=\"" << top + h + 14 << "\" text-anchor=\"middle\">"
         << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << "</text>\n";
   }
-  o << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32 << "\" text-anchor=\"middle\">message size</text>\n</svg>\n";
+  o << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32
+    << "\" text-anchor=\"middle\">message size</text>\n</svg>\n";
 }
 
 }  // namespace
@@ -149,7 +161,8 @@ void write_html_report(const std::string& path, const ReportData& d) {
       o << "</ul>\n";
     }
     if (!d.ranks.empty()) {
-      o << "<h2>Ranks</h2>\n<table id=\"ranks\"><tr><th>rank</th><th>time</th><th>compute</th><th>comm</th><th>idle</th></tr>\n";
+      o << "<h2>Ranks</h2>\n<table "
+           "id=\"ranks\"><tr><th>rank</th><th>time</th><th>compute</th><th>comm</th><th>idle</th></tr>\n";
       for (const auto& r : d.ranks) {
         const sim::Time idle = d.makespan - r.compute - r.comm;
         o << "<tr><td>" << r.rank << "</td><td>" << esc(d.makespan.str()) << "</td><td>" << esc(r.compute.str())

@@ -16,15 +16,27 @@ struct ReportData {
   std::string title;
   std::string subtitle;
   sim::Time makespan;
-  struct RankRow { int rank; sim::Time clock, compute, comm; };
+  struct RankRow {
+    int rank;
+    sim::Time clock, compute, comm;
+  };
   std::vector<RankRow> ranks;
-  struct Row { std::vector<std::string> cells; };
+  struct Row {
+    std::vector<std::string> cells;
+  };
   std::vector<std::string> collective_header;
   std::vector<Row> collectives;
-  struct Point { int64_t bytes; double busbw_gbps; };
+  struct Point {
+    int64_t bytes;
+    double busbw_gbps;
+  };
   std::string sweep_op;
   std::vector<Point> sweep;
-  struct Check { std::string text; bool passed; std::string measured; };
+  struct Check {
+    std::string text;
+    bool passed;
+    std::string measured;
+  };
   std::vector<Check> checks;
   const sim::Trace* trace = nullptr;  // spans for the timeline (may be null)
   int nranks = 0;

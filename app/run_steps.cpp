@@ -84,13 +84,12 @@ runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags,
       tp::ParallelMLPOptions mo;
       mo.sequence_parallel = st.sequence_parallel;
       mo.dtype = dt;
-      mlps.emplace(&st, tp::ParallelMLP(master(st.ffn, st.hidden, 1234), master(st.hidden, st.ffn, 1235),
-                                        groups.at("tp"), mo));
+      mlps.emplace(
+          &st, tp::ParallelMLP(master(st.ffn, st.hidden, 1234), master(st.hidden, st.ffn, 1235), groups.at("tp"), mo));
     }
     std::map<const ScenarioStep*, cp::CpGroups> cp_groups;
     for (const ScenarioStep& st : sc.steps)
-      if (st.kind == ScenarioStep::Kind::cp_attention)
-        cp_groups.emplace(&st, cp_attention_groups(st, groups.at("cp")));
+      if (st.kind == ScenarioStep::Kind::cp_attention) cp_groups.emplace(&st, cp_attention_groups(st, groups.at("cp")));
     for (int it = 0; it < sc.repeat; ++it) {
       for (const ScenarioStep& st : sc.steps) {
         const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
@@ -101,13 +100,14 @@ runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags,
         if (st.kind == ScenarioStep::Kind::tp_mlp) {
           tp::ParallelMLP& mlp = mlps.at(&st);
           const int64_t rows = st.sequence_parallel ? st.tokens / sc.tp : st.tokens;
-          runtime::Tensor x = sc.real_data ? runtime::Tensor::randn({rows, st.hidden}, 77 + static_cast<uint64_t>(rank), 0.0, 1.0, dt)
-                                           : runtime::Tensor::shape_only({rows, st.hidden}, dt);
+          runtime::Tensor x =
+              sc.real_data ? runtime::Tensor::randn({rows, st.hidden}, 77 + static_cast<uint64_t>(rank), 0.0, 1.0, dt)
+                           : runtime::Tensor::shape_only({rows, st.hidden}, dt);
           tp::MLPContext ctx;
           runtime::Tensor y = mlp.forward(x, ctx);
           if (st.backward) {
-            runtime::Tensor dy = sc.real_data ? runtime::Tensor::ones(y.shape(), dt)
-                                              : runtime::Tensor::shape_only(y.shape(), dt);
+            runtime::Tensor dy =
+                sc.real_data ? runtime::Tensor::ones(y.shape(), dt) : runtime::Tensor::shape_only(y.shape(), dt);
             mlp.backward(dy, ctx);
           }
           continue;
@@ -126,8 +126,7 @@ runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags,
         const int64_t esize = static_cast<int64_t>(runtime::dtype_size(dt));
         auto make = [&](int64_t elems) {
           elems = std::max<int64_t>(elems, 1);
-          return sc.real_data ? runtime::Tensor::zeros({elems}, dt)
-                              : runtime::Tensor::shape_only({elems}, dt);
+          return sc.real_data ? runtime::Tensor::zeros({elems}, dt) : runtime::Tensor::shape_only({elems}, dt);
         };
         const int64_t count = static_cast<int64_t>(st.bytes) / esize;
         runtime::CollectiveOptions base;
@@ -138,9 +137,8 @@ runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags,
         if (st.kind == ScenarioStep::Kind::sendrecv) {
           const int me = g.rank();
           runtime::Tensor s = make(count), d = make(count);
-          auto ws = runtime::batch_isend_irecv(
-              {{runtime::P2POp::Kind::isend, s, g.global_rank((me + 1) % n), g},
-               {runtime::P2POp::Kind::irecv, d, g.global_rank((me + n - 1) % n), g}});
+          auto ws = runtime::batch_isend_irecv({{runtime::P2POp::Kind::isend, s, g.global_rank((me + 1) % n), g},
+                                                {runtime::P2POp::Kind::irecv, d, g.global_rank((me + n - 1) % n), g}});
           for (auto& x : ws) (st.async ? pending.push_back(x) : x.wait());
           continue;
         }

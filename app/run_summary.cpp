@@ -44,13 +44,15 @@ void evaluate_checks(const Scenario& sc, RunSummary& s) {
   if (s.validation) {
     const models::ValidationReport& v = *s.validation;
     const models::ValidationThresholds& t = v.thresholds;
-    s.checks.push_back({"validation logits: >= " + fmt("%g", 100 * t.logits_share) + "% within " + fmt("%g", t.logits_atol),
-                        v.logits_ok, fmt("%.2f%%", 100 * v.logits_share)});
-    s.checks.push_back({"validation loss: relative difference <= " + fmt("%g", t.loss_rel), v.loss_ok,
-                        fmt("%.3g", v.loss_rel)});
-    s.checks.push_back({"validation gradients: norm difference <= " + fmt("%g", t.grad_norm_diff) + ", >= " +
-                            fmt("%g", 100 * t.acceptable_share) + "% acceptable",
-                        v.grads_ok, fmt("%.3g", v.grad_max_norm_diff) + ", " + fmt("%.0f%%", 100 * v.acceptable_share)});
+    s.checks.push_back(
+        {"validation logits: >= " + fmt("%g", 100 * t.logits_share) + "% within " + fmt("%g", t.logits_atol),
+         v.logits_ok, fmt("%.2f%%", 100 * v.logits_share)});
+    s.checks.push_back(
+        {"validation loss: relative difference <= " + fmt("%g", t.loss_rel), v.loss_ok, fmt("%.3g", v.loss_rel)});
+    s.checks.push_back({"validation gradients: norm difference <= " + fmt("%g", t.grad_norm_diff) +
+                            ", >= " + fmt("%g", 100 * t.acceptable_share) + "% acceptable",
+                        v.grads_ok,
+                        fmt("%.3g", v.grad_max_norm_diff) + ", " + fmt("%.0f%%", 100 * v.acceptable_share)});
   }
   for (const ScenarioCheck& ck : sc.checks) {
     if (ck.kind == ScenarioCheck::Kind::max_time) {
@@ -61,10 +63,10 @@ void evaluate_checks(const Scenario& sc, RunSummary& s) {
     if (!s.sweep.empty() && sc.sweep_op == ck.op) busbw = s.sweep.back().busbw;
     for (const CollectiveLine& l : s.lines)
       if (l.op == ck.op)
-        busbw = std::max(busbw, static_cast<double>(l.bytes) / l.seconds_per_call() *
-                                    busbw_factor(l.kind(), l.group_size));
-    s.checks.push_back({ck.text, busbw >= ck.busbw,
-                        busbw < 0 ? "no " + ck.op + " in this run" : sim::units::format_bandwidth(busbw)});
+        busbw =
+            std::max(busbw, static_cast<double>(l.bytes) / l.seconds_per_call() * busbw_factor(l.kind(), l.group_size));
+    s.checks.push_back(
+        {ck.text, busbw >= ck.busbw, busbw < 0 ? "no " + ck.op + " in this run" : sim::units::format_bandwidth(busbw)});
   }
   s.passed = std::none_of(s.sweep.begin(), s.sweep.end(), [](const SweepRow& r) { return r.wrong > 0; }) &&
              std::all_of(s.checks.begin(), s.checks.end(), [](const CheckResult& c) { return c.passed; });

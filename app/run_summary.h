@@ -45,12 +45,12 @@ struct CheckResult {
 };
 
 struct RunSummary {
-  std::string backend;      // sim, mpi, nccl
-  std::string device_kind;  // cpu, gpu, emulated
-  sim::Time makespan;       // virtual time (wall time on the mpi and nccl backends)
-  std::vector<SweepRow> sweep;         // a collectives sweep
-  runtime::RunReport report;           // steps and model workloads
-  std::vector<CollectiveLine> lines;   // report's collectives, grouped
+  std::string backend;                // sim, mpi, nccl
+  std::string device_kind;            // cpu, gpu, emulated
+  sim::Time makespan;                 // virtual time (wall time on the mpi and nccl backends)
+  std::vector<SweepRow> sweep;        // a collectives sweep
+  runtime::RunReport report;          // steps and model workloads
+  std::vector<CollectiveLine> lines;  // report's collectives, grouped
   // The model workload: rank 0's results, and each rank's time blocked in pipeline receives.
   models::TransformerDump model_dump;
   models::TrainResult train_result;

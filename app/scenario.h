@@ -31,18 +31,18 @@ namespace ranksim::app {
 struct ScenarioStep {
   enum class Kind { compute, collective, sendrecv, tp_mlp, cp_attention };
   Kind kind = Kind::compute;
-  std::string name;        // compute: kernel name; collective: op name
-  double flops = 0;        // compute
-  double bytes = 0;        // compute: bytes moved; collective/sendrecv: message bytes per rank
+  std::string name;  // compute: kernel name; collective: op name
+  double flops = 0;  // compute
+  double bytes = 0;  // compute: bytes moved; collective/sendrecv: message bytes per rank
   std::string dtype = "bf16";
   std::string group = "world";
   std::string algorithm = "auto";
-  bool async = false;      // collective: overlap with the following steps until `wait`
-  bool wait = false;       // a `wait` step: waits for every outstanding async collective
+  bool async = false;  // collective: overlap with the following steps until `wait`
+  bool wait = false;   // a `wait` step: waits for every outstanding async collective
   // tp_mlp: Megatron's ParallelMLP over the tp group (tp/mlp.h), forward (+ backward).
   int64_t hidden = 0, ffn = 0, tokens = 0;
   bool sequence_parallel = false;
-  bool backward = true;     // tp_mlp, cp_attention: run the backward too
+  bool backward = true;  // tp_mlp, cp_attention: run the backward too
   // cp_attention: TransformerEngine's context-parallel attention over the cp group
   // (cp/context_parallel.h), forward (+ backward). Every field is resolved at load time.
   std::string cp_comm;            // p2p, all_gather, a2a, a2a+p2p. Default: parallel.cp_comm
@@ -52,18 +52,18 @@ struct ScenarioStep {
   int64_t heads = 0;              // query heads of the whole attention (each TP rank: heads/tp)
   int64_t kv_heads = 0;           // GQA key/value heads. Default: heads
   int64_t head_dim = 0;
-  std::string mask = "causal";    // causal | no_mask (bshd) | padding (thd)
+  std::string mask = "causal";                  // causal | no_mask (bshd) | padding (thd)
   int64_t window_left = -1, window_right = -1;  // sliding window; -1 = unbounded
-  int a2a_size = 0, p2p_size = 0;  // a2a+p2p: [a, p]. Default: parallel.hierarchical_cp, else [2, cp/2]
+  int a2a_size = 0, p2p_size = 0;               // a2a+p2p: [a, p]. Default: parallel.hierarchical_cp, else [2, cp/2]
 };
 
 struct ScenarioCheck {
   enum class Kind { max_time, min_busbw };
   Kind kind = Kind::max_time;
-  sim::Time time;          // max_time
-  double busbw = 0;        // min_busbw, bytes/s
-  std::string op;          // min_busbw: which collective (default: the sweep's)
-  std::string text;        // as written, for the report
+  sim::Time time;    // max_time
+  double busbw = 0;  // min_busbw, bytes/s
+  std::string op;    // min_busbw: which collective (default: the sweep's)
+  std::string text;  // as written, for the report
 };
 
 struct Scenario {
@@ -74,10 +74,10 @@ struct Scenario {
   std::vector<std::string> topology_sets;  // overrides of the topology file
   // The topology, loaded once (with topology_sets) when the scenario is loaded; runs share it.
   std::shared_ptr<const sim::Topology> topology;
-  int ranks = 0;                           // resolved: world size
+  int ranks = 0;  // resolved: world size
   int tp = 1, cp = 1, pp = 1, dp = 1;
-  std::string cp_comm = "p2p";              // parallel.cp_comm: p2p, all_gather, a2a, a2a+p2p
-  std::vector<int> hierarchical_cp;         // parallel.hierarchical_cp: [a2a, p2p]; empty = [2, cp/2]
+  std::string cp_comm = "p2p";       // parallel.cp_comm: p2p, all_gather, a2a, a2a+p2p
+  std::vector<int> hierarchical_cp;  // parallel.hierarchical_cp: [a2a, p2p]; empty = [2, cp/2]
   std::string algorithm = "auto";
   bool real_data = false;
   // Workload: exactly one of these (model: the reference transformer, one forward + backward).
@@ -95,9 +95,9 @@ struct Scenario {
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {});
 
 struct RunFlags {
-  std::string trace;  // overrides outputs.trace
-  std::string json;   // overrides outputs.json
-  std::string report; // overrides outputs.report (self-contained HTML)
+  std::string trace;   // overrides outputs.trace
+  std::string json;    // overrides outputs.json
+  std::string report;  // overrides outputs.report (self-contained HTML)
   bool quiet = false;
   // Where the ranks run: "sim", or "mpi" (one process per rank under mpirun -np <ranks>; times
   // are wall clock; docs/backends.md). Default: sim.

@@ -21,7 +21,7 @@
 namespace ranksim::app {
 
 const std::vector<std::string> kCollectiveOps = {"all_reduce", "all_gather", "reduce_scatter",
-                                                 "all_to_all", "broadcast", "barrier"};
+                                                 "all_to_all", "broadcast",  "barrier"};
 const std::vector<std::string> kDtypes = {"f32", "f64", "bf16", "f16", "i64", "i32"};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "tree", "direct", "hierarchical"};
 
@@ -31,24 +31,25 @@ namespace fs = std::filesystem;
 
 // The schema's keys are kept sorted: errors list them in this order.
 struct ScenarioSchema {
-  sim::YamlSchema parallel, model, optimizer, train, encoder, batch, baseline, validate, collectives, step,
-      step_list, steps, workload, check, checks, outputs, root;
+  sim::YamlSchema parallel, model, optimizer, train, encoder, batch, baseline, validate, collectives, step, step_list,
+      steps, workload, check, checks, outputs, root;
   ScenarioSchema() {
-    parallel.keys = {{"cp", nullptr}, {"cp_comm", nullptr}, {"dp", nullptr}, {"hierarchical_cp", nullptr},
-                     {"order", nullptr}, {"pp", nullptr}, {"tp", nullptr}};
+    parallel.keys = {{"cp", nullptr},    {"cp_comm", nullptr}, {"dp", nullptr}, {"hierarchical_cp", nullptr},
+                     {"order", nullptr}, {"pp", nullptr},      {"tp", nullptr}};
     model.keys = {{"dtype", nullptr}, {"ffn", nullptr},    {"format", nullptr}, {"head_dim", nullptr},
                   {"heads", nullptr}, {"hidden", nullptr}, {"kind", nullptr},   {"layers", nullptr},
                   {"mask", nullptr},  {"seed", nullptr},   {"vocab", nullptr},  {"weights", nullptr},
                   {"window", nullptr}};
-    optimizer.keys = {{"betas", nullptr}, {"eps", nullptr}, {"kind", nullptr}, {"lr", nullptr},
-                      {"weight_decay", nullptr}};
-    train.keys = {{"checkpoint", nullptr}, {"clip_grad_norm", nullptr}, {"micro_batches", nullptr},
-                  {"optimizer", &optimizer}, {"shards", nullptr}, {"steps", nullptr}, {"zero", nullptr}};
+    optimizer.keys = {
+        {"betas", nullptr}, {"eps", nullptr}, {"kind", nullptr}, {"lr", nullptr}, {"weight_decay", nullptr}};
+    train.keys = {{"checkpoint", nullptr},   {"clip_grad_norm", nullptr}, {"micro_batches", nullptr},
+                  {"optimizer", &optimizer}, {"shards", nullptr},         {"steps", nullptr},
+                  {"zero", nullptr}};
     encoder.keys = {{"dp", nullptr}, {"features", nullptr}, {"ffn", nullptr}, {"tp", nullptr}};
     // batch is a file name or a synthetic batch's shape: --set batch.rows=16 reaches into the latter
     batch.keys = {{"lengths", nullptr}, {"rows", nullptr}, {"seq_len", nullptr}};
     baseline.keys = {{"cp", nullptr}, {"tp", nullptr}};
-    validate.keys = {{"acceptable_share", nullptr}, {"baseline", &baseline}, {"grad_norm_diff", nullptr},
+    validate.keys = {{"acceptable_share", nullptr}, {"baseline", &baseline},   {"grad_norm_diff", nullptr},
                      {"logits_atol", nullptr},      {"logits_share", nullptr}, {"loss_rel", nullptr}};
     collectives.keys = {{"dtype", nullptr}, {"op", nullptr}, {"sizes", nullptr}};
     // A step is a mapping of its kind to its settings; read_step checks the settings of each kind.
@@ -60,10 +61,10 @@ struct ScenarioSchema {
     check.keys = {{"max_time", nullptr}, {"min_busbw", nullptr}, {"op", nullptr}};
     checks.items = &check;
     outputs.keys = {{"json", nullptr}, {"report", nullptr}, {"trace", nullptr}};
-    root.keys = {{"algorithm", nullptr}, {"batch", &batch},     {"checks", &checks},     {"data", nullptr},
-                 {"description", nullptr}, {"dump", nullptr},   {"encoder", &encoder},   {"model", &model},
-                 {"name", nullptr},      {"outputs", &outputs}, {"parallel", &parallel}, {"ranks", nullptr},
-                 {"topology", nullptr},  {"topology_set", nullptr}, {"train", &train},   {"validate", &validate},
+    root.keys = {{"algorithm", nullptr},   {"batch", &batch},         {"checks", &checks},     {"data", nullptr},
+                 {"description", nullptr}, {"dump", nullptr},         {"encoder", &encoder},   {"model", &model},
+                 {"name", nullptr},        {"outputs", &outputs},     {"parallel", &parallel}, {"ranks", nullptr},
+                 {"topology", nullptr},    {"topology_set", nullptr}, {"train", &train},       {"validate", &validate},
                  {"workload", &workload}};
   }
   ScenarioSchema(const ScenarioSchema&) = delete;
@@ -227,7 +228,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     if (auto v = entry(par, "hierarchical_cp"); v.IsDefined()) {
       if (!v.IsSequence() || v.size() != 2)
         r.fail(v, "parallel.hierarchical_cp must be [a2a size, p2p size], e.g. [2, 4] for cp=8");
-      sc.hierarchical_cp = {r.positive_int(v[0], "parallel.hierarchical_cp"), r.positive_int(v[1], "parallel.hierarchical_cp")};
+      sc.hierarchical_cp = {r.positive_int(v[0], "parallel.hierarchical_cp"),
+                            r.positive_int(v[1], "parallel.hierarchical_cp")};
     }
   }
   const YAML::Node layout_at = par.IsDefined() ? par : root;
@@ -238,22 +240,21 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (dp_given && model * sc.dp != sc.ranks)
     r.fail(layout_at, "parallel layout tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) +
                           " x pp=" + std::to_string(sc.pp) + " x dp=" + std::to_string(sc.dp) + " = " +
-                          std::to_string(model * sc.dp) + " ranks, but the run has " +
-                          std::to_string(sc.ranks) + "; make the product equal ranks");
+                          std::to_string(model * sc.dp) + " ranks, but the run has " + std::to_string(sc.ranks) +
+                          "; make the product equal ranks");
   if (!sc.hierarchical_cp.empty() && sc.hierarchical_cp[0] * sc.hierarchical_cp[1] != sc.cp)
     r.fail(entry(par, "hierarchical_cp"), "parallel.hierarchical_cp [" + std::to_string(sc.hierarchical_cp[0]) + ", " +
                                               std::to_string(sc.hierarchical_cp[1]) + "] multiplies to " +
                                               std::to_string(sc.hierarchical_cp[0] * sc.hierarchical_cp[1]) +
                                               ", not cp=" + std::to_string(sc.cp));
   if (sc.ranks % model != 0)
-    r.fail(layout_at, "tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) + " x pp=" +
-                          std::to_string(sc.pp) + " = " + std::to_string(model) +
-                          " does not divide the " + std::to_string(sc.ranks) + " ranks");
+    r.fail(layout_at, "tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) +
+                          " x pp=" + std::to_string(sc.pp) + " = " + std::to_string(model) + " does not divide the " +
+                          std::to_string(sc.ranks) + " ranks");
   sc.dp = sc.ranks / model;
   if (sc.ranks > topo.num_devices())
-    r.fail(layout_at, std::to_string(sc.ranks) + " ranks need " + std::to_string(sc.ranks) +
-                          " devices but topology '" + topo.name() + "' has " +
-                          std::to_string(topo.num_devices()) +
+    r.fail(layout_at, std::to_string(sc.ranks) + " ranks need " + std::to_string(sc.ranks) + " devices but topology '" +
+                          topo.name() + "' has " + std::to_string(topo.num_devices()) +
                           "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
   if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
@@ -265,14 +266,15 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       r.fail(entry(root, k), std::string(k) + " belongs to the model workload; add model: {kind: transformer, ...}");
   if (has_model) {
     if (auto w = entry(root, "workload"); w.IsDefined())
-      r.fail(w, "model and workload are alternatives: a scenario runs the reference transformer (model:) or a "
-                "workload (collectives, steps), not both");
+      r.fail(w,
+             "model and workload are alternatives: a scenario runs the reference transformer (model:) or a "
+             "workload (collectives, steps), not both");
     if (!data_node.IsDefined()) sc.real_data = true;  // the model computes real numbers unless told not to
-    sc.model = read_model(root, entry(root, "model"), r, sc, data_node.IsDefined(),
-                          fs::path(path).parent_path());
+    sc.model = read_model(root, entry(root, "model"), r, sc, data_node.IsDefined(), fs::path(path).parent_path());
     if (!sc.model->encoder && par.IsDefined() && entry(par, "order").IsDefined())
-      r.fail(entry(par, "order"), "parallel.order orders the transformer's grid beside an encoder; without encoder: it is "
-                                  "always tp, cp, dp");
+      r.fail(entry(par, "order"),
+             "parallel.order orders the transformer's grid beside an encoder; without encoder: it is "
+             "always tp, cp, dp");
   }
   const YAML::Node wl = has_model ? YAML::Node(YAML::NodeType::Undefined) : need("workload");
   if (!has_model) {
@@ -305,8 +307,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
           check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
       }
       for (const ScenarioStep& st : sc.steps) {
-        const int axis = st.group == "tp" ? sc.tp : st.group == "cp" ? sc.cp : st.group == "pp" ? sc.pp
-                         : st.group == "dp" ? sc.dp : 2;
+        const int axis = st.group == "tp"   ? sc.tp
+                         : st.group == "cp" ? sc.cp
+                         : st.group == "pp" ? sc.pp
+                         : st.group == "dp" ? sc.dp
+                                            : 2;
         if (st.kind == ScenarioStep::Kind::tp_mlp) {
           if (st.ffn % sc.tp != 0)
             r.fail(list, "tp_mlp: ffn " + std::to_string(st.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));

@@ -36,7 +36,8 @@ std::int64_t non_negative_int(const ScenarioReader& r, const YAML::Node& n, cons
 
 // `encoder:` beside `model:`: the two-model workload (models/multimodal.h). The encoder's grid must
 // cover the same ranks; what the multimodal loop does not do is an error at its key.
-void read_encoder(const YAML::Node& root, const YAML::Node& e, const ScenarioReader& r, const Scenario& sc, ModelWorkload& m) {
+void read_encoder(const YAML::Node& root, const YAML::Node& e, const ScenarioReader& r, const Scenario& sc,
+                  ModelWorkload& m) {
   r.known_keys(e, section_keys("encoder"), "encoder");
   EncoderSettings enc;
   if (auto v = entry(e, "tp"); v.IsDefined()) enc.tp = r.positive_int(v, "encoder.tp");
@@ -49,22 +50,28 @@ void read_encoder(const YAML::Node& root, const YAML::Node& e, const ScenarioRea
                   " x cp=" + std::to_string(sc.cp) + " x dp=" + std::to_string(sc.dp) + " has " +
                   std::to_string(sc.ranks) + "; both grids cover the same ranks");
   if (enc.config.ffn % enc.tp != 0)
-    r.fail(e, "encoder.ffn " + std::to_string(enc.config.ffn) + " is not divisible by encoder.tp=" + std::to_string(enc.tp));
+    r.fail(e, "encoder.ffn " + std::to_string(enc.config.ffn) +
+                  " is not divisible by encoder.tp=" + std::to_string(enc.tp));
   if (m.attention.format != cp::Format::bshd)
-    r.fail(entry(root, "model"), "with an encoder the model's format must be bshd: the bridge moves [batch, seq, hidden]");
-  if (sc.pp != 1) r.fail(entry(root, "parallel"), "with an encoder, pp must be 1 (the multimodal loop has no pipeline)");
+    r.fail(entry(root, "model"),
+           "with an encoder the model's format must be bshd: the bridge moves [batch, seq, hidden]");
+  if (sc.pp != 1)
+    r.fail(entry(root, "parallel"), "with an encoder, pp must be 1 (the multimodal loop has no pipeline)");
   if (m.train) {
     const YAML::Node t = entry(root, "train");
     const TrainSettings& ts = *m.train;
     if (ts.micro_batches != 1 || ts.zero != 0 || ts.clip_grad_norm || !ts.checkpoint.empty() || !ts.shards.empty())
-      r.fail(t, "with an encoder, train takes steps and optimizer only (micro_batches, zero, clip_grad_norm, "
-                "checkpoint and shards belong to the transformer's own training)");
+      r.fail(t,
+             "with an encoder, train takes steps and optimizer only (micro_batches, zero, clip_grad_norm, "
+             "checkpoint and shards belong to the transformer's own training)");
   } else {
     m.train = TrainSettings{};  // one step
   }
   const YAML::Node par = entry(root, "parallel");
-  if (const YAML::Node o = par.IsDefined() ? entry(par, "order") : YAML::Node(YAML::NodeType::Undefined); o.IsDefined()) {
-    if (!o.IsSequence() || o.size() != 3) r.fail(o, "parallel.order must list tp, cp and dp, fastest first, e.g. [tp, cp, dp]");
+  if (const YAML::Node o = par.IsDefined() ? entry(par, "order") : YAML::Node(YAML::NodeType::Undefined);
+      o.IsDefined()) {
+    if (!o.IsSequence() || o.size() != 3)
+      r.fail(o, "parallel.order must list tp, cp and dp, fastest first, e.g. [tp, cp, dp]");
     m.order.clear();
     for (const YAML::Node& x : o) m.order.push_back(r.one_of(x, "parallel.order", {"tp", "cp", "dp"}));
   }
@@ -82,15 +89,17 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
   if (auto v = entry(n, "kind"); v.IsDefined()) r.one_of(v, "model.kind", {"transformer"});
   if (auto v = entry(n, "dtype"); v.IsDefined()) {
     const std::string d = r.one_of(v, "model.dtype", {"fp32", "bf16", "fp16", "f32", "f16"});
-    m.config.dtype = d == "bf16" ? runtime::DType::bf16 : (d == "fp16" || d == "f16") ? runtime::DType::f16
-                                                                                        : runtime::DType::f32;
+    m.config.dtype = d == "bf16"                   ? runtime::DType::bf16
+                     : (d == "fp16" || d == "f16") ? runtime::DType::f16
+                                                   : runtime::DType::f32;
   }
   if (auto v = entry(n, "format"); v.IsDefined())
     m.attention.format = r.one_of(v, "model.format", {"bshd", "thd"}) == "thd" ? cp::Format::thd : cp::Format::bshd;
   if (auto v = entry(n, "mask"); v.IsDefined())
     m.attention.mask = models::parse_mask(r.one_of(v, "model.mask", {"causal", "padding", "no_mask"}));
   if (auto v = entry(n, "window"); v.IsDefined()) {
-    if (!v.IsSequence() || v.size() != 2) r.fail(v, "model.window must be [left, right] (-1 = unbounded), e.g. [128, 0]");
+    if (!v.IsSequence() || v.size() != 2)
+      r.fail(v, "model.window must be [left, right] (-1 = unbounded), e.g. [128, 0]");
     std::int64_t w[2];
     for (std::size_t i = 0; i < 2; ++i) {
       const std::string t = r.str(v[i], "model.window");
@@ -109,9 +118,13 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     const fs::path w = r.str(v, "model.weights");
     m.weights = w.is_absolute() ? w.string() : (folder / w).lexically_normal().string();
   }
-  if (auto v = entry(n, "seed"); v.IsDefined()) m.seed = static_cast<std::uint64_t>(non_negative_int(r, v, "model.seed"));
-  for (auto [key, field] : {std::pair<const char*, std::int64_t*>{"vocab", &m.config.vocab}, {"hidden", &m.config.hidden},
-                            {"heads", &m.config.heads}, {"head_dim", &m.config.head_dim}, {"ffn", &m.config.ffn},
+  if (auto v = entry(n, "seed"); v.IsDefined())
+    m.seed = static_cast<std::uint64_t>(non_negative_int(r, v, "model.seed"));
+  for (auto [key, field] : {std::pair<const char*, std::int64_t*>{"vocab", &m.config.vocab},
+                            {"hidden", &m.config.hidden},
+                            {"heads", &m.config.heads},
+                            {"head_dim", &m.config.head_dim},
+                            {"ffn", &m.config.ffn},
                             {"layers", &m.config.layers}})
     if (auto v = entry(n, key); v.IsDefined()) *field = r.positive_int(v, std::string("model.") + key);
   m.attention.comm = cp::parse_comm_type(sc.cp_comm);
@@ -157,9 +170,11 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       if (auto v = entry(o, "kind"); v.IsDefined()) r.one_of(v, "train.optimizer.kind", {"adamw"});
       if (auto v = entry(o, "lr"); v.IsDefined()) ts.optimizer.lr = r.number(v, "train.optimizer.lr");
       if (auto v = entry(o, "eps"); v.IsDefined()) ts.optimizer.eps = r.number(v, "train.optimizer.eps");
-      if (auto v = entry(o, "weight_decay"); v.IsDefined()) ts.optimizer.weight_decay = r.number(v, "train.optimizer.weight_decay");
+      if (auto v = entry(o, "weight_decay"); v.IsDefined())
+        ts.optimizer.weight_decay = r.number(v, "train.optimizer.weight_decay");
       if (auto v = entry(o, "betas"); v.IsDefined()) {
-        if (!v.IsSequence() || v.size() != 2) r.fail(v, "train.optimizer.betas must be [beta1, beta2], e.g. [0.9, 0.999]");
+        if (!v.IsSequence() || v.size() != 2)
+          r.fail(v, "train.optimizer.betas must be [beta1, beta2], e.g. [0.9, 0.999]");
         ts.optimizer.beta1 = r.number(v[0], "train.optimizer.betas");
         ts.optimizer.beta2 = r.number(v[1], "train.optimizer.betas");
       }
@@ -175,7 +190,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
                    " stages; set model.layers to a multiple of pp");
     m.train = ts;
   } else if (sc.pp != 1) {
-    layout_error("pp=" + std::to_string(sc.pp) + ": pipeline stages need a train: section (one forward and backward "
+    layout_error("pp=" + std::to_string(sc.pp) +
+                 ": pipeline stages need a train: section (one forward and backward "
                  "without it runs with pp=1)");
   }
   if (auto e = entry(root, "encoder"); e.IsDefined()) read_encoder(root, e, r, sc, m);
@@ -190,8 +206,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       layout_error("cp_comm a2a+p2p: the default hierarchical_cp [2, cp/2] needs an even cp, got cp=" +
                    std::to_string(sc.cp) + "; set parallel.hierarchical_cp");
     if (local_heads % a != 0)
-      layout_error("cp_comm a2a+p2p: " + std::to_string(local_heads) + " heads per TP rank are not divisible by the a2a size " +
-                   std::to_string(a));
+      layout_error("cp_comm a2a+p2p: " + std::to_string(local_heads) +
+                   " heads per TP rank are not divisible by the a2a size " + std::to_string(a));
   }
   // batch: a safetensors file, or the shape of a synthetic batch
   const YAML::Node b = entry(root, "batch");
@@ -204,19 +220,24 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       if (auto l = entry(b, "lengths"); l.IsDefined()) {
         if (!l.IsSequence() || l.size() == 0) r.fail(l, "batch.lengths must be a non-empty list of sequence lengths");
         for (const YAML::Node& x : l) m.lengths.push_back(r.positive_int(x, "batch.lengths"));
-        if (m.attention.format == cp::Format::bshd) r.fail(l, "batch.lengths is for format thd; a bshd batch has rows and seq_len");
+        if (m.attention.format == cp::Format::bshd)
+          r.fail(l, "batch.lengths is for format thd; a bshd batch has rows and seq_len");
       } else {
         const YAML::Node rows = entry(b, "rows"), len = entry(b, "seq_len");
-        if (!rows.IsDefined() || !len.IsDefined()) r.fail(b, "batch needs lengths: [...] (thd) or rows and seq_len (bshd)");
-        if (m.attention.format == cp::Format::thd) r.fail(b, "batch rows/seq_len are for format bshd; a thd batch has lengths: [...]");
-        m.lengths.assign(static_cast<std::size_t>(r.positive_int(rows, "batch.rows")), r.positive_int(len, "batch.seq_len"));
+        if (!rows.IsDefined() || !len.IsDefined())
+          r.fail(b, "batch needs lengths: [...] (thd) or rows and seq_len (bshd)");
+        if (m.attention.format == cp::Format::thd)
+          r.fail(b, "batch rows/seq_len are for format bshd; a thd batch has lengths: [...]");
+        m.lengths.assign(static_cast<std::size_t>(r.positive_int(rows, "batch.rows")),
+                         r.positive_int(len, "batch.seq_len"));
       }
     }
   }
   if (m.encoder) {
     if (!m.batch.empty() && m.shape_only) r.fail(b, "a batch file needs real data: remove data: shape_only");
     // the default multimodal batch: the fewest rows both DP sizes divide, 32 tokens each
-    if (m.batch.empty() && m.lengths.empty()) m.lengths.assign(static_cast<std::size_t>(std::lcm(m.encoder->dp, sc.dp)), 32);
+    if (m.batch.empty() && m.lengths.empty())
+      m.lengths.assign(static_cast<std::size_t>(std::lcm(m.encoder->dp, sc.dp)), 32);
   }
   m.shape_only = data_given && !sc.real_data;
   if (auto d = entry(root, "dump"); d.IsDefined() && !d.IsNull()) {
@@ -227,7 +248,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     r.known_keys(v, section_keys("validate"), "validate");
     if (m.shape_only) r.fail(v, "validate needs real data: remove data: shape_only (or validate)");
     if (m.encoder) r.fail(v, "validate runs the transformer alone; with an encoder, compare the dumps of two layouts");
-    if (m.train) r.fail(v, "validate compares one forward and backward step; with train:, compare the dumps of two runs");
+    if (m.train)
+      r.fail(v, "validate compares one forward and backward step; with train:, compare the dumps of two runs");
     m.validate = true;
     m.thresholds = models::ValidationThresholds::for_dtype(m.config.dtype);
     if (auto bl = entry(v, "baseline"); bl.IsDefined()) {
@@ -239,9 +261,11 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
                        std::to_string(heads) + " and ffn " + std::to_string(m.config.ffn));
     }
     if (auto x = entry(v, "logits_atol"); x.IsDefined()) m.thresholds.logits_atol = r.number(x, "validate.logits_atol");
-    if (auto x = entry(v, "logits_share"); x.IsDefined()) m.thresholds.logits_share = fraction(r, x, "validate.logits_share");
+    if (auto x = entry(v, "logits_share"); x.IsDefined())
+      m.thresholds.logits_share = fraction(r, x, "validate.logits_share");
     if (auto x = entry(v, "loss_rel"); x.IsDefined()) m.thresholds.loss_rel = r.number(x, "validate.loss_rel");
-    if (auto x = entry(v, "grad_norm_diff"); x.IsDefined()) m.thresholds.grad_norm_diff = r.number(x, "validate.grad_norm_diff");
+    if (auto x = entry(v, "grad_norm_diff"); x.IsDefined())
+      m.thresholds.grad_norm_diff = r.number(x, "validate.grad_norm_diff");
     if (auto x = entry(v, "acceptable_share"); x.IsDefined())
       m.thresholds.acceptable_share = fraction(r, x, "validate.acceptable_share");
   }
@@ -255,8 +279,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     } catch (const Error& e) {
       const std::string what = e.what();
       const bool weights_error = !m.weights.empty() && what.find(m.weights) != std::string::npos;
-      const bool batch_error = what.find("batch") != std::string::npos || what.find("features are") != std::string::npos ||
-                               what.find("rows") != std::string::npos;
+      const bool batch_error = what.find("batch") != std::string::npos ||
+                               what.find("features are") != std::string::npos || what.find("rows") != std::string::npos;
       r.fail(weights_error ? entry(n, "weights") : batch_error && b.IsDefined() ? b : entry(root, "encoder"), what);
     }
     return m;
@@ -267,7 +291,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     for (int d = 0; d < sc.dp; ++d) {
       const models::Batch mine = models::dp_slice(in.batch, sc.dp, d);
       if (m.train)
-        for (int k = 0; k < m.train->micro_batches; ++k) models::batch_slice(mine, m.train->micro_batches, k, "train.micro_batches");
+        for (int k = 0; k < m.train->micro_batches; ++k)
+          models::batch_slice(mine, m.train->micro_batches, k, "train.micro_batches");
     }
     if (m.validate) models::check_batch(in.batch, m.config, m.baseline_cp, m.batch.empty() ? "batch" : m.batch);
   } catch (const ConfigError&) {

@@ -78,8 +78,10 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
 
   const runtime::BackendKind backend = runtime::parse_backend(flags.backend);
   if (sc.sweep_op && backend != runtime::BackendKind::sim)
-    throw Error(sc.file + ": a collectives sweep runs on the sim backend only; use a steps workload "
-                "to time collectives with --backend " + flags.backend);
+    throw Error(sc.file +
+                ": a collectives sweep runs on the sim backend only; use a steps workload "
+                "to time collectives with --backend " +
+                flags.backend);
   const bool trace = !trace_path.empty() || !report_path.empty();
   std::optional<ModelInputs> model_in;
   if (sc.sweep_op) {
@@ -133,8 +135,10 @@ void list_shipped(const std::string& root, std::ostream& out) {
       std::string what;
       try {
         const YAML::Node n = YAML::LoadFile(f.string());
-        if (n["description"]) what = n["description"].as<std::string>();
-        else if (n["name"]) what = n["name"].as<std::string>();
+        if (n["description"])
+          what = n["description"].as<std::string>();
+        else if (n["name"])
+          what = n["name"].as<std::string>();
       } catch (const YAML::Exception&) {
         what = "(unreadable)";
       }
@@ -145,7 +149,8 @@ void list_shipped(const std::string& root, std::ostream& out) {
         if (std::getline(in, line) && line.rfind("# ", 0) == 0) what = line.substr(2);
       }
       char buf[300];
-      std::snprintf(buf, sizeof buf, "  %-28s %s\n", (std::string(folder) + "/" + f.filename().string()).c_str(), what.c_str());
+      std::snprintf(buf, sizeof buf, "  %-28s %s\n", (std::string(folder) + "/" + f.filename().string()).c_str(),
+                    what.c_str());
       out << buf;
     }
   }

@@ -16,8 +16,9 @@ const std::vector<std::string> kCpComms = {"p2p", "all_gather", "a2a", "a2a+p2p"
 // A cp_attention step's keys, checked on their own; what depends on the layout (cp, tp, the
 // default comm type) is checked by check_cp_attention.
 ScenarioStep read_cp_attention(const YAML::Node& body, const ScenarioReader& r) {
-  r.known_keys(body, {"comm", "format", "batch", "seq_len", "heads", "kv_heads", "head_dim", "mask", "window",
-                      "hierarchical", "dtype", "backward"},
+  r.known_keys(body,
+               {"comm", "format", "batch", "seq_len", "heads", "kv_heads", "head_dim", "mask", "window", "hierarchical",
+                "dtype", "backward"},
                "a cp_attention step");
   ScenarioStep st;
   st.kind = ScenarioStep::Kind::cp_attention;
@@ -57,21 +58,25 @@ ScenarioStep read_cp_attention(const YAML::Node& body, const ScenarioReader& r) 
   if (auto v = entry(body, "mask"); v.IsDefined()) {
     st.mask = r.one_of(v, "cp_attention.mask", {"causal", "no_mask", "padding"});
     if (!thd && st.mask == "padding")
-      r.fail(v, "cp_attention: format bshd has no padding tokens, so it takes mask causal or no_mask; "
-                "padding needs format: thd");
+      r.fail(v,
+             "cp_attention: format bshd has no padding tokens, so it takes mask causal or no_mask; "
+             "padding needs format: thd");
     if (thd && st.mask == "no_mask")
-      r.fail(v, "cp_attention: format thd always masks its padding, so it takes mask padding or causal "
-                "(causal with padding), not no_mask");
+      r.fail(v,
+             "cp_attention: format thd always masks its padding, so it takes mask padding or causal "
+             "(causal with padding), not no_mask");
   }
   if (auto v = entry(body, "window"); v.IsDefined()) {
     if (!v.IsSequence() || v.size() != 2)
-      r.fail(v, "cp_attention.window must be [left, right] (-1 = unbounded), such as [4096, 0], got " +
-                    sim::describe(v));
+      r.fail(v,
+             "cp_attention.window must be [left, right] (-1 = unbounded), such as [4096, 0], got " + sim::describe(v));
     st.window_left = r.integer(v[0], "cp_attention.window left", -1);
     st.window_right = r.integer(v[1], "cp_attention.window right", -1);
     if (st.mask == "causal" && st.window_right > 0)
-      r.fail(v[1], "cp_attention: a causal mask hides every key after the query, so the window's right side must be "
-                   "0 or -1, got " + std::to_string(st.window_right));
+      r.fail(v[1],
+             "cp_attention: a causal mask hides every key after the query, so the window's right side must be "
+             "0 or -1, got " +
+                 std::to_string(st.window_right));
   }
   if (auto v = entry(body, "hierarchical"); v.IsDefined()) {
     if (!v.IsSequence() || v.size() != 2)
@@ -95,7 +100,7 @@ ScenarioStep read_cp_attention(const YAML::Node& body, const ScenarioReader& r) 
 // Resolves the comm type and the hierarchical sizes from the parallel defaults.
 void check_cp_attention(ScenarioStep& st, const YAML::Node& body, const YAML::Node& par, const Scenario& sc,
                         const ScenarioReader& r) {
-  const YAML::Node comm_at = entry(body, "comm").IsDefined() ? entry(body, "comm")
+  const YAML::Node comm_at = entry(body, "comm").IsDefined()                        ? entry(body, "comm")
                              : par.IsDefined() && entry(par, "cp_comm").IsDefined() ? entry(par, "cp_comm")
                                                                                     : body;
   if (st.cp_comm.empty()) st.cp_comm = sc.cp_comm;
@@ -117,16 +122,18 @@ void check_cp_attention(ScenarioStep& st, const YAML::Node& body, const YAML::No
   if (st.cp_comm == "a2a+p2p") {
     if (hier.IsDefined()) {
       if (static_cast<int64_t>(st.a2a_size) * st.p2p_size != cp)
-        r.fail(hier, "cp_attention.hierarchical [" + std::to_string(st.a2a_size) + ", " +
-                         std::to_string(st.p2p_size) + "] multiplies to " +
-                         std::to_string(st.a2a_size * st.p2p_size) + ", not cp=" + std::to_string(cp));
+        r.fail(hier, "cp_attention.hierarchical [" + std::to_string(st.a2a_size) + ", " + std::to_string(st.p2p_size) +
+                         "] multiplies to " + std::to_string(st.a2a_size * st.p2p_size) +
+                         ", not cp=" + std::to_string(cp));
     } else if (sc.hierarchical_cp.size() == 2) {
       st.a2a_size = sc.hierarchical_cp[0];  // parallel.hierarchical_cp, checked against cp already
       st.p2p_size = sc.hierarchical_cp[1];
     } else {
       if (cp % 2 != 0)
-        r.fail(comm_at, "cp_attention: comm a2a+p2p splits cp as [2, cp/2] by default, which needs an even cp, "
-                        "got cp=" + std::to_string(cp) + "; give hierarchical: [a2a size, p2p size]");
+        r.fail(comm_at,
+               "cp_attention: comm a2a+p2p splits cp as [2, cp/2] by default, which needs an even cp, "
+               "got cp=" +
+                   std::to_string(cp) + "; give hierarchical: [a2a size, p2p size]");
       st.a2a_size = 2;
       st.p2p_size = static_cast<int>(cp / 2);
     }
@@ -143,8 +150,8 @@ void check_cp_attention(ScenarioStep& st, const YAML::Node& body, const YAML::No
 
 ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
   if (!n.IsMap() || n.size() != 1)
-    r.fail(n, "a step must be a mapping with one key: compute, a collective name (" +
-                  sim::join(kCollectiveOps) + "), sendrecv, wait, tp_mlp or cp_attention");
+    r.fail(n, "a step must be a mapping with one key: compute, a collective name (" + sim::join(kCollectiveOps) +
+                  "), sendrecv, wait, tp_mlp or cp_attention");
   const YAML::Node key = n.begin()->first;
   const YAML::Node body = n.begin()->second;
   const std::string& kind = key.Scalar();
@@ -213,12 +220,10 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
     r.fail(body, "a " + kind + " step needs bytes (the per-rank buffer, e.g. 256 MiB)");
   if (auto d = entry(body, "dtype"); d.IsDefined()) st.dtype = r.one_of(d, kind + ".dtype", kDtypes);
   if (auto g = entry(body, "group"); g.IsDefined()) st.group = r.one_of(g, kind + ".group", kGroups);
-  if (auto a = entry(body, "algorithm"); a.IsDefined())
-    st.algorithm = r.one_of(a, kind + ".algorithm", kAlgorithms);
+  if (auto a = entry(body, "algorithm"); a.IsDefined()) st.algorithm = r.one_of(a, kind + ".algorithm", kAlgorithms);
   if (auto a = entry(body, "async"); a.IsDefined())
     st.async = r.one_of(a, kind + ".async", {"true", "false"}) == "true";
   return st;
 }
-
 
 }  // namespace ranksim::app

@@ -9,8 +9,8 @@ void write_run_report(const std::string& path, const Scenario& sc, const sim::To
   ReportData d;
   d.title = "ranksim: " + sc.name;
   d.subtitle = std::to_string(sc.ranks) + " ranks on " + topo.name() + ", tp=" + std::to_string(sc.tp) +
-               " cp=" + std::to_string(sc.cp) + " dp=" + std::to_string(sc.dp) + " pp=" +
-               std::to_string(sc.pp) + (sc.description.empty() ? "" : " — " + sc.description);
+               " cp=" + std::to_string(sc.cp) + " dp=" + std::to_string(sc.dp) + " pp=" + std::to_string(sc.pp) +
+               (sc.description.empty() ? "" : " — " + sc.description);
   d.makespan = s.makespan;
   d.nranks = sc.ranks;
   for (size_t r = 0; r < s.report.clocks.size(); ++r)
@@ -19,9 +19,11 @@ void write_run_report(const std::string& path, const Scenario& sc, const sim::To
   for (const CollectiveLine& l : s.lines) {
     const double per_call = l.seconds_per_call();
     const runtime::CollectiveKind kind = l.kind();
-    const double busbw = per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 * busbw_factor(kind, l.group_size) : 0;
-    d.collectives.push_back({{l.desc.empty() ? l.op : l.op + " (" + l.desc + ")", std::to_string(l.group_size), l.dtype, std::to_string(l.bytes), l.algorithm,
-                              std::to_string(l.calls), fmt("%.2f", per_call * 1e6), fmt("%.2f", busbw)}});
+    const double busbw =
+        per_call > 0 ? static_cast<double>(l.bytes) / per_call / 1e9 * busbw_factor(kind, l.group_size) : 0;
+    d.collectives.push_back({{l.desc.empty() ? l.op : l.op + " (" + l.desc + ")", std::to_string(l.group_size), l.dtype,
+                              std::to_string(l.bytes), l.algorithm, std::to_string(l.calls),
+                              fmt("%.2f", per_call * 1e6), fmt("%.2f", busbw)}});
   }
   if (sc.sweep_op) {
     d.sweep_op = *sc.sweep_op;

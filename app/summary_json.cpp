@@ -19,19 +19,19 @@ using Json = nlohmann::ordered_json;
 // elements follow the list's key).
 const std::map<std::string, const char*, std::less<>>& float_formats() {
   static const std::map<std::string, const char*, std::less<>> formats = {
-      {"virtual_time_us", "%.6f"}, {"clock_us", "%.6f"},   {"compute_us", "%.6f"},   {"comm_us", "%.6f"},
-      {"time_us", "%.6f"},         {"algbw_GBps", "%.6f"}, {"busbw_GBps", "%.6f"},   {"pipeline_wait_us", "%.6f"},
-      {"loss", "%.9g"},            {"losses", "%.9g"},     {"logits_share", "%.6f"}, {"acceptable_share", "%.6f"},
-      {"logits_max_diff", "%.6g"}, {"loss_rel", "%.6g"},   {"grad_max_norm_diff", "%.6g"}, {"norm_diff", "%.6g"}};
+      {"virtual_time_us", "%.6f"}, {"clock_us", "%.6f"},         {"compute_us", "%.6f"},
+      {"comm_us", "%.6f"},         {"time_us", "%.6f"},          {"algbw_GBps", "%.6f"},
+      {"busbw_GBps", "%.6f"},      {"pipeline_wait_us", "%.6f"}, {"loss", "%.9g"},
+      {"losses", "%.9g"},          {"logits_share", "%.6f"},     {"acceptable_share", "%.6f"},
+      {"logits_max_diff", "%.6g"}, {"loss_rel", "%.6g"},         {"grad_max_norm_diff", "%.6g"},
+      {"norm_diff", "%.6g"}};
   return formats;
 }
 
 // A Time in microseconds: exact to the picosecond at 6 decimals.
 double us(sim::Time t) { return static_cast<double>(t.picoseconds()) / 1e6; }
 
-std::string text_of(const Json& v) {
-  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
+std::string text_of(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 void write_inline(std::ostream& out, const Json& v, const std::string& key) {
   if (v.is_object()) {
@@ -103,7 +103,8 @@ Json model_json(const Scenario& sc, const RunSummary& s) {
     const models::ValidationReport& v = *s.validation;
     Json grads = Json::array();
     for (const auto& g : v.grads)
-      grads.push_back(Json{{"name", g.name}, {"norm_diff", g.norm_diff}, {"category", models::category_name(g.category)}});
+      grads.push_back(
+          Json{{"name", g.name}, {"norm_diff", g.norm_diff}, {"category", models::category_name(g.category)}});
     j["validation"] = Json{{"baseline", baseline_name(m)},
                            {"logits_share", v.logits_share},
                            {"logits_max_diff", v.logits_max_diff},
@@ -131,13 +132,19 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
   j["virtual_time_us"] = us(s.makespan);
   Json ranks = Json::array();
   for (size_t r = 0; r < rep.clocks.size(); ++r)
-    ranks.push_back(Json{{"rank", r}, {"clock_us", us(rep.clocks[r])}, {"compute_us", us(rep.compute[r])},
+    ranks.push_back(Json{{"rank", r},
+                         {"clock_us", us(rep.clocks[r])},
+                         {"compute_us", us(rep.compute[r])},
                          {"comm_us", us(rep.comm[r])}});
   j["ranks_detail"] = ranks;
   Json collectives = Json::array();
   for (const CollectiveLine& l : s.lines) {
-    Json c{{"op", l.op},   {"group_size", l.group_size}, {"dtype", l.dtype},
-           {"bytes", l.bytes}, {"algorithm", l.algorithm},  {"calls", l.calls},
+    Json c{{"op", l.op},
+           {"group_size", l.group_size},
+           {"dtype", l.dtype},
+           {"bytes", l.bytes},
+           {"algorithm", l.algorithm},
+           {"calls", l.calls},
            {"time_us", l.seconds_per_call() * 1e6}};
     if (!l.desc.empty()) c["group"] = l.desc;
     collectives.push_back(c);

@@ -11,10 +11,9 @@
 namespace ranksim::app {
 
 void print_run_header(std::ostream& out, const Scenario& sc, const sim::Topology& topo, const runtime::Device* device) {
-  out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " ("
-      << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp
-      << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << ", "
-      << (sc.real_data ? "real data" : "shape-only") << "\n";
+  out << "ranksim run: " << sc.name << " — " << sc.ranks << " ranks on " << topo.name() << " (" << topo.num_nodes()
+      << (topo.num_nodes() == 1 ? " node" : " nodes") << "), layout tp=" << sc.tp << " cp=" << sc.cp << " dp=" << sc.dp
+      << " pp=" << sc.pp << ", " << (sc.real_data ? "real data" : "shape-only") << "\n";
   if (!sc.description.empty()) out << "  " << sc.description << "\n";
   if (device) out << "  ops compute on the " << device->name() << " device\n";
   out << "\n";
@@ -51,11 +50,12 @@ void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s
 }
 
 void print_collectives_table(std::ostream& out, const RunSummary& s) {
-  const bool described = std::any_of(s.lines.begin(), s.lines.end(), [](const CollectiveLine& l) { return !l.desc.empty(); });
+  const bool described =
+      std::any_of(s.lines.begin(), s.lines.end(), [](const CollectiveLine& l) { return !l.desc.empty(); });
   char buf[200];
   out << "\n";
-  std::snprintf(buf, sizeof buf, "%-15s %6s %6s %14s %13s %8s %12s %12s %12s", "collective", "ranks", "type",
-                "size(B)", "algorithm", "calls", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+  std::snprintf(buf, sizeof buf, "%-15s %6s %6s %14s %13s %8s %12s %12s %12s", "collective", "ranks", "type", "size(B)",
+                "algorithm", "calls", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
   out << buf << (described ? "  group\n" : "\n");
   for (const CollectiveLine& l : s.lines) {
     const double per_call = l.seconds_per_call();
@@ -96,8 +96,8 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
   if (m.train && sc.pp > 1) {
     const auto [lo, hi] = std::minmax_element(s.pipeline_wait.begin(), s.pipeline_wait.end());
     out << "  pipeline: time blocked in stage-to-stage receives (the 1F1B bubble plus activation transfers, "
-           "counted in comm above): " << sim::Time::from_seconds(*lo).str() << " to "
-        << sim::Time::from_seconds(*hi).str() << " per rank\n";
+           "counted in comm above): "
+        << sim::Time::from_seconds(*lo).str() << " to " << sim::Time::from_seconds(*hi).str() << " per rank\n";
   }
   if (m.shape_only) {
     out << "  shape-only: timing only, no numbers\n";
@@ -126,8 +126,8 @@ void print_totals(std::ostream& out, const RunSummary& s, bool wall_time, runtim
     const runtime::DeviceStats& ds = device->stats();
     out << "device " << device->name() << ": " << ds.ops << " ops (" << ds.kernels << " kernels, " << ds.gemms
         << " GEMMs); " << ds.uploads << " uploads (" << sim::units::format_bytes(static_cast<uint64_t>(ds.upload_bytes))
-        << "), " << ds.downloads << " downloads ("
-        << sim::units::format_bytes(static_cast<uint64_t>(ds.download_bytes)) << ")\n";
+        << "), " << ds.downloads << " downloads (" << sim::units::format_bytes(static_cast<uint64_t>(ds.download_bytes))
+        << ")\n";
   }
   if (!s.checks.empty()) out << "checks:\n";
   for (const CheckResult& c : s.checks)

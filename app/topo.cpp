@@ -17,9 +17,7 @@ namespace units = sim::units;
 
 constexpr int kExhaustiveLimit = 512;
 
-std::string range(const std::string& lo, const std::string& hi) {
-  return lo == hi ? lo : lo + " - " + hi;
-}
+std::string range(const std::string& lo, const std::string& hi) { return lo == hi ? lo : lo + " - " + hi; }
 
 std::string plural(long long n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -27,11 +25,16 @@ std::string plural(long long n, const char* one, const char* many) {
 
 const char* fabric_word(sim::FabricType t) {
   switch (t) {
-    case sim::FabricType::none: return "none";
-    case sim::FabricType::switched: return "switch";
-    case sim::FabricType::ring: return "ring";
-    case sim::FabricType::mesh: return "full mesh";
-    case sim::FabricType::links: return "explicit links";
+    case sim::FabricType::none:
+      return "none";
+    case sim::FabricType::switched:
+      return "switch";
+    case sim::FabricType::ring:
+      return "ring";
+    case sim::FabricType::mesh:
+      return "full mesh";
+    case sim::FabricType::links:
+      return "explicit links";
   }
   return "?";
 }
@@ -44,16 +47,13 @@ void print_kinds(const sim::Topology& t, std::ostream& out) {
     out << "device kind " << kind.name << ": " << plural(count, "device", "devices");
     if (count > 0) out << " (" << count / t.num_nodes() << " per node)";
     // Slowest first, which is also the usual order (f64, f32, tf32, bf16, ...).
-    std::vector<std::pair<std::string, double>> peaks(kind.peak_flops.begin(),
-                                                      kind.peak_flops.end());
-    std::stable_sort(peaks.begin(), peaks.end(),
-                     [](const auto& a, const auto& b) { return a.second < b.second; });
+    std::vector<std::pair<std::string, double>> peaks(kind.peak_flops.begin(), kind.peak_flops.end());
+    std::stable_sort(peaks.begin(), peaks.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     out << "\n  peak:";
     for (size_t i = 0; i < peaks.size(); ++i)
       out << (i ? ", " : " ") << peaks[i].first << " " << units::format_flop_rate(peaks[i].second);
     out << "\n  memory " << units::format_bytes(kind.memory_bytes) << " at "
-        << units::format_bandwidth(kind.memory_bandwidth) << ", launch overhead "
-        << kind.launch_overhead << "\n";
+        << units::format_bandwidth(kind.memory_bandwidth) << ", launch overhead " << kind.launch_overhead << "\n";
   }
 }
 
@@ -65,16 +65,14 @@ void print_fabric(const sim::Topology& t, std::ostream& out) {
       out << "none (devices of a node talk through their NICs)\n";
       return;
     case sim::FabricType::switched:
-      out << "switch '" << f.name << "', " << units::format_bandwidth(f.bandwidth)
-          << " per device and direction, " << f.latency << " device to device\n";
+      out << "switch '" << f.name << "', " << units::format_bandwidth(f.bandwidth) << " per device and direction, "
+          << f.latency << " device to device\n";
       return;
     case sim::FabricType::ring:
     case sim::FabricType::mesh:
     case sim::FabricType::links:
       out << fabric_word(f.type) << " '" << f.name << "', "
-          << plural(static_cast<long long>(f.links.size()), "full-duplex link",
-                    "full-duplex links")
-          << " per node\n";
+          << plural(static_cast<long long>(f.links.size()), "full-duplex link", "full-duplex links") << " per node\n";
       return;
   }
 }
@@ -94,8 +92,7 @@ void print_network(const sim::Topology& t, std::ostream& out) {
     const std::string unit = i == 0 ? "nodes" : n.levels[i - 1].name + " groups";
     out << "  " << l.name << ": ";
     if (top)
-      out << "top" << (l.children > 0 ? " (up to " + std::to_string(l.children) + " " + unit + ")"
-                                       : std::string());
+      out << "top" << (l.children > 0 ? " (up to " + std::to_string(l.children) + " " + unit + ")" : std::string());
     else
       out << l.children << " " << unit << " per group";
     if (l.rail_optimized) out << ", rail-optimized (one group per local device index)";
@@ -124,8 +121,7 @@ void print_links(const sim::Topology& t, std::ostream& out) {
     g.lat_lo = sim::min(g.lat_lo, l.latency);
     g.lat_hi = sim::max(g.lat_hi, l.latency);
   }
-  out << "links (directional; a full-duplex cable is one link each way): "
-      << t.num_links() << "\n";
+  out << "links (directional; a full-duplex cable is one link each way): " << t.num_links() << "\n";
   std::vector<std::vector<std::string>> rows = {{"kind", "count", "bandwidth", "latency", "from -> to"}};
   for (int k = 0; k < t.num_link_kinds(); ++k) {
     const Group& g = groups[static_cast<size_t>(k)];
@@ -195,10 +191,9 @@ void print_slowest_route(const sim::Topology& t, std::ostream& out) {
   }
   const sim::Route r = t.route(best_src, best_dst);
   out << "slowest route (least bandwidth, then most latency; searched " << searched << "):\n  "
-      << t.device(best_src).name << " -> " << t.device(best_dst).name << ": latency "
-      << r.latency << ", bottleneck " << units::format_bandwidth(r.bandwidth) << ", "
-      << plural(static_cast<long long>(r.links.size()), "link", "links") << "\n    "
-      << t.vertex_name(best_src);
+      << t.device(best_src).name << " -> " << t.device(best_dst).name << ": latency " << r.latency << ", bottleneck "
+      << units::format_bandwidth(r.bandwidth) << ", " << plural(static_cast<long long>(r.links.size()), "link", "links")
+      << "\n    " << t.vertex_name(best_src);
   for (int id : r.links) out << " -> " << t.vertex_name(t.link(id).to);
   out << "\n";
 }
@@ -207,10 +202,8 @@ void print_slowest_route(const sim::Topology& t, std::ostream& out) {
 
 void print_topology(const sim::Topology& t, std::ostream& out) {
   out << "topology " << t.name() << " (" << t.source() << ")\n";
-  out << "  " << plural(t.num_nodes(), "node", "nodes") << " x "
-      << plural(t.devices_per_node(), "device", "devices") << " = "
-      << plural(t.num_devices(), "device", "devices") << "; devices "
-      << t.device(0).name;
+  out << "  " << plural(t.num_nodes(), "node", "nodes") << " x " << plural(t.devices_per_node(), "device", "devices")
+      << " = " << plural(t.num_devices(), "device", "devices") << "; devices " << t.device(0).name;
   if (t.num_devices() > 1) out << " .. " << t.device(t.num_devices() - 1).name;
   out << " (ids 0-" << t.num_devices() - 1 << ", node-major)\n";
   print_kinds(t, out);

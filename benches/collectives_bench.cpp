@@ -29,8 +29,7 @@ sim::Topology cluster(int nodes) {
                                   {"nodes=" + std::to_string(nodes)});
 }
 
-void run_all_reduce(benchmark::State& state, int nodes, int ranks, int64_t count, bool data,
-                    runtime::Algorithm algo) {
+void run_all_reduce(benchmark::State& state, int nodes, int ranks, int64_t count, bool data, runtime::Algorithm algo) {
   const sim::Topology topo = cluster(nodes);
   double peak = 0, virt = 0;
   for (auto _ : state) {
@@ -41,8 +40,7 @@ void run_all_reduce(benchmark::State& state, int nodes, int ranks, int64_t count
     so.engine.stack.size = 32 * 1024;
     const runtime::RunReport rep = runtime::spawn(
         [&](int rank) {
-          runtime::Tensor t = data ? runtime::Tensor::full({count}, rank % 7)
-                                   : runtime::Tensor::shape_only({count});
+          runtime::Tensor t = data ? runtime::Tensor::full({count}, rank % 7) : runtime::Tensor::shape_only({count});
           runtime::AllreduceOptions o;
           o.algorithm = algo;
           runtime::all_reduce(t, o);
@@ -72,8 +70,7 @@ void BM_ReduceKernelF32Sum(benchmark::State& state) {
   std::vector<float> a(n, 1.0f), b(n, 2.0f);
   const auto k = runtime::reduce_kernel(runtime::DType::f32, runtime::ReduceOp::SUM);
   for (auto _ : state) {
-    k(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
-      static_cast<int64_t>(n));
+    k(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()), static_cast<int64_t>(n));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(3 * n * sizeof(float)));
@@ -85,8 +82,7 @@ void BM_ReduceKernelBF16Sum(benchmark::State& state) {
   std::vector<uint16_t> a(n, 0x3F80), b(n, 0x4000);
   const auto k = runtime::reduce_kernel(runtime::DType::bf16, runtime::ReduceOp::SUM);
   for (auto _ : state) {
-    k(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
-      static_cast<int64_t>(n));
+    k(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()), static_cast<int64_t>(n));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(3 * n * sizeof(uint16_t)));

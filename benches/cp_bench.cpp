@@ -38,8 +38,7 @@ struct Outcome {
 
 // Forward + backward of causal attention over one sequence of length S on cp ranks (the whole
 // world); a2a+p2p splits cp as [a2a, cp/a2a].
-Outcome run(CommType comm, i64 S, bool data, const sim::Topology* topo, int cp = kCp,
-            int a2a = 2) {
+Outcome run(CommType comm, i64 S, bool data, const sim::Topology* topo, int cp = kCp, int a2a = 2) {
   cp::CpOptions opts;
   opts.comm_type = comm;
   opts.attention.causal = true;
@@ -51,18 +50,15 @@ Outcome run(CommType comm, i64 S, bool data, const sim::Topology* topo, int cp =
   const runtime::RunReport rep = runtime::spawn(
       [&](int rank) {
         auto input = [&](std::uint64_t seed) {
-          return data ? Tensor::uniform(shape, seed * 131 + std::uint64_t(rank), -1.0, 1.0,
-                                        DType::bf16)
+          return data ? Tensor::uniform(shape, seed * 131 + std::uint64_t(rank), -1.0, 1.0, DType::bf16)
                       : Tensor::shape_only(shape, DType::bf16);
         };
         std::vector<int> all(static_cast<std::size_t>(cp));
         for (int i = 0; i < cp; ++i) all[static_cast<std::size_t>(i)] = i;
         const runtime::ProcessGroup world = runtime::new_group(all);
-        const cp::CpGroups groups = comm == CommType::a2a_p2p
-                                        ? cp::hierarchical_cp_groups(world, a2a, cp / a2a)
-                                        : cp::CpGroups(world);
-        const cp::CpForwardResult f =
-            cp::attention_with_cp_forward(input(1), input(2), input(3), layout, groups, opts);
+        const cp::CpGroups groups =
+            comm == CommType::a2a_p2p ? cp::hierarchical_cp_groups(world, a2a, cp / a2a) : cp::CpGroups(world);
+        const cp::CpForwardResult f = cp::attention_with_cp_forward(input(1), input(2), input(3), layout, groups, opts);
         const cp::CpGrads g = cp::attention_with_cp_backward(input(4), f.ctx);
         benchmark::DoNotOptimize(g.dq);
       },
@@ -82,8 +78,8 @@ void BM_RingAttentionRealData(benchmark::State& state) {
   // Causal: about S^2/2 visible pairs; forward 2*P*h*(d+d), backward 2*P*h*(3d+2d).
   const double pairs = double(S) * double(S + 1) / 2.0;
   state.counters["GFLOP"] = 2.0 * pairs * kHeads * (2 * kDim + 5 * kDim) / 1e9;
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * pairs * kHeads * (7 * kDim), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * pairs * kHeads * (7 * kDim), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 const CommType kAll[] = {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p};

@@ -70,8 +70,7 @@ void BM_EventQueuePushPop(benchmark::State& state) {
     x ^= x << 17;
     return x;
   };
-  for (int64_t i = 0; i < state.range(0); ++i)
-    q.push(Time::ps(static_cast<int64_t>(next() % 1'000'000) + 1), 0);
+  for (int64_t i = 0; i < state.range(0); ++i) q.push(Time::ps(static_cast<int64_t>(next() % 1'000'000) + 1), 0);
   for (auto _ : state) {
     q.push(q.now() + Time::ps(static_cast<int64_t>(next() % 1'000'000) + 1), 0);
     benchmark::DoNotOptimize(q.pop());
@@ -98,11 +97,7 @@ void BM_ManyRanksYield(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = peak;
   state.SetItemsProcessed(state.iterations() * nranks * 10);
 }
-BENCHMARK(BM_ManyRanksYield)
-    ->Args({65536, 64})
-    ->Args({1 << 20, 16})
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
+BENCHMARK(BM_ManyRanksYield)->Args({65536, 64})->Args({1 << 20, 16})->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 

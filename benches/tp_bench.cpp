@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "runtime/distributed/distributed.h"
-#include "runtime/tensor/ops.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/ops.h"
 #include "runtime/tensor/tensor.h"
 #include "tp/mlp.h"
 #include "tp/parallel_state.h"
@@ -66,8 +66,7 @@ Size size_of(const benchmark::State& state) {
 // step also pays for faulting in the memory the allocator then keeps; see docs/tp.md). Returns
 // the wall seconds of the second step, from the moment every rank has finished the first to the
 // moment the last rank finishes its backward.
-double mlp_step(const Size& s, const Tensor& w1, const Tensor& w2, const Tensor& x,
-                const Tensor& dy) {
+double mlp_step(const Size& s, const Tensor& w1, const Tensor& w2, const Tensor& x, const Tensor& dy) {
   Clock::time_point start{}, end{};
   bool started = false;
   runtime::SpawnOptions so;
@@ -134,8 +133,7 @@ void BM_LayerGemms(benchmark::State& state) {
   state.SetLabel(eigen ? "eigen" : "runtime::matmul");
   const RankOperands o(s);
   const i64 f = s.ffn / s.tp;
-  RowMajor z(s.tokens, f), dx(s.tokens, s.h), dw1(f, s.h), y(s.tokens, s.h), dh(s.tokens, f),
-      dw2(s.h, f);
+  RowMajor z(s.tokens, f), dx(s.tokens, s.h), dw1(f, s.h), y(s.tokens, s.h), dh(s.tokens, f), dw2(s.h, f);
   for (auto _ : state) {
     if (eigen) {
       z.noalias() = emap(o.x) * emap(o.w1).transpose();
@@ -168,8 +166,7 @@ std::uint64_t fnv1a(const Tensor& t, std::uint64_t hash = 14695981039346656037ul
 }
 
 void print_digest(const char* what, DType dtype, std::uint64_t hash) {
-  std::printf("%-28s %-5s %016llx\n", what, runtime::dtype_name(dtype),
-              static_cast<unsigned long long>(hash));
+  std::printf("%-28s %-5s %016llx\n", what, runtime::dtype_name(dtype), static_cast<unsigned long long>(hash));
 }
 
 void digest() {
@@ -177,8 +174,7 @@ void digest() {
   const i64 M = 67, K = 131, N = 45, L = 3;
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
     const Tensor a = Tensor::randn({L, M, K}, 1).to(dtype), b = Tensor::randn({K, N}, 2).to(dtype);
-    const Tensor at = Tensor::randn({L, K, M}, 3).to(dtype),
-                 bt = Tensor::randn({N, K}, 4).to(dtype);
+    const Tensor at = Tensor::randn({L, K, M}, 3).to(dtype), bt = Tensor::randn({N, K}, 4).to(dtype);
     const Tensor bb = Tensor::randn({L, K, N}, 5).to(dtype);
     std::uint64_t h = fnv1a(runtime::matmul(a, b));
     h = fnv1a(runtime::matmul(at, b, true, false), h);
@@ -190,8 +186,7 @@ void digest() {
     h = 14695981039346656037ull;
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
-        const runtime::MatmulGrads g =
-            runtime::matmul_backward(dc, ta ? at : a, tb ? bt : b, ta, tb);
+        const runtime::MatmulGrads g = runtime::matmul_backward(dc, ta ? at : a, tb ? bt : b, ta, tb);
         h = fnv1a(g.db, fnv1a(g.da, h));
       }
     const runtime::MatmulGrads g = runtime::matmul_backward(dc, a, bb);
@@ -211,10 +206,8 @@ void digest() {
   }
   for (DType dtype : {DType::f32, DType::bf16}) {
     const i64 hid = 48, ffn = 192, T = 37;
-    const Tensor w1 = tp::master_normal({ffn, hid}, 21, 0.2),
-                 w2 = tp::master_normal({hid, ffn}, 22, 0.1);
-    const Tensor x = Tensor::randn({T, 1, hid}, 23).to(dtype),
-                 dy = Tensor::randn({T, 1, hid}, 24).to(dtype);
+    const Tensor w1 = tp::master_normal({ffn, hid}, 21, 0.2), w2 = tp::master_normal({hid, ffn}, 22, 0.1);
+    const Tensor x = Tensor::randn({T, 1, hid}, 23).to(dtype), dy = Tensor::randn({T, 1, hid}, 24).to(dtype);
     std::uint64_t h = 14695981039346656037ull;
     runtime::spawn(
         [&](int rank) {

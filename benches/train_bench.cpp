@@ -56,11 +56,17 @@ void BM_TrainStep(benchmark::State& state) {
   s.weights = models::seeded_weights(s.config, 42);
   s.batch = models::synthetic_batch(cp::Format::thd, s.config.vocab, {9, 14, 6, 11}, 43);
   s.steps = static_cast<int>(state.range(3));
-  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
+  time_runs(state,
+            [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
 }
 // Args: tp, cp, dp, steps. A run's wall time includes building the ranks' models and consolidating
 // the weights at the end; the difference between 1 and 5 steps, over 4, is one step's wall time.
-BENCHMARK(BM_TrainStep)->Args({1, 1, 1, 1})->Args({1, 1, 1, 5})->Args({2, 2, 2, 1})->Args({2, 2, 2, 5})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStep)
+    ->Args({1, 1, 1, 1})
+    ->Args({1, 1, 1, 5})
+    ->Args({2, 2, 2, 1})
+    ->Args({2, 2, 2, 5})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_MultimodalStep(benchmark::State& state) {
   models::MultimodalSpec s;
@@ -73,7 +79,9 @@ void BM_MultimodalStep(benchmark::State& state) {
   s.attention.format = cp::Format::bshd;
   s.weights = models::seeded_multimodal_weights(s.config, s.encoder, 42);
   s.batch = models::synthetic_multimodal_batch(s.config, s.encoder, 8, 64, 43);
-  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_multimodal(s, so, rep); });
+  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) {
+    return models::run_multimodal(s, so, rep);
+  });
 }
 BENCHMARK(BM_MultimodalStep)
     ->Args({1, 1, 1, 1, 1, 1})
@@ -99,7 +107,8 @@ void BM_TrainStepShapeOnly(benchmark::State& state) {
   s.zero = 1;
   s.weights = models::shape_only_weights(s.config);
   s.batch = models::synthetic_batch(cp::Format::bshd, s.config.vocab, std::vector<std::int64_t>(16, 4096), 1);
-  time_runs(state, [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
+  time_runs(state,
+            [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
 }
 BENCHMARK(BM_TrainStepShapeOnly)->Unit(benchmark::kMillisecond);
 

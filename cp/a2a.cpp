@@ -39,8 +39,7 @@ Tensor finish_heads_to_seq(const Posted& p, const std::vector<i64>& perm) {
 
 // y [N', hb, dd] in working order: back to delivered order (perm_back), then member j gets the
 // rows of its own tokens; the result is [n, m*hb, dd] with head blocks in member order.
-Posted post_seq_to_heads(const Tensor& y, const ProcessGroup& group,
-                         const std::vector<i64>& perm_back) {
+Posted post_seq_to_heads(const Tensor& y, const ProcessGroup& group, const std::vector<i64>& perm_back) {
   const Tensor send = index_select(y, 0, perm_back);
   Posted p{zeros(send.shape(), y.dtype(), y.has_data()), Work()};
   runtime::AllToAllOptions o;
@@ -52,8 +51,7 @@ Posted post_seq_to_heads(const Tensor& y, const ProcessGroup& group,
 
 Tensor finish_seq_to_heads(const Posted& p, const ProcessGroup& group) {
   p.work.wait();
-  const i64 m = group.size(), rows = p.recv.size(0), n = rows / m, hb = p.recv.size(1),
-            dd = p.recv.size(2);
+  const i64 m = group.size(), rows = p.recv.size(0), n = rows / m, hb = p.recv.size(1), dd = p.recv.size(2);
   return p.recv.view({m, n, hb, dd}).permute({1, 0, 2, 3}).contiguous().view({n, m * hb, dd});
 }
 
@@ -64,8 +62,7 @@ struct Orders {
 };
 Orders orders(const CpLayout& lay, i64 first, i64 count, const std::vector<i64>& working) {
   const std::vector<i64> delivered = delivered_rows(lay, first, count);
-  return Orders{reorder(delivered, working, lay.global_rows()),
-                reorder(working, delivered, lay.global_rows())};
+  return Orders{reorder(delivered, working, lay.global_rows()), reorder(working, delivered, lay.global_rows())};
 }
 
 struct Three {
@@ -73,17 +70,13 @@ struct Three {
 };
 Three heads_to_seq(const Tensor& a, const Tensor& b, const Tensor& c, const ProcessGroup& g,
                    const std::vector<i64>& perm) {
-  const Posted pa = post_heads_to_seq(a, g), pb = post_heads_to_seq(b, g),
-               pc = post_heads_to_seq(c, g);
-  return Three{finish_heads_to_seq(pa, perm), finish_heads_to_seq(pb, perm),
-               finish_heads_to_seq(pc, perm)};
+  const Posted pa = post_heads_to_seq(a, g), pb = post_heads_to_seq(b, g), pc = post_heads_to_seq(c, g);
+  return Three{finish_heads_to_seq(pa, perm), finish_heads_to_seq(pb, perm), finish_heads_to_seq(pc, perm)};
 }
-AttentionGrads seq_to_heads(const AttentionGrads& g, const ProcessGroup& group,
-                            const std::vector<i64>& back) {
+AttentionGrads seq_to_heads(const AttentionGrads& g, const ProcessGroup& group, const std::vector<i64>& back) {
   const Posted pq = post_seq_to_heads(g.dq, group, back), pk = post_seq_to_heads(g.dk, group, back),
                pv = post_seq_to_heads(g.dv, group, back);
-  return AttentionGrads{finish_seq_to_heads(pq, group), finish_seq_to_heads(pk, group),
-                        finish_seq_to_heads(pv, group)};
+  return AttentionGrads{finish_seq_to_heads(pq, group), finish_seq_to_heads(pk, group), finish_seq_to_heads(pv, group)};
 }
 
 std::vector<i64> natural(const CpLayout& lay) {
@@ -94,13 +87,12 @@ std::vector<i64> natural(const CpLayout& lay) {
 
 }  // namespace
 
-Tensor a2a_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k,
-                   const Tensor& v, const AttentionOptions& opts) {
+Tensor a2a_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const AttentionOptions& opts) {
   const ProcessGroup& g = ctx.groups.cp;
   const Orders ord = orders(lay, 0, lay.cp(), natural(lay));
   const Three x = heads_to_seq(q, k, v, g, ord.to_work);
-  const AttentionResult res =
-      attention_forward(x.a, x.b, x.c, lay.global_tokens(), lay.global_tokens(), opts);
+  const AttentionResult res = attention_forward(x.a, x.b, x.c, lay.global_tokens(), lay.global_tokens(), opts);
   ctx.q = x.a;
   ctx.k = x.b;
   ctx.v = x.c;
@@ -114,8 +106,8 @@ AttentionGrads a2a_backward(const CpContext& ctx, const CpLayout& lay, const Ten
   const ProcessGroup& g = ctx.groups.cp;
   const Orders ord = orders(lay, 0, lay.cp(), natural(lay));
   const Tensor dn = finish_heads_to_seq(post_heads_to_seq(dout, g), ord.to_work);
-  const AttentionGrads gn = attention_backward(dn, ctx.q, ctx.k, ctx.v, ctx.out, ctx.lse,
-                                               lay.global_tokens(), lay.global_tokens(), opts);
+  const AttentionGrads gn =
+      attention_backward(dn, ctx.q, ctx.k, ctx.v, ctx.out, ctx.lse, lay.global_tokens(), lay.global_tokens(), opts);
   return seq_to_heads(gn, g, ord.back);
 }
 
@@ -131,8 +123,8 @@ Orders hierarchical_orders(const CpContext& ctx, const CpLayout& lay, const CpLa
 
 }  // namespace
 
-Tensor hierarchical_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k,
-                            const Tensor& v, const AttentionOptions& opts) {
+Tensor hierarchical_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttentionOptions& opts) {
   const CpLayout lay_p(ctx.layout, ctx.groups.p2p.size());
   const Orders ord = hierarchical_orders(ctx, lay, lay_p);
   const Three x = heads_to_seq(q, k, v, ctx.groups.a2a, ord.to_work);
@@ -151,8 +143,8 @@ AttentionGrads hierarchical_backward(const CpContext& ctx, const CpLayout& lay, 
   const CpLayout lay_p(ctx.layout, ctx.groups.p2p.size());
   const Orders ord = hierarchical_orders(ctx, lay, lay_p);
   const Tensor dn = finish_heads_to_seq(post_heads_to_seq(dout, ctx.groups.a2a), ord.to_work);
-  const AttentionGrads g = ring_backward(dn, ctx.q, ctx.k, ctx.v, ctx.out, ctx.lse, ctx.kv_next,
-                                         lay_p, ctx.groups.p2p, opts);
+  const AttentionGrads g =
+      ring_backward(dn, ctx.q, ctx.k, ctx.v, ctx.out, ctx.lse, ctx.kv_next, lay_p, ctx.groups.p2p, opts);
   return seq_to_heads(g, ctx.groups.a2a, ord.back);
 }
 

@@ -15,8 +15,7 @@ using runtime::Work;
 // Natural-order rows of the keys chunk c (of 2cp, chunk length C of a sequence of length len
 // starting at global row start) can see: [c*C - w_left, (c+1)*C + w_right) clipped to the
 // sequence. Every visible key lies inside; the kernel masks the rest from the positions.
-void add_range(std::vector<i64>& rows, i64 start, i64 len, i64 c, i64 C,
-               const AttentionOptions& o) {
+void add_range(std::vector<i64>& rows, i64 start, i64 len, i64 c, i64 C, const AttentionOptions& o) {
   const i64 wr = o.causal ? 0 : o.window_right;
   const i64 lo = o.window_left < 0 ? 0 : std::max<i64>(0, c * C - o.window_left);
   const i64 hi = wr < 0 ? len : std::min(len, (c + 1) * C + wr);
@@ -51,8 +50,7 @@ struct Gathered {
   Tensor k, v;  // [N, hkv, d|dv] in natural order
 };
 
-Gathered gather_kv(const CpLayout& lay, const ProcessGroup& group, const Tensor& k,
-                   const Tensor& v) {
+Gathered gather_kv(const CpLayout& lay, const ProcessGroup& group, const Tensor& k, const Tensor& v) {
   const i64 cp = lay.cp(), n = lay.local_rows();
   const bool data = k.has_data() && v.has_data();
   const Tensor kin = k.contiguous(), vin = v.contiguous();
@@ -75,8 +73,8 @@ constexpr Half kHalves[2] = {Half::first, Half::second};
 
 }  // namespace
 
-Tensor all_gather_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const AttentionOptions& opts) {
+Tensor all_gather_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& opts) {
   const ProcessGroup& group = ctx.groups.cp;
   const i64 r = group.rank();
   const Gathered kv = gather_kv(lay, group, k, v);
@@ -84,9 +82,9 @@ Tensor all_gather_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, 
   const Tensor out = zeros({lay.local_rows(), q.size(1), v.size(2)}, q.dtype(), data);
   for (Half h : kHalves) {
     const std::vector<i64> rows = kv_rows(lay, r, h, opts);
-    AttentionResult res = attention_forward(
-        take_rows(q, lay.half_rows(h)), take_rows(kv.k, rows), take_rows(kv.v, rows),
-        lay.tokens_of(r, h), lay.global_tokens().select(rows), opts);
+    AttentionResult res =
+        attention_forward(take_rows(q, lay.half_rows(h)), take_rows(kv.k, rows), take_rows(kv.v, rows),
+                          lay.tokens_of(r, h), lay.global_tokens().select(rows), opts);
     add_rows_(out, res.out, as_rows(lay.half_rows(h)));  // 0 + x: an exact copy
     ctx.chunk_out.push_back(res.out);
     ctx.chunk_lse.push_back(res.lse);
@@ -115,9 +113,8 @@ AttentionGrads all_gather_backward(const CpContext& ctx, const CpLayout& lay, co
     const std::vector<i64> rows = kv_rows(lay, r, h, opts);
     const std::vector<i64>& q_rows = lay.half_rows(h);
     const AttentionGrads g = attention_backward(
-        take_rows(dout, q_rows), take_rows(ctx.q, q_rows), take_rows(kv.k, rows),
-        take_rows(kv.v, rows), ctx.chunk_out[j], ctx.chunk_lse[j], lay.tokens_of(r, h),
-        lay.global_tokens().select(rows), step_opts);
+        take_rows(dout, q_rows), take_rows(ctx.q, q_rows), take_rows(kv.k, rows), take_rows(kv.v, rows),
+        ctx.chunk_out[j], ctx.chunk_lse[j], lay.tokens_of(r, h), lay.global_tokens().select(rows), step_opts);
     add_rows_(dq, g.dq, as_rows(q_rows));
     add_rows_(dk, g.dk, as_rows(rows));
     add_rows_(dv, g.dv, as_rows(rows));

@@ -9,8 +9,8 @@
 #include <tuple>
 #include <utility>
 
-#include "runtime/tensor/cost.h"
 #include "cp/attention_device.h"
+#include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
@@ -35,9 +35,7 @@ using ConstRowMap = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 constexpr i64 kTile = 32;
 constexpr i64 kKeyBlock = 256;
 
-[[noreturn]] void fail(const char* fn, const std::string& message) {
-  throw Error(std::string(fn) + ": " + message);
-}
+[[noreturn]] void fail(const char* fn, const std::string& message) { throw Error(std::string(fn) + ": " + message); }
 
 double bytes(const Tensor& t) { return static_cast<double>(t.nbytes()); }
 double count(i64 n) { return static_cast<double>(n); }
@@ -69,8 +67,7 @@ bool ready(std::initializer_list<const Tensor*> inputs) {
 
 // The compute type: double when any operand is f64, else float (fp32 accumulation).
 bool any_f64(std::initializer_list<const Tensor*> ts) {
-  return std::any_of(ts.begin(), ts.end(),
-                     [](const Tensor* t) { return t->dtype() == DType::f64; });
+  return std::any_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->dtype() == DType::f64; });
 }
 
 template <class F>
@@ -112,9 +109,7 @@ struct Window {
   i64 left;
   i64 right;
 };
-Window window_of(const AttentionOptions& opts) {
-  return {opts.window_left, opts.causal ? 0 : opts.window_right};
-}
+Window window_of(const AttentionOptions& opts) { return {opts.window_left, opts.causal ? 0 : opts.window_right}; }
 
 bool visible(const Window& w, i64 qp, i64 qs, i64 kp, i64 ks) {
   if (qs < 0 || ks != qs) return false;
@@ -130,8 +125,7 @@ void check_tokens(const char* fn, const TokenInfo& t, const char* name, i64 n) {
                  std::to_string(t.segment.size()) + " segment ids");
   }
   if (t.size() != n) {
-    fail(fn, std::string(name) + " describes " + std::to_string(t.size()) + " tokens, expected " +
-                 std::to_string(n));
+    fail(fn, std::string(name) + " describes " + std::to_string(t.size()) + " tokens, expected " + std::to_string(n));
   }
 }
 
@@ -140,19 +134,16 @@ struct Dims {
   i64 group() const { return hq / hkv; }
 };
 
-Dims check_inputs(const char* fn, const Tensor& q, const Tensor& k, const Tensor& v,
-                  const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
-                  const AttentionOptions& opts) {
+Dims check_inputs(const char* fn, const Tensor& q, const Tensor& k, const Tensor& v, const TokenInfo& q_tokens,
+                  const TokenInfo& kv_tokens, const AttentionOptions& opts) {
   require_floating(fn, q, "q");
   require_floating(fn, k, "k");
   require_floating(fn, v, "v");
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
-    fail(fn, "q " + q.str() + ", k " + k.str() + " and v " + v.str() +
-                 " must share one dtype; convert with to()");
+    fail(fn, "q " + q.str() + ", k " + k.str() + " and v " + v.str() + " must share one dtype; convert with to()");
   }
   if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3) {
-    fail(fn, "q " + q.str() + ", k " + k.str() + " and v " + v.str() +
-                 " must be 3-d: [tokens, heads, head_dim]");
+    fail(fn, "q " + q.str() + ", k " + k.str() + " and v " + v.str() + " must be 3-d: [tokens, heads, head_dim]");
   }
   Dims g{q.size(0), k.size(0), q.size(1), k.size(1), q.size(2), v.size(2)};
   if (v.size(0) != g.tk || v.size(1) != g.hkv) {
@@ -163,22 +154,20 @@ Dims check_inputs(const char* fn, const Tensor& q, const Tensor& k, const Tensor
   }
   if (g.d < 1) fail(fn, "q " + q.str() + " has an empty head dim");
   if (g.hkv < 1 || g.hq % g.hkv != 0) {
-    fail(fn, "hq = " + std::to_string(g.hq) +
-                 " query heads are not a multiple of hkv = " + std::to_string(g.hkv) +
+    fail(fn, "hq = " + std::to_string(g.hq) + " query heads are not a multiple of hkv = " + std::to_string(g.hkv) +
                  " key/value heads (grouped-query attention needs " + "hq % hkv == 0)");
   }
   check_tokens(fn, q_tokens, "q_tokens", g.tq);
   check_tokens(fn, kv_tokens, "kv_tokens", g.tk);
   if (opts.window_left < -1 || opts.window_right < -1) {
-    fail(fn, "window (" + std::to_string(opts.window_left) + ", " +
-                 std::to_string(opts.window_right) + ") must have sizes >= -1 (-1 = unbounded)");
+    fail(fn, "window (" + std::to_string(opts.window_left) + ", " + std::to_string(opts.window_right) +
+                 ") must have sizes >= -1 (-1 = unbounded)");
   }
   if (opts.softmax_scale && !std::isfinite(*opts.softmax_scale)) {
     fail(fn, "softmax_scale must be finite");
   }
   if (opts.output_dtype && !runtime::is_floating(*opts.output_dtype)) {
-    fail(fn, std::string("output_dtype ") + runtime::dtype_name(*opts.output_dtype) +
-                 " must be floating");
+    fail(fn, std::string("output_dtype ") + runtime::dtype_name(*opts.output_dtype) + " must be floating");
   }
   return g;
 }
@@ -224,8 +213,7 @@ std::vector<T> per_head_transposed(const T* src, i64 tk, i64 heads, i64 cols) {
   std::vector<T> dst(idx(tk * heads * cols));
   for (i64 k = 0; k < tk; ++k) {
     for (i64 h = 0; h < heads; ++h) {
-      for (i64 c = 0; c < cols; ++c)
-        dst[idx((h * cols + c) * tk + k)] = src[(k * heads + h) * cols + c];
+      for (i64 c = 0; c < cols; ++c) dst[idx((h * cols + c) * tk + k)] = src[(k * heads + h) * cols + c];
     }
   }
   return dst;
@@ -237,8 +225,8 @@ std::vector<T> per_head_transposed(const T* src, i64 tk, i64 heads, i64 cols) {
 // blocks of kKeyBlock so a block of bt stays in cache across the tile's rows; blocking changes
 // when partial sums are stored, never their order.
 template <class T>
-void tile_scores(const T* a, i64 a_stride, const unsigned char* any, i64 rows, const T* bt, i64 n,
-                 i64 tk, i64 lo, i64 width, T* S) {
+void tile_scores(const T* a, i64 a_stride, const unsigned char* any, i64 rows, const T* bt, i64 n, i64 tk, i64 lo,
+                 i64 width, T* S) {
   for (i64 b0 = 0; b0 < width; b0 += kKeyBlock) {
     const i64 nb = std::min(kKeyBlock, width - b0);
     for (i64 ii = 0; ii < rows; ++ii) {
@@ -252,8 +240,8 @@ void tile_scores(const T* a, i64 a_stride, const unsigned char* any, i64 rows, c
 }
 
 template <class T>
-void forward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& qt,
-                    const TokenInfo& kt, const T* Q, const T* K, const T* V, T* O, T* L) {
+void forward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& qt, const TokenInfo& kt, const T* Q,
+                    const T* K, const T* V, T* O, T* L) {
   const std::vector<T> kt_heads = per_head_transposed(K, g.tk, g.hkv, g.d);
   std::vector<T> S(idx(kTile * g.tk)), sum(idx(kTile));
   TileMask tile;
@@ -264,8 +252,8 @@ void forward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& qt
     if (width == 0) continue;  // no row sees a key: out stays 0, lse -inf
     for (i64 j = 0; j < g.hq; ++j) {
       const i64 h = j / g.group();
-      tile_scores(Q + (i0 * g.hq + j) * g.d, g.hq * g.d, tile.any.data(), rows,
-                  kt_heads.data() + h * g.d * g.tk, g.d, g.tk, lo, width, S.data());
+      tile_scores(Q + (i0 * g.hq + j) * g.d, g.hq * g.d, tile.any.data(), rows, kt_heads.data() + h * g.d * g.tk, g.d,
+                  g.tk, lo, width, S.data());
       // Softmax weights exp(s - max) in place, their sum and the lse, per row.
       for (i64 ii = 0; ii < rows; ++ii) {
         if (!tile.any[idx(ii)]) continue;
@@ -309,9 +297,8 @@ void forward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& qt
 }
 
 template <class T>
-void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& qt,
-                     const TokenInfo& kt, const T* Q, const T* K, const T* V, const T* O,
-                     const T* dO, const T* L, T* dQ, T* dK, T* dV) {
+void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& qt, const TokenInfo& kt, const T* Q,
+                     const T* K, const T* V, const T* O, const T* dO, const T* L, T* dQ, T* dK, T* dV) {
   const std::vector<T> kt_heads = per_head_transposed(K, g.tk, g.hkv, g.d);
   const std::vector<T> vt_heads = per_head_transposed(V, g.tk, g.hkv, g.dv);
   // Per query head, so that each key's gradient sums over queries in increasing order and the
@@ -329,13 +316,12 @@ void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& q
       const i64 h = j / g.group();
       // Rows with an lse of -inf saw nothing anywhere and get no gradient.
       for (i64 ii = 0; ii < rows; ++ii) {
-        active[idx(ii)] =
-            tile.any[idx(ii)] && L[j * g.tq + i0 + ii] != -std::numeric_limits<T>::infinity();
+        active[idx(ii)] = tile.any[idx(ii)] && L[j * g.tq + i0 + ii] != -std::numeric_limits<T>::infinity();
       }
-      tile_scores(Q + (i0 * g.hq + j) * g.d, g.hq * g.d, active.data(), rows,
-                  kt_heads.data() + h * g.d * g.tk, g.d, g.tk, lo, width, P.data());
-      tile_scores(dO + (i0 * g.hq + j) * g.dv, g.hq * g.dv, active.data(), rows,
-                  vt_heads.data() + h * g.dv * g.tk, g.dv, g.tk, lo, width, dS.data());
+      tile_scores(Q + (i0 * g.hq + j) * g.d, g.hq * g.d, active.data(), rows, kt_heads.data() + h * g.d * g.tk, g.d,
+                  g.tk, lo, width, P.data());
+      tile_scores(dO + (i0 * g.hq + j) * g.dv, g.hq * g.dv, active.data(), rows, vt_heads.data() + h * g.dv * g.tk,
+                  g.dv, g.tk, lo, width, dS.data());
       // P = exp(s - lse) and dS = P (dP - D) in place of the scores and dP.
       for (i64 ii = 0; ii < rows; ++ii) {
         if (!active[idx(ii)]) continue;
@@ -376,8 +362,7 @@ void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& q
       }
       for (i64 ii = 0; ii < rows; ++ii) {
         if (active[idx(ii)]) {
-          RowMap<T>(dQ + ((i0 + ii) * g.hq + j) * g.d, g.d) =
-              scale * ConstRowMap<T>(dq.data() + ii * g.d, g.d);
+          RowMap<T>(dQ + ((i0 + ii) * g.hq + j) * g.d, g.d) = scale * ConstRowMap<T>(dq.data() + ii * g.d, g.d);
         }
       }
     }
@@ -396,11 +381,11 @@ void backward_kernel(const Dims& g, T scale, const Window& w, const TokenInfo& q
 }
 
 // The device call of one attention block (cp/attention_device.h).
-device::AttentionCall device_call(const Dims& g, const AttentionOptions& opts,
-                                               const TokenInfo& qt, const TokenInfo& kt) {
+device::AttentionCall device_call(const Dims& g, const AttentionOptions& opts, const TokenInfo& qt,
+                                  const TokenInfo& kt) {
   const Window w = window_of(opts);
   return {&qt.position, &qt.segment, &kt.position, &kt.segment, w.left, w.right, scale_of(opts, g.d),
-          g.tq, g.tk, g.hq, g.hkv, g.d, g.dv};
+          g.tq,         g.tk,        g.hq,         g.hkv,       g.d,    g.dv};
 }
 
 // The device for an in-place merge: rows distinct (a GPU writes them in parallel), views the
@@ -438,9 +423,8 @@ TokenInfo TokenInfo::sequence(i64 length, i64 first_position, i64 segment) {
 
 TokenInfo TokenInfo::slice(i64 start, i64 length) const {
   if (start < 0 || length < 0 || start + length > size()) {
-    fail("TokenInfo::slice", "tokens [" + std::to_string(start) + ", " +
-                                 std::to_string(start + length) + ") are outside [0, " +
-                                 std::to_string(size()) + ")");
+    fail("TokenInfo::slice", "tokens [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                                 ") are outside [0, " + std::to_string(size()) + ")");
   }
   TokenInfo t;
   t.position.assign(position.begin() + start, position.begin() + start + length);
@@ -452,8 +436,7 @@ TokenInfo TokenInfo::select(const std::vector<i64>& indices) const {
   TokenInfo t;
   for (i64 i : indices) {
     if (i < 0 || i >= size()) {
-      fail("TokenInfo::select",
-           "index " + std::to_string(i) + " is outside [0, " + std::to_string(size()) + ")");
+      fail("TokenInfo::select", "index " + std::to_string(i) + " is outside [0, " + std::to_string(size()) + ")");
     }
     t.position.push_back(position[idx(i)]);
     t.segment.push_back(segment[idx(i)]);
@@ -463,13 +446,11 @@ TokenInfo TokenInfo::select(const std::vector<i64>& indices) const {
 
 // --- Visibility -------------------------------------------------------------------------------
 
-bool attention_visible(i64 q_position, i64 q_segment, i64 kv_position, i64 kv_segment,
-                       const AttentionOptions& opts) {
+bool attention_visible(i64 q_position, i64 q_segment, i64 kv_position, i64 kv_segment, const AttentionOptions& opts) {
   return visible(window_of(opts), q_position, q_segment, kv_position, kv_segment);
 }
 
-i64 attention_visible_pairs(const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
-                            const AttentionOptions& opts) {
+i64 attention_visible_pairs(const TokenInfo& q_tokens, const TokenInfo& kv_tokens, const AttentionOptions& opts) {
   const char* fn = "attention_visible_pairs";
   check_tokens(fn, q_tokens, "q_tokens", q_tokens.size());
   check_tokens(fn, kv_tokens, "kv_tokens", kv_tokens.size());
@@ -497,9 +478,8 @@ i64 attention_visible_pairs(const TokenInfo& q_tokens, const TokenInfo& kv_token
 
 // --- Forward / backward -----------------------------------------------------------------------
 
-AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
-                                  const AttentionOptions& opts) {
+AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInfo& q_tokens,
+                                  const TokenInfo& kv_tokens, const AttentionOptions& opts) {
   const char* fn = "attention_forward";
   const Dims g = check_inputs(fn, q, k, v, q_tokens, kv_tokens, opts);
   const bool f64 = q.dtype() == DType::f64;
@@ -521,8 +501,8 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
       In<T> Q(q), K(k), V(v);
       std::vector<T> o(idx(g.tq * g.hq * g.dv), T(0));
       std::vector<T> l(idx(g.hq * g.tq), -std::numeric_limits<T>::infinity());
-      forward_kernel<T>(g, static_cast<T>(scale_of(opts, g.d)), window_of(opts), q_tokens,
-                        kv_tokens, Q.get(), K.get(), V.get(), o.data(), l.data());
+      forward_kernel<T>(g, static_cast<T>(scale_of(opts, g.d)), window_of(opts), q_tokens, kv_tokens, Q.get(), K.get(),
+                        V.get(), o.data(), l.data());
       r.out = Tensor::from_vector(o, out_shape, out_dtype);
       r.lse = Tensor::from_vector(l, lse_shape, lse_dtype);
     });
@@ -532,10 +512,9 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
   return r;
 }
 
-AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& out, const Tensor& lse,
-                                  const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
-                                  const AttentionOptions& opts) {
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const TokenInfo& q_tokens,
+                                  const TokenInfo& kv_tokens, const AttentionOptions& opts) {
   const char* fn = "attention_backward";
   const Dims g = check_inputs(fn, q, k, v, q_tokens, kv_tokens, opts);
   require_floating(fn, dout, "dout");
@@ -550,9 +529,10 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   const DType dq_dtype = opts.output_dtype.value_or(q.dtype());
   const DType dk_dtype = opts.output_dtype.value_or(k.dtype());
   const DType dv_dtype = opts.output_dtype.value_or(v.dtype());
-  runtime::Device* dev = runtime::is_device_dtype(dq_dtype) && runtime::is_device_dtype(dk_dtype) && runtime::is_device_dtype(dv_dtype)
-                             ? runtime::device_for({&dout, &q, &k, &v, &out, &lse})
-                             : nullptr;
+  runtime::Device* dev =
+      runtime::is_device_dtype(dq_dtype) && runtime::is_device_dtype(dk_dtype) && runtime::is_device_dtype(dv_dtype)
+          ? runtime::device_for({&dout, &q, &k, &v, &out, &lse})
+          : nullptr;
   if (dev) {
     const auto grads = device::attention_backward(
         *dev, dout, q, k, v, out, lse, device_call(g, opts, q_tokens, kv_tokens), dq_dtype, dk_dtype, dv_dtype);
@@ -568,19 +548,17 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
       using T = decltype(tag);
       In<T> Q(q), K(k), V(v), O(out), dO(dout), L(lse);
       std::vector<T> dq(idx(q.numel()), T(0)), dk(idx(k.numel()), T(0)), dv(idx(v.numel()), T(0));
-      backward_kernel<T>(g, static_cast<T>(scale_of(opts, g.d)), window_of(opts), q_tokens,
-                         kv_tokens, Q.get(), K.get(), V.get(), O.get(), dO.get(), L.get(),
-                         dq.data(), dk.data(), dv.data());
+      backward_kernel<T>(g, static_cast<T>(scale_of(opts, g.d)), window_of(opts), q_tokens, kv_tokens, Q.get(), K.get(),
+                         V.get(), O.get(), dO.get(), L.get(), dq.data(), dk.data(), dv.data());
       r.dq = Tensor::from_vector(dq, q.shape(), dq_dtype);
       r.dk = Tensor::from_vector(dk, k.shape(), dk_dtype);
       r.dv = Tensor::from_vector(dv, v.shape(), dv_dtype);
     });
   }
-  runtime::charge({"attention_backward",
-                   2.0 * count(pairs) * count(g.hq) * count(3 * g.d + 2 * g.dv),
-                   bytes(dout) + bytes(q) + bytes(k) + bytes(v) + bytes(out) + bytes(lse) +
-                       bytes(r.dq) + bytes(r.dk) + bytes(r.dv),
-                   q.dtype()});
+  runtime::charge(
+      {"attention_backward", 2.0 * count(pairs) * count(g.hq) * count(3 * g.d + 2 * g.dv),
+       bytes(dout) + bytes(q) + bytes(k) + bytes(v) + bytes(out) + bytes(lse) + bytes(r.dq) + bytes(r.dk) + bytes(r.dv),
+       q.dtype()});
   return r;
 }
 
@@ -619,8 +597,7 @@ std::vector<i64> Rows::resolve(i64 n, const char* fn) const {
     case Kind::list:
       for (i64 i : indices_) {
         if (i < 0 || i >= n) {
-          fail(fn, "row " + std::to_string(i) + " is outside the accumulator's " +
-                       std::to_string(n) + " rows");
+          fail(fn, "row " + std::to_string(i) + " is outside the accumulator's " + std::to_string(n) + " rows");
         }
       }
       out = indices_;
@@ -655,12 +632,11 @@ void merge_lse_(const Tensor& lse, const Tensor& part_lse, const Rows& rows) {
     });
   }
   const double touched = count(h * m) * static_cast<double>(runtime::dtype_size(lse.dtype()));
-  runtime::charge(
-      {"attention_merge_lse", 5.0 * count(h * m), bytes(part_lse) + 2.0 * touched, lse.dtype()});
+  runtime::charge({"attention_merge_lse", 5.0 * count(h * m), bytes(part_lse) + 2.0 * touched, lse.dtype()});
 }
 
-void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part_out,
-                        const Tensor& part_lse, const Rows& rows) {
+void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part_out, const Tensor& part_lse,
+                        const Rows& rows) {
   const char* fn = "add_corrected_out_";
   require_floating(fn, out, "out");
   require_floating(fn, lse, "lse");
@@ -688,8 +664,7 @@ void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part
           const T part = pl[idx(hh * m + i)];
           if (part == -std::numeric_limits<T>::infinity()) continue;  // saw nothing: adds 0
           const T factor = std::exp(part - final_lse[idx(hh * n + row)]);
-          RowMap<T>(acc.data() + (row * h + hh) * dv, dv) +=
-              ConstRowMap<T>(po.data() + (i * h + hh) * dv, dv) * factor;
+          RowMap<T>(acc.data() + (row * h + hh) * dv, dv) += ConstRowMap<T>(po.data() + (i * h + hh) * dv, dv) * factor;
         }
       }
       write_back(out, acc);
@@ -706,11 +681,9 @@ AttentionResult merge_attention(const std::vector<AttentionResult>& parts) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     require_floating(fn, parts[i].out, "out");
     require_floating(fn, parts[i].lse, "lse");
-    if (parts[i].out.shape() != parts[0].out.shape() ||
-        parts[i].lse.shape() != parts[0].lse.shape()) {
-      fail(fn, "part " + std::to_string(i) + " (out " + parts[i].out.str() + ", lse " +
-                   parts[i].lse.str() + ") differs in shape from part 0 (out " +
-                   parts[0].out.str() + ", lse " + parts[0].lse.str() + ")");
+    if (parts[i].out.shape() != parts[0].out.shape() || parts[i].lse.shape() != parts[0].lse.shape()) {
+      fail(fn, "part " + std::to_string(i) + " (out " + parts[i].out.str() + ", lse " + parts[i].lse.str() +
+                   ") differs in shape from part 0 (out " + parts[0].out.str() + ", lse " + parts[0].lse.str() + ")");
     }
   }
   AttentionResult r;
@@ -749,15 +722,13 @@ void add_rows_(const Tensor& acc, const Tensor& part, const Rows& rows) {
       std::vector<T> a = acc.to_vector<T>();
       const std::vector<T> p = part.to_vector<T>();
       for (i64 i = 0; i < m; ++i) {
-        RowMap<T>(a.data() + sel[idx(i)] * inner, inner) +=
-            ConstRowMap<T>(p.data() + i * inner, inner);
+        RowMap<T>(a.data() + sel[idx(i)] * inner, inner) += ConstRowMap<T>(p.data() + i * inner, inner);
       }
       write_back(acc, a);
     });
   }
   const double touched = count(m * inner) * static_cast<double>(runtime::dtype_size(acc.dtype()));
-  runtime::charge(
-      {"attention_add_rows", count(m * inner), bytes(part) + 2.0 * touched, acc.dtype()});
+  runtime::charge({"attention_add_rows", count(m * inner), bytes(part) + 2.0 * touched, acc.dtype()});
 }
 
 }  // namespace ranksim::cp

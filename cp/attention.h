@@ -63,8 +63,7 @@ struct TokenInfo {
 
   std::int64_t size() const { return static_cast<std::int64_t>(position.size()); }
   // length tokens of one segment at positions first_position, first_position + 1, ...
-  static TokenInfo sequence(std::int64_t length, std::int64_t first_position = 0,
-                            std::int64_t segment = 0);
+  static TokenInfo sequence(std::int64_t length, std::int64_t first_position = 0, std::int64_t segment = 0);
   // Tokens [start, start + length). REQUIRES: 0 <= start <= start + length <= size().
   TokenInfo slice(std::int64_t start, std::int64_t length) const;
   // The tokens at the given indices, in order. REQUIRES: 0 <= index < size().
@@ -106,9 +105,8 @@ struct AttentionResult {
 // Attention of q against (k, v).
 // REQUIRES: shapes as in the header comment; q_tokens.size() == tq; kv_tokens.size() == tk;
 // window_left, window_right >= -1; hkv >= 1, d >= 1.
-AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
-                                  const AttentionOptions& opts = {});
+AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInfo& q_tokens,
+                                  const TokenInfo& kv_tokens, const AttentionOptions& opts = {});
 
 struct AttentionGrads {
   Tensor dq;  // q's shape; opts.output_dtype or q's dtype
@@ -124,10 +122,9 @@ struct AttentionGrads {
 // block's dk/dv is the full gradient of its keys (TransformerEngine's ring backward). Rows with
 // lse = -inf and padding tokens get zero gradients.
 // REQUIRES: as attention_forward; dout and out [tq, hq, dv] and lse [hq, tq], any floating dtypes.
-AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& out, const Tensor& lse,
-                                  const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
-                                  const AttentionOptions& opts = {});
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const TokenInfo& q_tokens,
+                                  const TokenInfo& kv_tokens, const AttentionOptions& opts = {});
 
 // --- Merging partial results ------------------------------------------------------------------
 //
@@ -164,8 +161,8 @@ void merge_lse_(const Tensor& lse, const Tensor& part_lse, const Rows& rows = Ro
 // in f32 (f64 if any operand is f64) and rounded once into out's dtype. lse is the final merged
 // LSE (merge_lse_ of every part first, then add each part's correction in step order).
 // REQUIRES: out [n, h, dv]; lse [h, n]; part_out [m, h, dv]; part_lse [h, m]; floating dtypes.
-void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part_out,
-                        const Tensor& part_lse, const Rows& rows = Rows::all());
+void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part_out, const Tensor& part_lse,
+                        const Rows& rows = Rows::all());
 
 // The merge of parts that all cover the same rows, in order: lse folded with merge_lse_, out
 // built from zeros in parts[0].out's dtype with add_corrected_out_. Shape-only parts give a

@@ -60,16 +60,16 @@ std::pair<Tensor, Tensor> attention_forward(Device& dev, const Tensor& q, const 
   In Q(dev, q), K(dev, k), V(dev, v);
   const Tokens t(dev, call);
   Out O(dev, {call.tq, call.hq, call.dv}, DType::f32), L(dev, {call.hq, call.tq}, DType::f32);
-  launch(dev, kernels::AttentionForwardKernel{Q.get(), K.get(), V.get(), q.dtype(), t.tok, dims_of(call), O.as<float>(),
-                                     L.as<float>()},
-      call.tq * call.hq);
+  launch(dev,
+         kernels::AttentionForwardKernel{Q.get(), K.get(), V.get(), q.dtype(), t.tok, dims_of(call), O.as<float>(),
+                                         L.as<float>()},
+         call.tq * call.hq);
   return {to_dtype(dev, O, out_dtype), L.t};
 }
 
 AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
                                         const Tensor& v, const Tensor& out, const Tensor& lse,
-                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
-                                        DType dv_dtype) {
+                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype, DType dv_dtype) {
   Tensor lse32;
   {
     runtime::ScopedCostSink quiet(nullptr);  // part of the op's traffic
@@ -77,18 +77,20 @@ AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const T
   }
   In dO(dev, dout), Q(dev, q), K(dev, k), V(dev, v), O(dev, out), Ls(dev, lse32);
   const Tokens t(dev, call);
-  const kernels::AttentionBackwardInputs in{Q.get(), K.get(), V.get(), q.dtype(), O.get(), out.dtype(), dO.get(),
-                                      dout.dtype(), Ls.as<float>(), t.tok, dims_of(call)};
+  const kernels::AttentionBackwardInputs in{Q.get(),        K.get(),     V.get(),      q.dtype(),
+                                            O.get(),        out.dtype(), dO.get(),     dout.dtype(),
+                                            Ls.as<float>(), t.tok,       dims_of(call)};
   Out delta(dev, {call.hq, call.tq}, DType::f32), dq_acc(dev, q.shape(), DType::f32);
   Out dQ(dev, q.shape(), dq_dtype);
   launch(dev, kernels::AttentionBackwardQueryKernel{in, delta.as<float>(), dq_acc.as<float>(), dQ.ptr, dq_dtype},
-      call.tq * call.hq);
+         call.tq * call.hq);
   Out head_dk(dev, k.shape(), DType::f32), head_dv(dev, v.shape(), DType::f32);
   Out dk_acc(dev, k.shape(), DType::f32), dv_acc(dev, v.shape(), DType::f32);
   Out dK(dev, k.shape(), dk_dtype), dV(dev, v.shape(), dv_dtype);
-  launch(dev,
+  launch(
+      dev,
       kernels::AttentionBackwardKeyKernel{in, delta.as<float>(), head_dk.as<float>(), head_dv.as<float>(),
-                                    dk_acc.as<float>(), dv_acc.as<float>(), dK.ptr, dk_dtype, dV.ptr, dv_dtype},
+                                          dk_acc.as<float>(), dv_acc.as<float>(), dK.ptr, dk_dtype, dV.ptr, dv_dtype},
       call.tk * call.hkv);
   return {dQ.t, dK.t, dV.t};
 }
@@ -104,7 +106,9 @@ void merge_lse_(Device& dev, const Tensor& lse, const Tensor& part_lse, const st
   In P(dev, part_lse);
   const Ids S(dev, Tensor::from_vector(rows, {m}));
   void* base = runtime::device_writable(dev, lse);
-  launch(dev, kernels::MergeLseKernel{base, lse.dtype(), stride(lse, 0), stride(lse, 1), P.get(), part_lse.dtype(), S.get(), m},
+  launch(
+      dev,
+      kernels::MergeLseKernel{base, lse.dtype(), stride(lse, 0), stride(lse, 1), P.get(), part_lse.dtype(), S.get(), m},
       h * m);
   runtime::mark_device_written(dev, lse);
 }
@@ -117,10 +121,10 @@ void add_corrected_out_(Device& dev, const Tensor& out, const Tensor& lse, const
   const void* l = runtime::device_pointer(dev, lse);
   void* base = runtime::device_writable(dev, out);
   launch(dev,
-      kernels::CorrectOutKernel{base, out.dtype(), stride(out, 0), stride(out, 1), stride(out, 2), l, lse.dtype(),
-                          stride(lse, 0), stride(lse, 1), PO.get(), part_out.dtype(), PL.get(), part_lse.dtype(),
-                          S.get(), m, h, dv},
-      m * h * dv);
+         kernels::CorrectOutKernel{base, out.dtype(), stride(out, 0), stride(out, 1), stride(out, 2), l, lse.dtype(),
+                                   stride(lse, 0), stride(lse, 1), PO.get(), part_out.dtype(), PL.get(),
+                                   part_lse.dtype(), S.get(), m, h, dv},
+         m * h * dv);
   runtime::mark_device_written(dev, out);
 }
 
@@ -144,6 +148,5 @@ void add_rows_(Device& dev, const Tensor& acc, const Tensor& part, const std::ve
   if (inner > 0) launch(dev, a, m * inner);
   runtime::mark_device_written(dev, acc);
 }
-
 
 }  // namespace ranksim::cp::device

@@ -35,8 +35,7 @@ struct AttentionGradTensors {
 };
 AttentionGradTensors attention_backward(Device& dev, const Tensor& dout, const Tensor& q, const Tensor& k,
                                         const Tensor& v, const Tensor& out, const Tensor& lse,
-                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype,
-                                        DType dv_dtype);
+                                        const AttentionCall& call, DType dq_dtype, DType dk_dtype, DType dv_dtype);
 
 // The in-place merges; rows: the accumulator rows covered, distinct. lse, out and acc may be any
 // views of at most kernels::kMaxDims dims.

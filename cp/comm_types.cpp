@@ -13,8 +13,7 @@ Tensor zeros(const Shape& shape, DType dtype, bool data) {
 }
 
 Tensor minus_inf(const Shape& shape, DType dtype, bool data) {
-  return data ? Tensor::full(shape, -std::numeric_limits<double>::infinity(), dtype)
-              : Tensor::shape_only(shape, dtype);
+  return data ? Tensor::full(shape, -std::numeric_limits<double>::infinity(), dtype) : Tensor::shape_only(shape, dtype);
 }
 
 DType accumulate_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
@@ -26,8 +25,8 @@ Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& rows) {
   return index_select(x, 0, rows);
 }
 
-std::vector<std::int64_t> reorder(const std::vector<std::int64_t>& from,
-                                  const std::vector<std::int64_t>& to, std::int64_t global_rows) {
+std::vector<std::int64_t> reorder(const std::vector<std::int64_t>& from, const std::vector<std::int64_t>& to,
+                                  std::int64_t global_rows) {
   std::vector<i64> where(static_cast<std::size_t>(global_rows), -1);
   for (std::size_t i = 0; i < from.size(); ++i) {
     where[static_cast<std::size_t>(from[i])] = static_cast<i64>(i);
@@ -37,8 +36,7 @@ std::vector<std::int64_t> reorder(const std::vector<std::int64_t>& from,
   return out;
 }
 
-std::vector<std::int64_t> delivered_rows(const CpLayout& lay, std::int64_t first,
-                                         std::int64_t count) {
+std::vector<std::int64_t> delivered_rows(const CpLayout& lay, std::int64_t first, std::int64_t count) {
   std::vector<i64> out;
   out.reserve(static_cast<std::size_t>(count * lay.local_rows()));
   for (i64 j = first; j < first + count; ++j) {

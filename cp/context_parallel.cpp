@@ -13,9 +13,7 @@ using i64 = std::int64_t;
 using runtime::ProcessGroup;
 using runtime::Shape;
 
-[[noreturn]] void fail(const char* fn, const std::string& message) {
-  throw Error(std::string(fn) + ": " + message);
-}
+[[noreturn]] void fail(const char* fn, const std::string& message) { throw Error(std::string(fn) + ": " + message); }
 
 }  // namespace
 
@@ -23,9 +21,9 @@ CpGroups hierarchical_cp_groups(const runtime::ProcessGroup& cp, int a2a_size, i
   const char* fn = "hierarchical_cp_groups";
   if (!cp.is_member()) fail(fn, "this rank is not a member of the CP group " + cp.name());
   if (a2a_size < 1 || p2p_size < 1 || a2a_size * p2p_size != cp.size()) {
-    fail(fn, "a2a size " + std::to_string(a2a_size) + " x p2p size " + std::to_string(p2p_size) +
-                 " = " + std::to_string(a2a_size * p2p_size) + " does not equal the CP size " +
-                 std::to_string(cp.size()) + " (hierarchical sizes [a, p] must multiply to cp)");
+    fail(fn, "a2a size " + std::to_string(a2a_size) + " x p2p size " + std::to_string(p2p_size) + " = " +
+                 std::to_string(a2a_size * p2p_size) + " does not equal the CP size " + std::to_string(cp.size()) +
+                 " (hierarchical sizes [a, p] must multiply to cp)");
   }
   CpGroups g(cp);
   const int me = cp.rank(), a = a2a_size, p = p2p_size;
@@ -46,9 +44,8 @@ CpGroups hierarchical_cp_groups(const runtime::ProcessGroup& cp, int a2a_size, i
 
 CpGroups hierarchical_cp_groups(const runtime::ProcessGroup& cp) {
   if (cp.size() % 2 != 0) {
-    fail("hierarchical_cp_groups",
-         "the default split [2, cp/2] needs an even CP size, got cp = " + std::to_string(cp.size()) +
-             "; pass [a2a size, p2p size] explicitly");
+    fail("hierarchical_cp_groups", "the default split [2, cp/2] needs an even CP size, got cp = " +
+                                       std::to_string(cp.size()) + "; pass [a2a size, p2p size] explicitly");
   }
   return hierarchical_cp_groups(cp, 2, cp.size() / 2);
 }
@@ -57,8 +54,8 @@ namespace {
 
 std::string heads_rule(const char* what, i64 hq, i64 hkv, i64 n, const char* name) {
   return std::string(what) + " splits heads over " + name + " = " + std::to_string(n) +
-         " ranks: hq = " + std::to_string(hq) + " and hkv = " + std::to_string(hkv) +
-         " must both be multiples of " + std::to_string(n);
+         " ranks: hq = " + std::to_string(hq) + " and hkv = " + std::to_string(hkv) + " must both be multiples of " +
+         std::to_string(n);
 }
 
 // The a2a and p2p subgroups must be the ones hierarchical_cp_groups builds: this rank's CP
@@ -66,21 +63,20 @@ std::string heads_rule(const char* what, i64 hq, i64 hkv, i64 n, const char* nam
 void check_hierarchical(const char* fn, const CpGroups& g) {
   const ProcessGroup &cp = g.cp, &a2a = g.a2a, &p2p = g.p2p;
   if (!a2a.is_member() || !p2p.is_member()) {
-    fail(fn, "a2a+p2p needs this rank's a2a and p2p subgroups; build them with "
-             "hierarchical_cp_groups(cp_group, a2a_size, p2p_size)");
+    fail(fn,
+         "a2a+p2p needs this rank's a2a and p2p subgroups; build them with "
+         "hierarchical_cp_groups(cp_group, a2a_size, p2p_size)");
   }
   const int a = a2a.size(), p = p2p.size();
   if (a * p != cp.size()) {
-    fail(fn, "a2a size " + std::to_string(a) + " x p2p size " + std::to_string(p) + " = " +
-                 std::to_string(a * p) + " does not equal the CP size " +
-                 std::to_string(cp.size()));
+    fail(fn, "a2a size " + std::to_string(a) + " x p2p size " + std::to_string(p) + " = " + std::to_string(a * p) +
+                 " does not equal the CP size " + std::to_string(cp.size()));
   }
   bool ok = cp.rank() == p2p.rank() * a + a2a.rank();
   for (int j = 0; ok && j < a; ++j) ok = a2a.global_rank(j) == cp.global_rank(p2p.rank() * a + j);
   for (int k = 0; ok && k < p; ++k) ok = p2p.global_rank(k) == cp.global_rank(k * a + a2a.rank());
   if (!ok) {
-    fail(fn, "the a2a group " + a2a.name() + " and p2p group " + p2p.name() +
-                 " do not tile the CP group " + cp.name() +
+    fail(fn, "the a2a group " + a2a.name() + " and p2p group " + p2p.name() + " do not tile the CP group " + cp.name() +
                  " as position = p2p_rank * a + a2a_rank; use hierarchical_cp_groups");
   }
 }
@@ -93,8 +89,7 @@ Shape with_last(Shape s, i64 last) {
 }  // namespace
 
 CpForwardResult attention_with_cp_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const SequenceLayout& layout, const CpGroups& groups,
-                                          const CpOptions& opts) {
+                                          const SequenceLayout& layout, const CpGroups& groups, const CpOptions& opts) {
   const char* fn = "attention_with_cp_forward";
   if (!groups.cp.is_member()) {
     fail(fn, "this rank is not a member of the CP group " + groups.cp.name());
@@ -117,20 +112,18 @@ CpForwardResult attention_with_cp_forward(const Tensor& q, const Tensor& k, cons
     for (std::size_t i = 0; ok && i < lead.size(); ++i) ok = t->size(static_cast<i64>(i)) == lead[i];
     if (!ok) {
       fail(fn, "q " + q.str() + ", k " + k.str() + " and v " + v.str() + " must be " +
-                   (bshd ? "[b, S/cp, heads, dim] = [" + std::to_string(lead[0]) + ", " +
-                               std::to_string(lead[1]) + ", heads, dim]"
+                   (bshd ? "[b, S/cp, heads, dim] = [" + std::to_string(lead[0]) + ", " + std::to_string(lead[1]) +
+                               ", heads, dim]"
                          : "[T/cp, heads, dim] = [" + std::to_string(lead[0]) + ", heads, dim]") +
                    " for this layout at cp = " + std::to_string(n));
     }
   }
   if (k.size(-2) != v.size(-2) || k.size(-1) != q.size(-1)) {
-    fail(fn, "k " + k.str() + " must have v's heads (" + v.str() + ") and q's head dim (" +
-                 q.str() + ")");
+    fail(fn, "k " + k.str() + " must have v's heads (" + v.str() + ") and q's head dim (" + q.str() + ")");
   }
   const i64 hq = q.size(-2), hkv = k.size(-2), d = q.size(-1), dv = v.size(-1);
   if (hkv < 1 || hq % hkv != 0) {
-    fail(fn, "hq = " + std::to_string(hq) + " query heads are not a multiple of hkv = " +
-                 std::to_string(hkv));
+    fail(fn, "hq = " + std::to_string(hq) + " query heads are not a multiple of hkv = " + std::to_string(hkv));
   }
   const AttentionOptions& ao = opts.attention;
   if (ao.window_left < -1 || ao.window_right < -1) {
@@ -159,8 +152,7 @@ CpForwardResult attention_with_cp_forward(const Tensor& q, const Tensor& k, cons
   AttentionOptions inner = ao;
   inner.output_dtype.reset();
   const i64 rows = lay.local_rows();
-  const Tensor qf = q.reshape({rows, hq, d}), kf = k.reshape({rows, hkv, d}),
-               vf = v.reshape({rows, hkv, dv});
+  const Tensor qf = q.reshape({rows, hq, d}), kf = k.reshape({rows, hkv, d}), vf = v.reshape({rows, hkv, dv});
   Tensor out;
   switch (opts.comm_type) {
     case CommType::p2p: {
@@ -205,8 +197,7 @@ CpGrads attention_with_cp_backward(const Tensor& dout, const CpContext& ctx) {
   AttentionGrads g;
   switch (ctx.comm_type) {
     case CommType::p2p:
-      g = detail::ring_backward(df, ctx.q, ctx.k, ctx.v, ctx.out, ctx.lse, ctx.kv_next, lay,
-                                ctx.groups.cp, inner);
+      g = detail::ring_backward(df, ctx.q, ctx.k, ctx.v, ctx.out, ctx.lse, ctx.kv_next, lay, ctx.groups.cp, inner);
       break;
     case CommType::all_gather:
       g = detail::all_gather_backward(ctx, lay, df, inner);

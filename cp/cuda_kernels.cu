@@ -1,8 +1,8 @@
 // Compiled by nvcc: cp's kernels on GPU threads (runtime/device/cuda/launch.cuh).
 #include "cp/cuda_kernels.h"
 
-#include "runtime/device/cuda/launch.cuh"
 #include "cp/attention_kernels.h"
+#include "runtime/device/cuda/launch.cuh"
 #include "runtime/tensor/cuda_kernels.h"
 
 namespace ranksim::cp {

@@ -14,9 +14,7 @@ using i64 = std::int64_t;
 
 // Every layout error is raised by CpLayout's constructor, whichever entry point built it: the
 // prefix says which input was wrong.
-[[noreturn]] void fail(const std::string& message) {
-  throw Error("context parallel layout: " + message);
-}
+[[noreturn]] void fail(const std::string& message) { throw Error("context parallel layout: " + message); }
 
 std::string list_str(const std::vector<i64>& v) {
   std::string s = "[";
@@ -32,9 +30,8 @@ void check_cu(const std::vector<i64>& cu, const char* name) {
   if (cu.empty() || cu[0] != 0) fail(std::string(name) + " " + list_str(cu) + " must start with 0");
   for (std::size_t i = 1; i < cu.size(); ++i) {
     if (cu[i] < cu[i - 1]) {
-      fail(std::string(name) + " " + list_str(cu) + " must not decrease: entry " +
-                   std::to_string(i) + " = " + std::to_string(cu[i]) + " < entry " +
-                   std::to_string(i - 1) + " = " + std::to_string(cu[i - 1]));
+      fail(std::string(name) + " " + list_str(cu) + " must not decrease: entry " + std::to_string(i) + " = " +
+           std::to_string(cu[i]) + " < entry " + std::to_string(i - 1) + " = " + std::to_string(cu[i - 1]));
     }
   }
 }
@@ -44,26 +41,24 @@ void check_layout(const SequenceLayout& l, i64 cp) {
   if (l.format == Format::bshd) {
     if (l.batch < 1) fail("BSHD batch = " + std::to_string(l.batch) + " must be at least 1");
     if (l.seq_len < 0 || l.seq_len % (2 * cp) != 0) {
-      fail("BSHD sequence length S = " + std::to_string(l.seq_len) +
-                   " is not a multiple of 2*cp = " + std::to_string(2 * cp) +
-                   " (DualChunkSwap cuts every sequence into 2*cp equal chunks)");
+      fail("BSHD sequence length S = " + std::to_string(l.seq_len) + " is not a multiple of 2*cp = " +
+           std::to_string(2 * cp) + " (DualChunkSwap cuts every sequence into 2*cp equal chunks)");
     }
     return;
   }
   check_cu(l.cu_seqlens, "cu_seqlens");
   check_cu(l.cu_seqlens_padded, "cu_seqlens_padded");
   if (l.cu_seqlens.size() != l.cu_seqlens_padded.size()) {
-    fail("cu_seqlens " + list_str(l.cu_seqlens) + " and cu_seqlens_padded " +
-                 list_str(l.cu_seqlens_padded) + " describe different numbers of sequences");
+    fail("cu_seqlens " + list_str(l.cu_seqlens) + " and cu_seqlens_padded " + list_str(l.cu_seqlens_padded) +
+         " describe different numbers of sequences");
   }
   for (std::size_t i = 0; i + 1 < l.cu_seqlens.size(); ++i) {
     const i64 real = l.cu_seqlens[i + 1] - l.cu_seqlens[i];
     const i64 padded = l.cu_seqlens_padded[i + 1] - l.cu_seqlens_padded[i];
     if (padded < real || padded % (2 * cp) != 0) {
-      fail("sequence " + std::to_string(i) + " has " + std::to_string(real) +
-                   " real tokens padded to " + std::to_string(padded) +
-                   "; the padded length must be at least the real one and a multiple of 2*cp = " +
-                   std::to_string(2 * cp) + " (thd_padded_cu_seqlens computes it)");
+      fail("sequence " + std::to_string(i) + " has " + std::to_string(real) + " real tokens padded to " +
+           std::to_string(padded) + "; the padded length must be at least the real one and a multiple of 2*cp = " +
+           std::to_string(2 * cp) + " (thd_padded_cu_seqlens computes it)");
     }
   }
 }
@@ -99,8 +94,7 @@ SequenceLayout SequenceLayout::bshd(std::int64_t batch, std::int64_t seq_len) {
   return l;
 }
 
-SequenceLayout SequenceLayout::thd(std::vector<std::int64_t> cu_seqlens,
-                                   std::vector<std::int64_t> cu_seqlens_padded) {
+SequenceLayout SequenceLayout::thd(std::vector<std::int64_t> cu_seqlens, std::vector<std::int64_t> cu_seqlens_padded) {
   SequenceLayout l;
   l.format = Format::thd;
   l.cu_seqlens = std::move(cu_seqlens);
@@ -149,8 +143,7 @@ CpLayout::CpLayout(const SequenceLayout& layout, std::int64_t cp) : layout_(layo
 
 const std::vector<std::int64_t>& CpLayout::rows_of(std::int64_t r) const {
   if (r < 0 || r >= cp_) {
-    throw Error("CpLayout::rows_of: rank " + std::to_string(r) + " is outside [0, " +
-                std::to_string(cp_) + ")");
+    throw Error("CpLayout::rows_of: rank " + std::to_string(r) + " is outside [0, " + std::to_string(cp_) + ")");
   }
   return rows_[at(r)];
 }
@@ -178,11 +171,9 @@ const std::vector<std::int64_t>& CpLayout::half_rows(Half half) const {
   }
 }
 
-P2pStep p2p_step(const CpLayout& layout, std::int64_t r, std::int64_t kv_rank,
-                 const AttentionOptions& opts) {
+P2pStep p2p_step(const CpLayout& layout, std::int64_t r, std::int64_t kv_rank, const AttentionOptions& opts) {
   auto sees = [&](Half qh, Half kh) {
-    return attention_visible_pairs(layout.tokens_of(r, qh), layout.tokens_of(kv_rank, kh), opts) >
-           0;
+    return attention_visible_pairs(layout.tokens_of(r, qh), layout.tokens_of(kv_rank, kh), opts) > 0;
   };
   const bool ff = sees(Half::first, Half::first), fs = sees(Half::first, Half::second),
              sf = sees(Half::second, Half::first), ss = sees(Half::second, Half::second);

@@ -33,15 +33,14 @@ enum class Format { bshd, thd };
 // The global sequence metadata, the same on every rank of the CP group.
 struct SequenceLayout {
   Format format = Format::bshd;
-  std::int64_t batch = 1;    // BSHD: batch rows. Default: 1.
-  std::int64_t seq_len = 0;  // BSHD: the global sequence length S. Default: 0.
+  std::int64_t batch = 1;                       // BSHD: batch rows. Default: 1.
+  std::int64_t seq_len = 0;                     // BSHD: the global sequence length S. Default: 0.
   std::vector<std::int64_t> cu_seqlens;         // THD: cumulative real lengths, from 0
   std::vector<std::int64_t> cu_seqlens_padded;  // THD: cumulative padded lengths, from 0
 
   static SequenceLayout bshd(std::int64_t batch, std::int64_t seq_len);
   // REQUIRES (checked when used): the lists as described in cp/partition.h.
-  static SequenceLayout thd(std::vector<std::int64_t> cu_seqlens,
-                            std::vector<std::int64_t> cu_seqlens_padded);
+  static SequenceLayout thd(std::vector<std::int64_t> cu_seqlens, std::vector<std::int64_t> cu_seqlens_padded);
 };
 
 // Which local rows of a rank's block a step uses: both chunks, one, or none.
@@ -87,8 +86,7 @@ struct P2pStep {
   Half kv = Half::all;
 };
 // The step of rank r holding the KV of rank kv_rank. REQUIRES: both in [0, layout.cp()).
-P2pStep p2p_step(const CpLayout& layout, std::int64_t r, std::int64_t kv_rank,
-                 const AttentionOptions& opts);
+P2pStep p2p_step(const CpLayout& layout, std::int64_t r, std::int64_t kv_rank, const AttentionOptions& opts);
 
 // The process groups a rank passes. For p2p, all_gather and a2a only `cp` is used; a2a+p2p also
 // needs this rank's a2a and p2p subgroups (context_parallel.h's hierarchical_cp_groups builds

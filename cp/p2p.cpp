@@ -32,8 +32,7 @@ struct KvView {
   Tensor k, v;
 };
 KvView unpack(const Tensor& buf, const Tensor& k, const Tensor& v) {
-  return {buf.narrow(0, 0, k.numel()).view(k.shape()),
-          buf.narrow(0, k.numel(), v.numel()).view(v.shape())};
+  return {buf.narrow(0, 0, k.numel()).view(k.shape()), buf.narrow(0, k.numel(), v.numel()).view(v.shape())};
 }
 
 void wait_all(const std::vector<Work>& works) {
@@ -57,8 +56,7 @@ RingForward ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   step_opts.output_dtype = acc;  // partial outputs stay unrounded until the final correction
 
   const i64 flat = k.numel() + v.numel();
-  Tensor bufs[2] = {runtime::cat({k.reshape({k.numel()}), v.reshape({v.numel()})}, 0),
-                    zeros({flat}, k.dtype(), data)};
+  Tensor bufs[2] = {runtime::cat({k.reshape({k.numel()}), v.reshape({v.numel()})}, 0), zeros({flat}, k.dtype(), data)};
   Tensor lse = minus_inf({hq, n}, acc, data);
   struct Part {
     AttentionResult res;
@@ -72,16 +70,15 @@ RingForward ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     if (i + 1 < cp) {
       // Posted before this step computes, so the transfer overlaps the step.
       works = runtime::batch_isend_irecv({P2POp(P2POp::Kind::isend, cur, peer(ring, r + 1), ring),
-                                          P2POp(P2POp::Kind::irecv, bufs[(i + 1) % 2],
-                                                peer(ring, r - 1), ring)});
+                                          P2POp(P2POp::Kind::irecv, bufs[(i + 1) % 2], peer(ring, r - 1), ring)});
     }
     const P2pStep st = p2p_step(lay, r, s, opts);
     if (st.q != Half::none) {
       const KvView kv = unpack(cur, k, v);
       const std::vector<i64>& kv_rows = lay.half_rows(st.kv);
-      AttentionResult res = attention_forward(
-          take_rows(q, lay.half_rows(st.q)), take_rows(kv.k, kv_rows), take_rows(kv.v, kv_rows),
-          lay.tokens_of(r, st.q), lay.tokens_of(s, st.kv), step_opts);
+      AttentionResult res =
+          attention_forward(take_rows(q, lay.half_rows(st.q)), take_rows(kv.k, kv_rows), take_rows(kv.v, kv_rows),
+                            lay.tokens_of(r, st.q), lay.tokens_of(s, st.kv), step_opts);
       merge_lse_(lse, res.lse, rows_for(lay, st.q));
       parts.push_back(Part{std::move(res), st.q});
     }
@@ -93,9 +90,8 @@ RingForward ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return RingForward{out.to(q.dtype()), lse, bufs[(cp - 1) % 2]};
 }
 
-AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, const Tensor& kv_next,
-                             const CpLayout& lay, const ProcessGroup& ring,
+AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const Tensor& kv_next, const CpLayout& lay, const ProcessGroup& ring,
                              const AttentionOptions& opts) {
   const i64 cp = ring.size(), r = ring.rank();
   const bool data = dout.has_data() && q.has_data() && kv_next.has_data();
@@ -118,9 +114,8 @@ AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& 
     Tensor nxt;
     if (i + 1 < cp) {
       nxt = kv_bufs[i % 2];
-      kv_works = runtime::batch_isend_irecv(
-          {P2POp(P2POp::Kind::isend, cur, peer(ring, r - 1), ring),
-           P2POp(P2POp::Kind::irecv, nxt, peer(ring, r + 1), ring)});
+      kv_works = runtime::batch_isend_irecv({P2POp(P2POp::Kind::isend, cur, peer(ring, r - 1), ring),
+                                             P2POp(P2POp::Kind::irecv, nxt, peer(ring, r + 1), ring)});
     }
     const P2pStep st = p2p_step(lay, r, s, opts);
     AttentionGrads g;
@@ -128,9 +123,8 @@ AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& 
       const KvView kv = unpack(cur, k, v);
       const std::vector<i64>& q_rows = lay.half_rows(st.q);
       const std::vector<i64>& kv_rows = lay.half_rows(st.kv);
-      g = attention_backward(take_rows(dout, q_rows), take_rows(q, q_rows),
-                             take_rows(kv.k, kv_rows), take_rows(kv.v, kv_rows),
-                             take_rows(out, q_rows), lse_cols(lse, lay, st.q),
+      g = attention_backward(take_rows(dout, q_rows), take_rows(q, q_rows), take_rows(kv.k, kv_rows),
+                             take_rows(kv.v, kv_rows), take_rows(out, q_rows), lse_cols(lse, lay, st.q),
                              lay.tokens_of(r, st.q), lay.tokens_of(s, st.kv), step_opts);
       add_rows_(dq, g.dq, rows_for(lay, st.q));
     }
@@ -148,9 +142,9 @@ AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& 
       add_rows_(d.v, g.dv, rows_for(lay, st.kv));
     }
     if (i + 1 < cp) {
-      dkv_works = runtime::batch_isend_irecv(
-          {P2POp(P2POp::Kind::isend, dkv, peer(ring, r - 1), ring, 1),
-           P2POp(P2POp::Kind::irecv, dkv_bufs[(i + 1) % 2], peer(ring, r + 1), ring, 1)});
+      dkv_works =
+          runtime::batch_isend_irecv({P2POp(P2POp::Kind::isend, dkv, peer(ring, r - 1), ring, 1),
+                                      P2POp(P2POp::Kind::irecv, dkv_bufs[(i + 1) % 2], peer(ring, r + 1), ring, 1)});
     }
     wait_all(kv_works);
     if (i + 1 < cp) cur = nxt;

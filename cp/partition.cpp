@@ -14,9 +14,7 @@ using i64 = std::int64_t;
 using Cu = std::vector<i64>;
 using runtime::Shape;
 
-[[noreturn]] void fail(const char* fn, const std::string& message) {
-  throw Error(std::string(fn) + ": " + message);
-}
+[[noreturn]] void fail(const char* fn, const std::string& message) { throw Error(std::string(fn) + ": " + message); }
 
 std::string list_str(const Cu& v) {
   std::string s = "[";
@@ -27,8 +25,7 @@ std::string list_str(const Cu& v) {
 void check_cp(const char* fn, i64 cp_size, i64 cp_rank) {
   if (cp_size < 1) fail(fn, "cp size " + std::to_string(cp_size) + " must be at least 1");
   if (cp_rank < 0 || cp_rank >= cp_size) {
-    fail(fn,
-         "cp rank " + std::to_string(cp_rank) + " is outside [0, " + std::to_string(cp_size) + ")");
+    fail(fn, "cp rank " + std::to_string(cp_rank) + " is outside [0, " + std::to_string(cp_size) + ")");
   }
 }
 
@@ -50,9 +47,9 @@ void check_padded(const char* fn, const Cu& cu_padded, i64 cp_size) {
   for (std::size_t i = 0; i + 1 < cu_padded.size(); ++i) {
     const i64 len = cu_padded[i + 1] - cu_padded[i];
     if (len % (2 * cp_size) != 0) {
-      fail(fn, "sequence " + std::to_string(i) + " of cu_seqlens_padded " + list_str(cu_padded) +
-                   " has length " + std::to_string(len) + ", not a multiple of 2*cp = " +
-                   std::to_string(2 * cp_size) + "; pad it with thd_padded_cu_seqlens");
+      fail(fn, "sequence " + std::to_string(i) + " of cu_seqlens_padded " + list_str(cu_padded) + " has length " +
+                   std::to_string(len) + ", not a multiple of 2*cp = " + std::to_string(2 * cp_size) +
+                   "; pad it with thd_padded_cu_seqlens");
     }
   }
 }
@@ -109,20 +106,17 @@ i64 wrap_dim(const char* fn, const Tensor& x, i64 dim) {
 
 // Rebuilds a global tensor from per-rank locals: global index g comes from locals[owner[g].first]
 // at local index owner[g].second.
-Tensor assemble(const std::vector<Tensor>& locals, i64 dim,
-                const std::vector<std::pair<i64, i64>>& owner) {
+Tensor assemble(const std::vector<Tensor>& locals, i64 dim, const std::vector<std::pair<i64, i64>>& owner) {
   const Tensor& first = locals[0];
   std::vector<Tensor> pieces;
   std::size_t i = 0;
   while (i < owner.size()) {
     std::size_t j = i + 1;
-    while (j < owner.size() && owner[j].first == owner[i].first &&
-           owner[j].second == owner[j - 1].second + 1) {
+    while (j < owner.size() && owner[j].first == owner[i].first && owner[j].second == owner[j - 1].second + 1) {
       ++j;
     }
     const auto [rank, start] = owner[i];
-    pieces.push_back(
-        locals[static_cast<std::size_t>(rank)].narrow(dim, start, static_cast<i64>(j - i)));
+    pieces.push_back(locals[static_cast<std::size_t>(rank)].narrow(dim, start, static_cast<i64>(j - i)));
     i = j;
   }
   if (pieces.empty()) return gather_runs(first, dim, {});
@@ -134,11 +128,10 @@ i64 check_locals(const char* fn, const std::vector<Tensor>& locals, i64 seq_dim)
   if (locals.empty()) fail(fn, "needs at least one rank's tensor");
   const i64 d = wrap_dim(fn, locals[0], seq_dim);
   for (std::size_t r = 0; r < locals.size(); ++r) {
-    if (!locals[r].defined() || locals[r].shape() != locals[0].shape() ||
-        locals[r].dtype() != locals[0].dtype()) {
+    if (!locals[r].defined() || locals[r].shape() != locals[0].shape() || locals[r].dtype() != locals[0].dtype()) {
       fail(fn, "rank " + std::to_string(r) + "'s tensor " +
-                   (locals[r].defined() ? locals[r].str() : std::string("(undefined)")) +
-                   " differs from rank 0's " + locals[0].str());
+                   (locals[r].defined() ? locals[r].str() : std::string("(undefined)")) + " differs from rank 0's " +
+                   locals[0].str());
     }
   }
   return d;
@@ -152,9 +145,8 @@ std::vector<i64> bshd_partition_indices(i64 seq_len, i64 cp_size, i64 cp_rank) {
   const char* fn = "bshd_partition_indices";
   check_cp(fn, cp_size, cp_rank);
   if (seq_len < 0 || seq_len % (2 * cp_size) != 0) {
-    fail(fn, "sequence length S = " + std::to_string(seq_len) +
-                 " is not divisible by 2*cp = " + std::to_string(2 * cp_size) +
-                 "; pad the sequence to a multiple of " + std::to_string(2 * cp_size));
+    fail(fn, "sequence length S = " + std::to_string(seq_len) + " is not divisible by 2*cp = " +
+                 std::to_string(2 * cp_size) + "; pad the sequence to a multiple of " + std::to_string(2 * cp_size));
   }
   const i64 c = seq_len / (2 * cp_size);
   std::vector<i64> out;
@@ -174,8 +166,8 @@ Tensor bshd_unpartition(const std::vector<Tensor>& locals, i64 seq_dim) {
   const i64 d = check_locals(fn, locals, seq_dim);
   const i64 local_len = locals[0].size(d);
   if (local_len % 2 != 0) {
-    fail(fn, "each rank's tensor " + locals[0].str() + " needs an even length along dimension " +
-                 std::to_string(d) + " (two chunks)");
+    fail(fn, "each rank's tensor " + locals[0].str() + " needs an even length along dimension " + std::to_string(d) +
+                 " (two chunks)");
   }
   const i64 cp_size = static_cast<i64>(locals.size());
   const i64 c = local_len / 2;
@@ -204,8 +196,7 @@ std::vector<i64> thd_padded_cu_seqlens(const std::vector<i64>& cu_seqlens, i64 c
   return out;
 }
 
-std::vector<i64> thd_partition_indices(const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
-                                       i64 cp_rank) {
+std::vector<i64> thd_partition_indices(const std::vector<i64>& cu_seqlens_padded, i64 cp_size, i64 cp_rank) {
   const char* fn = "thd_partition_indices";
   check_cp(fn, cp_size, cp_rank);
   check_padded(fn, cu_seqlens_padded, cp_size);
@@ -220,15 +211,13 @@ std::vector<i64> thd_partition_indices(const std::vector<i64>& cu_seqlens_padded
   return out;
 }
 
-i64 thd_partition_source_index(const std::vector<i64>& cu_seqlens_padded, i64 cp_size, i64 cp_rank,
-                               i64 local_index) {
+i64 thd_partition_source_index(const std::vector<i64>& cu_seqlens_padded, i64 cp_size, i64 cp_rank, i64 local_index) {
   const char* fn = "thd_partition_source_index";
   check_cp(fn, cp_size, cp_rank);
   check_padded(fn, cu_seqlens_padded, cp_size);
   const i64 local_total = cu_seqlens_padded.back() / cp_size;
   if (local_index < 0 || local_index >= local_total) {
-    fail(fn, "local index " + std::to_string(local_index) + " is outside [0, " +
-                 std::to_string(local_total) + ")");
+    fail(fn, "local index " + std::to_string(local_index) + " is outside [0, " + std::to_string(local_total) + ")");
   }
   // The last sequence whose local offset is <= t: zero-length sequences share their offset with
   // the next one, and taking the last of equals skips them.
@@ -246,9 +235,8 @@ i64 thd_partition_source_index(const std::vector<i64>& cu_seqlens_padded, i64 cp
   return ix + cu_seqlens_padded[lo] + c * (ix < c ? cp_rank : 2 * cp_size - 2 - cp_rank);
 }
 
-std::vector<i64> thd_cu_seqlens_on_rank(const std::vector<i64>& cu_seqlens,
-                                        const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
-                                        i64 cp_rank, ThdHalves halves) {
+std::vector<i64> thd_cu_seqlens_on_rank(const std::vector<i64>& cu_seqlens, const std::vector<i64>& cu_seqlens_padded,
+                                        i64 cp_size, i64 cp_rank, ThdHalves halves) {
   const char* fn = "thd_cu_seqlens_on_rank";
   check_cp(fn, cp_size, cp_rank);
   check_real_vs_padded(fn, cu_seqlens, cu_seqlens_padded);
@@ -267,8 +255,7 @@ std::vector<i64> thd_cu_seqlens_on_rank(const std::vector<i64>& cu_seqlens,
   return out;
 }
 
-std::vector<i64> thd_half_rows(const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
-                               ThdHalves half) {
+std::vector<i64> thd_half_rows(const std::vector<i64>& cu_seqlens_padded, i64 cp_size, ThdHalves half) {
   const char* fn = "thd_half_rows";
   check_cp(fn, cp_size, 0);
   check_padded(fn, cu_seqlens_padded, cp_size);
@@ -282,32 +269,29 @@ std::vector<i64> thd_half_rows(const std::vector<i64>& cu_seqlens_padded, i64 cp
   return out;
 }
 
-Tensor thd_partition(const Tensor& x, i64 seq_dim, const std::vector<i64>& cu_seqlens_padded,
-                     i64 cp_size, i64 cp_rank) {
+Tensor thd_partition(const Tensor& x, i64 seq_dim, const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
+                     i64 cp_rank) {
   const char* fn = "thd_partition";
   const i64 d = wrap_dim(fn, x, seq_dim);
   std::vector<i64> idx = thd_partition_indices(cu_seqlens_padded, cp_size, cp_rank);
   if (x.size(d) != cu_seqlens_padded.back()) {
-    fail(fn, "tensor " + x.str() + " has " + std::to_string(x.size(d)) +
-                 " tokens along dimension " + std::to_string(d) + " but cu_seqlens_padded " +
-                 list_str(cu_seqlens_padded) + " describes " +
+    fail(fn, "tensor " + x.str() + " has " + std::to_string(x.size(d)) + " tokens along dimension " +
+                 std::to_string(d) + " but cu_seqlens_padded " + list_str(cu_seqlens_padded) + " describes " +
                  std::to_string(cu_seqlens_padded.back()));
   }
   return gather_runs(x, d, idx);
 }
 
-Tensor thd_unpartition(const std::vector<Tensor>& locals, i64 seq_dim,
-                       const std::vector<i64>& cu_seqlens_padded) {
+Tensor thd_unpartition(const std::vector<Tensor>& locals, i64 seq_dim, const std::vector<i64>& cu_seqlens_padded) {
   const char* fn = "thd_unpartition";
   const i64 d = check_locals(fn, locals, seq_dim);
   const i64 cp_size = static_cast<i64>(locals.size());
   check_padded(fn, cu_seqlens_padded, cp_size);
   const i64 total = cu_seqlens_padded.back();
   if (locals[0].size(d) * cp_size != total) {
-    fail(fn, "each rank's tensor " + locals[0].str() + " should hold " +
-                 std::to_string(total / cp_size) + " tokens along dimension " + std::to_string(d) +
-                 " for cu_seqlens_padded " + list_str(cu_seqlens_padded) + " and cp " +
-                 std::to_string(cp_size));
+    fail(fn, "each rank's tensor " + locals[0].str() + " should hold " + std::to_string(total / cp_size) +
+                 " tokens along dimension " + std::to_string(d) + " for cu_seqlens_padded " +
+                 list_str(cu_seqlens_padded) + " and cp " + std::to_string(cp_size));
   }
   std::vector<std::pair<i64, i64>> owner(static_cast<std::size_t>(total));
   for (i64 r = 0; r < cp_size; ++r) {
@@ -321,8 +305,8 @@ Tensor thd_unpartition(const std::vector<Tensor>& locals, i64 seq_dim,
 
 // --- THD padding ------------------------------------------------------------------------------
 
-Tensor thd_pad(const Tensor& x, const std::vector<i64>& cu_seqlens,
-               const std::vector<i64>& cu_seqlens_padded, double pad_value) {
+Tensor thd_pad(const Tensor& x, const std::vector<i64>& cu_seqlens, const std::vector<i64>& cu_seqlens_padded,
+               double pad_value) {
   const char* fn = "thd_pad";
   wrap_dim(fn, x, 0);
   check_real_vs_padded(fn, cu_seqlens, cu_seqlens_padded);
@@ -338,23 +322,20 @@ Tensor thd_pad(const Tensor& x, const std::vector<i64>& cu_seqlens,
     if (pad > 0) {
       Shape shape = x.shape();
       shape[0] = pad;
-      pieces.push_back(x.has_data() ? Tensor::full(shape, pad_value, x.dtype())
-                                    : Tensor::shape_only(shape, x.dtype()));
+      pieces.push_back(x.has_data() ? Tensor::full(shape, pad_value, x.dtype()) : Tensor::shape_only(shape, x.dtype()));
     }
   }
   if (pieces.empty()) return gather_runs(x, 0, {});
   return runtime::cat(pieces, 0);
 }
 
-Tensor thd_unpad(const Tensor& x, const std::vector<i64>& cu_seqlens,
-                 const std::vector<i64>& cu_seqlens_padded) {
+Tensor thd_unpad(const Tensor& x, const std::vector<i64>& cu_seqlens, const std::vector<i64>& cu_seqlens_padded) {
   const char* fn = "thd_unpad";
   wrap_dim(fn, x, 0);
   check_real_vs_padded(fn, cu_seqlens, cu_seqlens_padded);
   if (x.size(0) != cu_seqlens_padded.back()) {
-    fail(fn, "tensor " + x.str() + " has " + std::to_string(x.size(0)) +
-                 " tokens but cu_seqlens_padded " + list_str(cu_seqlens_padded) + " describes " +
-                 std::to_string(cu_seqlens_padded.back()));
+    fail(fn, "tensor " + x.str() + " has " + std::to_string(x.size(0)) + " tokens but cu_seqlens_padded " +
+                 list_str(cu_seqlens_padded) + " describes " + std::to_string(cu_seqlens_padded.back()));
   }
   std::vector<i64> idx;
   for (std::size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
@@ -363,9 +344,8 @@ Tensor thd_unpad(const Tensor& x, const std::vector<i64>& cu_seqlens,
   return gather_runs(x, 0, idx);
 }
 
-ThdPadded pad_thd_for_cp(const Tensor& input_ids, const Tensor& labels,
-                         const std::vector<i64>& cu_seqlens, i64 cp_size, i64 pad_id,
-                         i64 pad_label) {
+ThdPadded pad_thd_for_cp(const Tensor& input_ids, const Tensor& labels, const std::vector<i64>& cu_seqlens, i64 cp_size,
+                         i64 pad_id, i64 pad_label) {
   const char* fn = "pad_thd_for_cp";
   for (const Tensor* t : {&input_ids, &labels}) {
     if (!t->defined() || t->dim() != 1) {
@@ -375,8 +355,7 @@ ThdPadded pad_thd_for_cp(const Tensor& input_ids, const Tensor& labels,
   }
   ThdPadded out;
   out.cu_seqlens_padded = thd_padded_cu_seqlens(cu_seqlens, cp_size);
-  out.input_ids =
-      thd_pad(input_ids, cu_seqlens, out.cu_seqlens_padded, static_cast<double>(pad_id));
+  out.input_ids = thd_pad(input_ids, cu_seqlens, out.cu_seqlens_padded, static_cast<double>(pad_id));
   out.labels = thd_pad(labels, cu_seqlens, out.cu_seqlens_padded, static_cast<double>(pad_label));
   return out;
 }
@@ -393,8 +372,7 @@ std::vector<i64> thd_position_ids(const std::vector<i64>& cu_seqlens_padded) {
   return out;
 }
 
-std::vector<i64> thd_segment_ids(const std::vector<i64>& cu_seqlens,
-                                 const std::vector<i64>& cu_seqlens_padded) {
+std::vector<i64> thd_segment_ids(const std::vector<i64>& cu_seqlens, const std::vector<i64>& cu_seqlens_padded) {
   check_real_vs_padded("thd_segment_ids", cu_seqlens, cu_seqlens_padded);
   std::vector<i64> out(static_cast<std::size_t>(cu_seqlens_padded.back()), -1);
   for (std::size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
@@ -404,15 +382,15 @@ std::vector<i64> thd_segment_ids(const std::vector<i64>& cu_seqlens,
   return out;
 }
 
-std::vector<i64> thd_local_positions(const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
-                                     i64 cp_rank, const std::vector<i64>& start_positions) {
+std::vector<i64> thd_local_positions(const std::vector<i64>& cu_seqlens_padded, i64 cp_size, i64 cp_rank,
+                                     const std::vector<i64>& start_positions) {
   const char* fn = "thd_local_positions";
   check_cp(fn, cp_size, cp_rank);
   check_padded(fn, cu_seqlens_padded, cp_size);
   const std::size_t nseq = cu_seqlens_padded.size() - 1;
   if (!start_positions.empty() && start_positions.size() != nseq) {
-    fail(fn, "start_positions has " + std::to_string(start_positions.size()) + " entries for " +
-                 std::to_string(nseq) + " sequences");
+    fail(fn, "start_positions has " + std::to_string(start_positions.size()) + " entries for " + std::to_string(nseq) +
+                 " sequences");
   }
   std::vector<i64> out;
   for (std::size_t i = 0; i < nseq; ++i) {
@@ -424,9 +402,8 @@ std::vector<i64> thd_local_positions(const std::vector<i64>& cu_seqlens_padded, 
   return out;
 }
 
-std::vector<i64> thd_local_segments(const std::vector<i64>& cu_seqlens,
-                                    const std::vector<i64>& cu_seqlens_padded, i64 cp_size,
-                                    i64 cp_rank) {
+std::vector<i64> thd_local_segments(const std::vector<i64>& cu_seqlens, const std::vector<i64>& cu_seqlens_padded,
+                                    i64 cp_size, i64 cp_rank) {
   const std::vector<i64> global = thd_segment_ids(cu_seqlens, cu_seqlens_padded);
   std::vector<i64> out;
   for (i64 g : thd_partition_indices(cu_seqlens_padded, cp_size, cp_rank)) {
@@ -446,8 +423,8 @@ Tensor index_select(const Tensor& x, i64 dim, const std::vector<i64>& indices) {
   const i64 d = wrap_dim(fn, x, dim);
   for (std::size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= x.size(d)) {
-      fail(fn, "index " + std::to_string(indices[i]) + " at position " + std::to_string(i) +
-                   " is outside [0, " + std::to_string(x.size(d)) + ") for " + x.str());
+      fail(fn, "index " + std::to_string(indices[i]) + " at position " + std::to_string(i) + " is outside [0, " +
+                   std::to_string(x.size(d)) + ") for " + x.str());
     }
   }
   return gather_runs(x, d, indices);

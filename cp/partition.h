@@ -37,14 +37,12 @@ using runtime::Tensor;
 
 // The global token indices rank cp_rank holds, in local order: chunk r then chunk 2*cp-1-r.
 // REQUIRES: cp_size >= 1, 0 <= cp_rank < cp_size, seq_len >= 0 and seq_len % (2*cp_size) == 0.
-std::vector<std::int64_t> bshd_partition_indices(std::int64_t seq_len, std::int64_t cp_size,
-                                                 std::int64_t cp_rank);
+std::vector<std::int64_t> bshd_partition_indices(std::int64_t seq_len, std::int64_t cp_size, std::int64_t cp_rank);
 
 // Rank cp_rank's slice of x along seq_dim (1 for BSHD, 0 for SBHD; negative counts from the end):
 // the two chunks concatenated, as Megatron's get_batch_on_this_cp_rank does for tokens, labels,
 // loss masks and position ids. REQUIRES: as bshd_partition_indices with seq_len = x.size(seq_dim).
-Tensor bshd_partition(const Tensor& x, std::int64_t seq_dim, std::int64_t cp_size,
-                      std::int64_t cp_rank);
+Tensor bshd_partition(const Tensor& x, std::int64_t seq_dim, std::int64_t cp_size, std::int64_t cp_rank);
 
 // The inverse of bshd_partition over all ranks: locals[r] is rank r's slice, cp = locals.size().
 // REQUIRES: a non-empty list; equal shapes and dtypes; an even size along seq_dim.
@@ -54,8 +52,7 @@ Tensor bshd_unpartition(const std::vector<Tensor>& locals, std::int64_t seq_dim)
 
 // Each sequence padded on its own to a multiple of 2*cp_size: cumsum(ceil(L_i/(2cp))*2cp).
 // REQUIRES: cu_seqlens non-empty, cu_seqlens[0] == 0, non-decreasing; cp_size >= 1.
-std::vector<std::int64_t> thd_padded_cu_seqlens(const std::vector<std::int64_t>& cu_seqlens,
-                                                std::int64_t cp_size);
+std::vector<std::int64_t> thd_padded_cu_seqlens(const std::vector<std::int64_t>& cu_seqlens, std::int64_t cp_size);
 
 // The global (padded) token indices rank cp_rank holds, in local order: for each sequence i,
 // [st_i + r*C_i, st_i + (r+1)*C_i) then [st_i + (2cp-1-r)*C_i, st_i + (2cp-r)*C_i), with
@@ -70,9 +67,8 @@ std::vector<std::int64_t> thd_partition_indices(const std::vector<std::int64_t>&
 // src = ix + cu_seqlens_padded[s] + C_s * (ix < C_s ? r : 2cp-2-r)). Kept beside the chunk form
 // so the two can be checked against each other.
 // REQUIRES: as thd_partition_indices; 0 <= local_index < cu_seqlens_padded.back()/cp_size.
-std::int64_t thd_partition_source_index(const std::vector<std::int64_t>& cu_seqlens_padded,
-                                        std::int64_t cp_size, std::int64_t cp_rank,
-                                        std::int64_t local_index);
+std::int64_t thd_partition_source_index(const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size,
+                                        std::int64_t cp_rank, std::int64_t local_index);
 
 // Which halves of each local 2*C_i block get_cu_seqlens_on_cp_rank counts.
 enum class ThdHalves { both, first, second };
@@ -92,14 +88,13 @@ std::vector<std::int64_t> thd_cu_seqlens_on_rank(const std::vector<std::int64_t>
 // order: the rows that the p2p lower/upper-triangle steps read (thd_read_half_tensor).
 // ThdHalves::both gives every local row. REQUIRES: as thd_partition_indices (no cp_rank: every
 // rank has the same local layout).
-std::vector<std::int64_t> thd_half_rows(const std::vector<std::int64_t>& cu_seqlens_padded,
-                                        std::int64_t cp_size, ThdHalves half);
+std::vector<std::int64_t> thd_half_rows(const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size,
+                                        ThdHalves half);
 
 // Rank cp_rank's slice of x along seq_dim (x holds the padded packed tokens: size
 // cu_seqlens_padded.back() along seq_dim). REQUIRES: as thd_partition_indices.
-Tensor thd_partition(const Tensor& x, std::int64_t seq_dim,
-                     const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size,
-                     std::int64_t cp_rank);
+Tensor thd_partition(const Tensor& x, std::int64_t seq_dim, const std::vector<std::int64_t>& cu_seqlens_padded,
+                     std::int64_t cp_size, std::int64_t cp_rank);
 
 // The inverse over all ranks: global[thd_partition_indices(r)] = locals[r], cp = locals.size().
 // REQUIRES: a non-empty list; each local's size along seq_dim is cu_seqlens_padded.back()/cp;
@@ -128,9 +123,8 @@ struct ThdPadded {
 // TransformerEngine's pad_thd_sequences_for_cp: pads ids and labels (1-d, packed real tokens)
 // for cp_size ranks. Labels are expected to be shifted already (spec E6).
 // REQUIRES: input_ids and labels 1-d of size cu_seqlens.back(); cu_seqlens valid; cp_size >= 1.
-ThdPadded pad_thd_for_cp(const Tensor& input_ids, const Tensor& labels,
-                         const std::vector<std::int64_t>& cu_seqlens, std::int64_t cp_size,
-                         std::int64_t pad_id, std::int64_t pad_label = -100);
+ThdPadded pad_thd_for_cp(const Tensor& input_ids, const Tensor& labels, const std::vector<std::int64_t>& cu_seqlens,
+                         std::int64_t cp_size, std::int64_t pad_id, std::int64_t pad_label = -100);
 
 // --- Positions and sequence membership (A2, A3) -----------------------------------------------
 
@@ -148,19 +142,18 @@ std::vector<std::int64_t> thd_segment_ids(const std::vector<std::int64_t>& cu_se
 // i, r*C_i + t if t < C_i else (2cp-1-r)*C_i + (t - C_i), plus start_positions[i] when given
 // (empty = all zero). These are also the positions the attention mask compares.
 // REQUIRES: as thd_partition_indices; start_positions empty or one per sequence.
-std::vector<std::int64_t> thd_local_positions(
-    const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size, std::int64_t cp_rank,
-    const std::vector<std::int64_t>& start_positions = {});
+std::vector<std::int64_t> thd_local_positions(const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size,
+                                              std::int64_t cp_rank,
+                                              const std::vector<std::int64_t>& start_positions = {});
 
 // Segment ids of rank cp_rank's local tokens (thd_segment_ids taken at the partition indices).
 std::vector<std::int64_t> thd_local_segments(const std::vector<std::int64_t>& cu_seqlens,
-                                             const std::vector<std::int64_t>& cu_seqlens_padded,
-                                             std::int64_t cp_size, std::int64_t cp_rank);
+                                             const std::vector<std::int64_t>& cu_seqlens_padded, std::int64_t cp_size,
+                                             std::int64_t cp_rank);
 
 // RoPE frequency index of rank cp_rank's local tokens in BSHD (Megatron keeps rotary-table chunks
 // r and 2cp-1-r): the same values as bshd_partition_indices.
-std::vector<std::int64_t> bshd_local_positions(std::int64_t seq_len, std::int64_t cp_size,
-                                               std::int64_t cp_rank);
+std::vector<std::int64_t> bshd_local_positions(std::int64_t seq_len, std::int64_t cp_size, std::int64_t cp_rank);
 
 // --- Gathering ----------------------------------------------------------------------------------
 

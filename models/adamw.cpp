@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/tensor/cost.h"
 #include "models/adamw_kernels.h"
+#include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
@@ -59,19 +59,17 @@ void adamw_(Device& dev, const Tensor& p, const Tensor& m, const Tensor& v, cons
   float* mp = static_cast<float*>(runtime::device_writable(dev, m));
   float* vp = static_cast<float*>(runtime::device_writable(dev, v));
   launch(dev,
-      k::AdamWKernel{pp, mp, vp, G.as<float>(), st.coef, st.decay, st.b1, st.b2, st.bc2_sqrt, st.step_size, st.eps},
-      p.numel());
+         k::AdamWKernel{pp, mp, vp, G.as<float>(), st.coef, st.decay, st.b1, st.b2, st.bc2_sqrt, st.step_size, st.eps},
+         p.numel());
   for (const Tensor* t : {&p, &m, &v}) runtime::mark_device_written(dev, *t);
 }
-
-
 
 Tensor flat_f32(const Tensor& t) { return t.to(DType::f32).contiguous().reshape({t.numel()}); }
 
 }  // namespace
 
-AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options,
-             bool zero, const std::map<std::string, Tensor>& state)
+AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options, bool zero,
+             const std::map<std::string, Tensor>& state)
     : groups_(std::move(groups)), opts_(options), zero_(zero) {
   check_adamw(opts_);
   const i64 d = zero_ ? groups_.shard.size() : 1, r = zero_ ? groups_.shard.rank() : 0;
@@ -190,8 +188,7 @@ double AdamW::step(std::optional<double> max_norm) {
     runtime::Device* dev = data && len > 0 ? runtime::device_for({&s.master, &s.m, &s.v, &grads[i]}) : nullptr;
     if (dev) {
       // The same update as the loop below, in place on the device copies of the slice's state.
-      adamw_(*dev, s.master, s.m, s.v, grads[i],
-             {coef, decay, b1, b2, bc2_sqrt, step_size, opts_.eps});
+      adamw_(*dev, s.master, s.m, s.v, grads[i], {coef, decay, b1, b2, bc2_sqrt, step_size, opts_.eps});
     } else if (data) {
       float* p = s.master.data<float>();
       float* m = s.m.data<float>();
@@ -210,7 +207,8 @@ double AdamW::step(std::optional<double> max_norm) {
     const DType pd = s.param->value.dtype();
     if (!zero_) {
       // a new tensor each step (never the master itself), as the ZeRO path gives
-      if (data) s.param->value = (pd == DType::f32 ? s.master.clone() : s.master.to(pd)).reshape(s.param->value.shape());
+      if (data)
+        s.param->value = (pd == DType::f32 ? s.master.clone() : s.master.to(pd)).reshape(s.param->value.shape());
       continue;
     }
     const i64 d = groups_.shard.size(), per = s.padded / d;

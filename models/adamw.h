@@ -40,7 +40,7 @@
 namespace ranksim::models {
 
 struct AdamWOptions {
-  double lr = 1e-3;            // torch's defaults
+  double lr = 1e-3;  // torch's defaults
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
@@ -60,8 +60,8 @@ class AdamW {
   // params: this rank's (name, Parameter*) list, the same names in the same order on every rank
   // of shard. zero: ZeRO-1. state: full-shape state to resume from (keys "step",
   // "exp_avg.<name>", "exp_avg_sq.<name>"), or empty for a fresh start.
-  AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options,
-        bool zero, const std::map<std::string, runtime::Tensor>& state = {});
+  AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options, bool zero,
+        const std::map<std::string, runtime::Tensor>& state = {});
 
   // Clips (when max_norm is given) and updates every parameter from its gradient; returns the
   // total norm before clipping (NaN for shape-only; computed only when clipping). Collective over

@@ -18,8 +18,7 @@ namespace {
 std::string str(i64 v) { return std::to_string(v); }
 }  // namespace
 
-Batch synthetic_batch(cp::Format format, i64 vocab, const std::vector<i64>& lengths,
-                      std::uint64_t seed) {
+Batch synthetic_batch(cp::Format format, i64 vocab, const std::vector<i64>& lengths, std::uint64_t seed) {
   if (vocab < 3) throw Error("synthetic batch: vocab must be >= 3 (ids 0 and 1 are reserved), got " + str(vocab));
   if (lengths.empty()) throw Error("synthetic batch: no sequence lengths");
   for (i64 len : lengths) {
@@ -36,8 +35,8 @@ Batch synthetic_batch(cp::Format format, i64 vocab, const std::vector<i64>& leng
   for (i64 len : lengths) {
     const std::size_t first = ids.size();
     for (i64 t = 0; t < len; ++t) {
-      ids.push_back(2 + static_cast<i64>(runtime::random_bits(seed, counter++) %
-                                         static_cast<std::uint64_t>(vocab - 2)));
+      ids.push_back(2 +
+                    static_cast<i64>(runtime::random_bits(seed, counter++) % static_cast<std::uint64_t>(vocab - 2)));
     }
     for (i64 t = 0; t < len; ++t) {
       labels.push_back(t + 1 < len ? ids[first + static_cast<std::size_t>(t) + 1] : kIgnoreIndex);
@@ -54,8 +53,7 @@ Batch synthetic_batch(cp::Format format, i64 vocab, const std::vector<i64>& leng
 
 Batch dummy_batch(cp::Format format, i64 vocab, std::uint64_t seed) {
   return synthetic_batch(format, vocab,
-                         format == cp::Format::thd ? std::vector<i64>{7, 11, 5} : std::vector<i64>{32, 32},
-                         seed);
+                         format == cp::Format::thd ? std::vector<i64>{7, 11, 5} : std::vector<i64>{32, 32}, seed);
 }
 
 Batch dp_slice(const Batch& b, i64 dp, i64 d) { return batch_slice(b, dp, d, "dp"); }
@@ -86,7 +84,8 @@ Batch batch_slice(const Batch& b, i64 dp, i64 d, const std::string& what) {
   const i64 end = b.cu_seqlens[static_cast<std::size_t>((d + 1) * per)];
   out.input_ids = b.input_ids.narrow(0, start, end - start).contiguous();
   out.labels = b.labels.narrow(0, start, end - start).contiguous();
-  for (i64 s = d * per; s <= (d + 1) * per; ++s) out.cu_seqlens.push_back(b.cu_seqlens[static_cast<std::size_t>(s)] - start);
+  for (i64 s = d * per; s <= (d + 1) * per; ++s)
+    out.cu_seqlens.push_back(b.cu_seqlens[static_cast<std::size_t>(s)] - start);
   return out;
 }
 

@@ -23,8 +23,8 @@ constexpr std::int64_t kPadId = 1;  // THD padding id (the bionemo framework's)
 // A global batch, the same on every rank.
 struct Batch {
   cp::Format format = cp::Format::bshd;
-  runtime::Tensor input_ids;  // i64: [B, S] (BSHD) or [T] (THD)
-  runtime::Tensor labels;     // i64, input_ids' shape; -100 = ignored
+  runtime::Tensor input_ids;             // i64: [B, S] (BSHD) or [T] (THD)
+  runtime::Tensor labels;                // i64, input_ids' shape; -100 = ignored
   std::vector<std::int64_t> cu_seqlens;  // THD: cumulative real lengths from 0, ending at T
 };
 
@@ -32,8 +32,8 @@ struct Batch {
 // equal), ids uniform in [2, vocab) from seed (0 and 1 are kept for special tokens; 1 pads),
 // labels the next id of the same sequence and -100 for each sequence's last token.
 // Errors: no lengths, a length < 1, BSHD lengths that differ, vocab < 3.
-Batch synthetic_batch(cp::Format format, std::int64_t vocab,
-                      const std::vector<std::int64_t>& lengths, std::uint64_t seed);
+Batch synthetic_batch(cp::Format format, std::int64_t vocab, const std::vector<std::int64_t>& lengths,
+                      std::uint64_t seed);
 // The framework's built-in batches: THD three sequences of lengths 7, 11 and 5 (the bionemo
 // example); BSHD 2 rows of 32 tokens.
 Batch dummy_batch(cp::Format format, std::int64_t vocab, std::uint64_t seed);
@@ -47,12 +47,12 @@ Batch batch_slice(const Batch& batch, std::int64_t parts, std::int64_t index, co
 
 // One CP rank's share of a batch.
 struct LocalBatch {
-  runtime::Tensor ids, labels;       // i64 [N]: the local tokens, N = padded rows / cp
-  cp::TokenInfo tokens;              // global position and segment of each local token
+  runtime::Tensor ids, labels;            // i64 [N]: the local tokens, N = padded rows / cp
+  cp::TokenInfo tokens;                   // global position and segment of each local token
   std::vector<std::int64_t> global_rows;  // the padded global row of each local token
-  cp::SequenceLayout layout;         // for cp/context_parallel.h
-  std::int64_t padded_rows = 0;      // global rows including THD padding
-  std::vector<std::int64_t> real_rows;  // padded global rows of the real tokens, in global order
+  cp::SequenceLayout layout;              // for cp/context_parallel.h
+  std::int64_t padded_rows = 0;           // global rows including THD padding
+  std::vector<std::int64_t> real_rows;    // padded global rows of the real tokens, in global order
   std::int64_t cp = 1, rank = 0;
 };
 // REQUIRES: check_batch passed; 0 <= rank < cp.

@@ -27,8 +27,8 @@ void check_dims(const tp::RankGrid& g, const char* role, const std::string& wher
   }
   for (const tp::GridDim& d : g.dims()) {
     if (d.name != "tp" && d.name != "dp" && d.name != "cp" && d.size != 1) {
-      throw Error(where + ": the " + role + " grid's dimension '" + d.name + "' has size " +
-                  std::to_string(d.size) + "; the bridge handles only tp, cp and dp (others 1)");
+      throw Error(where + ": the " + role + " grid's dimension '" + d.name + "' has size " + std::to_string(d.size) +
+                  "; the bridge handles only tp, cp and dp (others 1)");
     }
   }
 }
@@ -65,8 +65,7 @@ tp::RankGrid& GridSet::add(const std::string& name, tp::RankGrid grid) {
   }
   if (grid.world_size() != world_size_) {
     throw Error("grid set: grid '" + name + "' (" + grid.str() + ") is for a world of " +
-                std::to_string(grid.world_size()) + " ranks, the set's world has " +
-                std::to_string(world_size_));
+                std::to_string(grid.world_size()) + " ranks, the set's world has " + std::to_string(world_size_));
   }
   grids_.emplace_back(name, std::make_unique<tp::RankGrid>(std::move(grid)));
   return *grids_.back().second;
@@ -104,9 +103,12 @@ std::map<std::string, int> GridSet::coords(const std::string& name, int global_r
 
 const char* bridge_mode_name(BridgeMode mode) {
   switch (mode) {
-    case BridgeMode::identity: return "identity";
-    case BridgeMode::fan_in: return "fan_in";
-    case BridgeMode::fan_out: return "fan_out";
+    case BridgeMode::identity:
+      return "identity";
+    case BridgeMode::fan_in:
+      return "fan_in";
+    case BridgeMode::fan_out:
+      return "fan_out";
   }
   return "?";
 }
@@ -121,8 +123,7 @@ ColocatedBridge::ColocatedBridge(tp::RankGrid& src, tp::RankGrid& dst) : src_(&s
   if (src.rank_offset() != dst.rank_offset() || src.size() != dst.size()) {
     throw Error(where + ": the source covers ranks [" + std::to_string(src.rank_offset()) + ", " +
                 std::to_string(src.rank_offset() + src.size()) + ") and the destination [" +
-                std::to_string(dst.rank_offset()) + ", " +
-                std::to_string(dst.rank_offset() + dst.size()) +
+                std::to_string(dst.rank_offset()) + ", " + std::to_string(dst.rank_offset() + dst.size()) +
                 "); colocated grids must cover the same ranks");
   }
   check_dims(src, "source", where);
@@ -133,7 +134,8 @@ ColocatedBridge::ColocatedBridge(tp::RankGrid& src, tp::RankGrid& dst) : src_(&s
                 "the whole sequence");
   }
   if (dst.has_dim("cp") && dim_index(dst, "cp") > dim_index(dst, "dp")) {
-    throw Error(where + ": the destination grid orders dp before cp; cp must vary faster than dp "
+    throw Error(where +
+                ": the destination grid orders dp before cp; cp must vary faster than dp "
                 "(e.g. tp-cp-dp) so that each destination DP replica is one block of consecutive "
                 "ranks holding all its CP ranks, colocated with the source DP replicas that feed "
                 "it");
@@ -145,25 +147,22 @@ ColocatedBridge::ColocatedBridge(tp::RankGrid& src, tp::RankGrid& dst) : src_(&s
   dst_cp_ = cp_size(dst);
   const int hi = std::max(src_dp_, dst_dp_), lo = std::min(src_dp_, dst_dp_);
   if (hi % lo != 0) {
-    throw Error(where + ": source dp=" + std::to_string(src_dp_) + " and destination dp=" +
-                std::to_string(dst_dp_) + " are not multiples of each other");
+    throw Error(where + ": source dp=" + std::to_string(src_dp_) + " and destination dp=" + std::to_string(dst_dp_) +
+                " are not multiples of each other");
   }
   ratio_ = hi / lo;
-  mode_ = src_dp_ == dst_dp_ ? BridgeMode::identity
-          : src_dp_ > dst_dp_ ? BridgeMode::fan_in
-                              : BridgeMode::fan_out;
+  mode_ = src_dp_ == dst_dp_ ? BridgeMode::identity : src_dp_ > dst_dp_ ? BridgeMode::fan_in : BridgeMode::fan_out;
 
   for (int r = src.rank_offset(); r < src.rank_offset() + src.size(); ++r) {
-    const DestCoords c{dst.coord(r, "dp"), dst.coord(r, "tp"),
-                       dst.has_dim("cp") ? dst.coord(r, "cp") : 0};
+    const DestCoords c{dst.coord(r, "dp"), dst.coord(r, "tp"), dst.has_dim("cp") ? dst.coord(r, "cp") : 0};
     dest_coords_[r] = c;
     const int s = src.coord(r, "dp");
     const bool ok = mode_ == BridgeMode::fan_in    ? s / ratio_ == c.dp
                     : mode_ == BridgeMode::fan_out ? c.dp / ratio_ == s
                                                    : c.dp == s;
     if (!ok) {
-      throw Error(where + ": rank " + std::to_string(r) + " is in source DP replica " +
-                  std::to_string(s) + " but destination DP replica " + std::to_string(c.dp) +
+      throw Error(where + ": rank " + std::to_string(r) + " is in source DP replica " + std::to_string(s) +
+                  " but destination DP replica " + std::to_string(c.dp) +
                   ", which that replica does not feed; make dp the outermost dimension of both "
                   "grids (e.g. tp-dp and tp-cp-dp)");
     }
@@ -173,8 +172,7 @@ ColocatedBridge::ColocatedBridge(tp::RankGrid& src, tp::RankGrid& dst) : src_(&s
 DestCoords ColocatedBridge::dest_coords(int global_rank) const {
   auto it = dest_coords_.find(global_rank);
   if (it == dest_coords_.end()) {
-    throw Error("bridge: rank " + std::to_string(global_rank) + " is outside the grids (" +
-                dst_->str() + ")");
+    throw Error("bridge: rank " + std::to_string(global_rank) + " is outside the grids (" + dst_->str() + ")");
   }
   return it->second;
 }
@@ -257,8 +255,7 @@ Tensor ColocatedBridge::gather_by_slice(const Tensor& x, const runtime::ProcessG
   runtime::Shape shape = in.shape();
   const std::int64_t b = shape[0];
   shape[0] = b * group.size();
-  const Tensor out = in.has_data() ? Tensor::zeros(shape, in.dtype())
-                                   : Tensor::shape_only(shape, in.dtype());
+  const Tensor out = in.has_data() ? Tensor::zeros(shape, in.dtype()) : Tensor::shape_only(shape, in.dtype());
   runtime::AllgatherOptions opts;
   opts.group = group;
   runtime::all_gather_into_tensor(out, in, opts);
@@ -282,9 +279,8 @@ Tensor ColocatedBridge::forward(const Tensor& activation) {
     const std::int64_t batch = activation.size(0);
     if (batch % ratio_ != 0) {
       throw Error("bridge forward (fan-out, source dp=" + std::to_string(src_dp_) +
-                  ", destination dp=" + std::to_string(dst_dp_) + "): batch " +
-                  std::to_string(batch) + " of " + activation.str() + " is not divisible by " +
-                  std::to_string(ratio_));
+                  ", destination dp=" + std::to_string(dst_dp_) + "): batch " + std::to_string(batch) + " of " +
+                  activation.str() + " is not divisible by " + std::to_string(ratio_));
     }
     const std::int64_t b = batch / ratio_;
     return activation.narrow(0, slice_index(rank) * b, b).clone();

@@ -1,11 +1,11 @@
 // Compiled by nvcc: the models' kernels on GPU threads (runtime/device/cuda/launch.cuh).
 #include "models/cuda_kernels.h"
 
-#include "runtime/device/cuda/launch.cuh"
 #include "cp/cuda_kernels.h"
 #include "models/adamw_kernels.h"
 #include "models/loss_kernels.h"
 #include "models/rope_kernels.h"
+#include "runtime/device/cuda/launch.cuh"
 #include "tp/cuda_kernels.h"
 
 namespace ranksim::models {

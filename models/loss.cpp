@@ -31,16 +31,15 @@ struct LossRows {
   Tensor row_loss, dx;
 };
 
-LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index,
-                       double inv, DType dx_dtype) {
+LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::int64_t ignore_index, double inv,
+                       DType dx_dtype) {
   In X(dev, x);
   Ids Lb(dev, labels);
   const i64 rows = x.size(0), cols = x.size(1);
   Out Row(dev, {rows}, DType::f64), DX(dev, x.shape(), dx_dtype);
   launch(dev,
-      k::LossSumRowKernel{X.get(), x.dtype(), Lb.get(), Row.as<double>(), DX.ptr, dx_dtype, cols, ignore_index,
-                          inv},
-      rows);
+         k::LossSumRowKernel{X.get(), x.dtype(), Lb.get(), Row.as<double>(), DX.ptr, dx_dtype, cols, ignore_index, inv},
+         rows);
   return {Row.t, DX.t};
 }
 
@@ -52,8 +51,8 @@ LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double t
   const Tensor lf = logits.to(DType::f32);
   LossSum r;
   for (i64 l : labels) r.tokens += l != kIgnoreIndex ? 1 : 0;
-  runtime::charge({"cross_entropy", 4.0 * static_cast<double>(lf.numel()), static_cast<double>(lf.nbytes()),
-                   DType::f32});
+  runtime::charge(
+      {"cross_entropy", 4.0 * static_cast<double>(lf.numel()), static_cast<double>(lf.nbytes()), DType::f32});
   runtime::charge({"cross_entropy_backward", 3.0 * static_cast<double>(lf.numel()),
                    2.0 * static_cast<double>(lf.nbytes()), DType::f32});
   if (!lf.has_data()) {
@@ -117,8 +116,8 @@ GroupLoss group_cross_entropy(const Tensor& logits, const Tensor& labels, const 
   if (group.size() > 1) runtime::all_reduce(sum, o).wait();
   GroupLoss r;
   r.tokens = static_cast<i64>(total);
-  r.loss = logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total
-                                          : std::numeric_limits<double>::quiet_NaN();
+  r.loss =
+      logits.has_data() && total > 0 ? sum.to_vector<double>()[0] / total : std::numeric_limits<double>::quiet_NaN();
   r.dlogits = std::move(ls.dlogits);
   return r;
 }

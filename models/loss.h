@@ -22,8 +22,7 @@ struct LossSum {
   std::int64_t tokens = 0;  // labelled tokens in this batch
   runtime::Tensor dlogits;
 };
-LossSum cross_entropy_sum(const runtime::Tensor& logits, const runtime::Tensor& labels,
-                          double total_tokens);
+LossSum cross_entropy_sum(const runtime::Tensor& logits, const runtime::Tensor& labels, double total_tokens);
 
 // The mean cross-entropy of a batch whose rows are spread over `group` (CP, or DP x CP): the
 // labelled tokens and the loss sums are added over the group (no call when it has one rank), and

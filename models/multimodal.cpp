@@ -7,8 +7,8 @@
 
 #include "cp/partition.h"
 #include "models/bridge.h"
-#include "runtime/tensor/cost.h"
 #include "runtime/distributed/distributed.h"
+#include "runtime/tensor/cost.h"
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/layers.h"
@@ -146,21 +146,21 @@ Weights seeded_multimodal_weights(const TransformerConfig& config, const Encoder
   w.erase("embedding.weight");
   std::uint64_t index = 1000;  // streams after the transformer's
   for (const auto& [name, shape] : encoder_shapes(config, encoder)) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(name.rfind("encoder.fc1", 0) == 0 ? encoder.features
-                                                                                               : encoder.ffn));
+    const double bound =
+        1.0 / std::sqrt(static_cast<double>(name.rfind("encoder.fc1", 0) == 0 ? encoder.features : encoder.ffn));
     w[name] = Tensor::uniform(shape, runtime::random_bits(seed, ++index), -bound, bound);
   }
   return w;
 }
 
-MultimodalBatch synthetic_multimodal_batch(const TransformerConfig& config, const EncoderConfig& encoder,
-                                           i64 rows, i64 seq_len, std::uint64_t seed) {
+MultimodalBatch synthetic_multimodal_batch(const TransformerConfig& config, const EncoderConfig& encoder, i64 rows,
+                                           i64 seq_len, std::uint64_t seed) {
   if (rows < 1 || seq_len < 1) {
     throw Error("multimodal batch: rows " + str(rows) + " and seq_len " + str(seq_len) + " must be >= 1");
   }
   MultimodalBatch b;
-  b.tokens = synthetic_batch(cp::Format::bshd, config.vocab, std::vector<i64>(static_cast<std::size_t>(rows), seq_len),
-                             seed);
+  b.tokens =
+      synthetic_batch(cp::Format::bshd, config.vocab, std::vector<i64>(static_cast<std::size_t>(rows), seq_len), seed);
   const Tensor codebook = Tensor::randn({config.vocab, encoder.features}, runtime::random_bits(seed, 1));
   const Tensor noise = Tensor::randn({rows, seq_len, encoder.features}, runtime::random_bits(seed, 2), 0.0, 0.1);
   const std::vector<i64> ids = b.tokens.input_ids.to_vector<i64>();
@@ -177,15 +177,15 @@ MultimodalBatch synthetic_multimodal_batch(const TransformerConfig& config, cons
 void check_multimodal(const MultimodalSpec& spec, int world) {
   const int src_world = spec.src_tp * spec.src_dp, dst_world = spec.tp * spec.cp * spec.dp;
   if (spec.src_tp < 1 || spec.src_dp < 1 || spec.tp < 1 || spec.cp < 1 || spec.dp < 1) {
-    throw Error("multimodal: every parallel size must be >= 1 (encoder tp=" + str(spec.src_tp) + " dp=" +
-                str(spec.src_dp) + ", language model tp=" + str(spec.tp) + " cp=" + str(spec.cp) + " dp=" +
-                str(spec.dp) + ")");
+    throw Error("multimodal: every parallel size must be >= 1 (encoder tp=" + str(spec.src_tp) +
+                " dp=" + str(spec.src_dp) + ", language model tp=" + str(spec.tp) + " cp=" + str(spec.cp) +
+                " dp=" + str(spec.dp) + ")");
   }
   if (src_world != dst_world || src_world != world) {
     throw Error("multimodal: the encoder's grid tp=" + str(spec.src_tp) + " x dp=" + str(spec.src_dp) + " = " +
                 str(src_world) + " ranks and the language model's tp=" + str(spec.tp) + " x cp=" + str(spec.cp) +
-                " x dp=" + str(spec.dp) + " = " + str(dst_world) + " ranks must both cover the run's " +
-                str(world) + " ranks");
+                " x dp=" + str(spec.dp) + " = " + str(dst_world) + " ranks must both cover the run's " + str(world) +
+                " ranks");
   }
   if (spec.attention.format != cp::Format::bshd) {
     throw Error("multimodal: the bridge is batch-major ([batch, seq, hidden]); use format bshd");
@@ -195,8 +195,8 @@ void check_multimodal(const MultimodalSpec& spec, int world) {
   check_adamw(spec.optimizer);
   if (spec.steps < 1) throw Error("multimodal: steps " + str(spec.steps) + " must be >= 1");
   if (spec.encoder.ffn % spec.src_tp != 0) {
-    throw Error("multimodal: encoder ffn " + str(spec.encoder.ffn) + " is not divisible by the encoder's tp=" +
-                str(spec.src_tp));
+    throw Error("multimodal: encoder ffn " + str(spec.encoder.ffn) +
+                " is not divisible by the encoder's tp=" + str(spec.src_tp));
   }
   const Batch& t = spec.batch.tokens;
   if (t.format != cp::Format::bshd || t.input_ids.dim() != 2) {

@@ -57,8 +57,7 @@ std::vector<std::pair<std::string, runtime::Shape>> multimodal_parameter_shapes(
                                                                                 const EncoderConfig& encoder);
 // Seeded init: the encoder's Linear layers uniform(-1/sqrt(in), 1/sqrt(in)) (torch's default),
 // the language model's as seeded_weights(config, seed). Depends only on the arguments.
-Weights seeded_multimodal_weights(const TransformerConfig& config, const EncoderConfig& encoder,
-                                  std::uint64_t seed);
+Weights seeded_multimodal_weights(const TransformerConfig& config, const EncoderConfig& encoder, std::uint64_t seed);
 
 struct MultimodalBatch {
   Batch tokens;              // BSHD: input_ids (unused by the model) and labels, i64 [B, S]
@@ -73,13 +72,13 @@ MultimodalBatch synthetic_multimodal_batch(const TransformerConfig& config, cons
 struct MultimodalSpec {
   TransformerConfig config;  // the language model
   EncoderConfig encoder;
-  AttentionSetup attention;  // format must be bshd (the bridge is batch-major)
-  int src_tp = 1, src_dp = 1;      // the encoder's grid: dims tp, dp (tp fastest)
-  int tp = 1, cp = 1, dp = 1;      // the language model's grid
+  AttentionSetup attention;    // format must be bshd (the bridge is batch-major)
+  int src_tp = 1, src_dp = 1;  // the encoder's grid: dims tp, dp (tp fastest)
+  int tp = 1, cp = 1, dp = 1;  // the language model's grid
   // The language model grid's dimension order, fastest first: a permutation of tp, cp, dp.
   // Default: {"tp", "cp", "dp"} (Megatron's). One with dp before cp is rejected by the bridge.
   std::vector<std::string> order = {"tp", "cp", "dp"};
-  Weights weights;   // every parameter of multimodal_parameter_shapes, full f32
+  Weights weights;  // every parameter of multimodal_parameter_shapes, full f32
   MultimodalBatch batch;
   int steps = 1;
   AdamWOptions optimizer;

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tensor/cost.h"
 #include "models/rope_kernels.h"
+#include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
@@ -30,11 +30,10 @@ Tensor rope_on_device(Device& dev, const Tensor& x, const Tensor& c, const Tenso
   const i64 half = c.size(1);
   if (half > 0) {
     launch(dev, k::RopeKernel{X.as<float>(), C.as<float>(), S.as<float>(), Y.as<float>(), x.size(1), half},
-        x.numel() / 2);
+           x.numel() / 2);
   }
   return Y.t;
 }
-
 
 // The cosines and signed sines of a token's d / 2 angles: direction +1 rotates forward by theta,
 // -1 is the inverse (the backward).
@@ -49,8 +48,8 @@ void angles(std::int64_t position, double base, std::int64_t d, int direction, T
 }
 
 template <class T>
-void rotate(const Tensor& in, const Tensor& out, const std::vector<std::int64_t>& positions,
-            double base, int direction) {
+void rotate(const Tensor& in, const Tensor& out, const std::vector<std::int64_t>& positions, double base,
+            int direction) {
   const std::int64_t n = in.size(0), h = in.size(1), d = in.size(2), half = d / 2;
   const T* x = in.data<T>();
   T* y = out.data<T>();
@@ -70,8 +69,7 @@ void rotate(const Tensor& in, const Tensor& out, const std::vector<std::int64_t>
   }
 }
 
-Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& positions,
-             double base, int direction) {
+Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& positions, double base, int direction) {
   if (!x.defined() || x.dim() != 3) {
     throw Error(std::string(op) + ": x must be [tokens, heads, head_dim], got " +
                 (x.defined() ? x.str() : std::string("an undefined tensor")));
@@ -84,8 +82,8 @@ Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& p
                 " must be even (rotate-half RoPE pairs element i with i + head_dim/2)");
   }
   if (static_cast<std::int64_t>(positions.size()) != x.size(0)) {
-    throw Error(std::string(op) + ": " + std::to_string(positions.size()) +
-                " positions for x " + x.str() + " (one per token expected)");
+    throw Error(std::string(op) + ": " + std::to_string(positions.size()) + " positions for x " + x.str() +
+                " (one per token expected)");
   }
   if (!(base > 1.0)) throw Error(std::string(op) + ": base must be > 1, got " + std::to_string(base));
   for (std::int64_t p : positions) {
@@ -109,8 +107,7 @@ Tensor apply(const char* op, const Tensor& x, const std::vector<std::int64_t>& p
       angles<float>(positions[static_cast<std::size_t>(t)], base, d, direction, c.data() + t * half,
                     s.data() + t * half);
     }
-    return rope_on_device(*dev, in, Tensor::from_vector(c, {n, half}), Tensor::from_vector(s, {n, half}))
-        .to(x.dtype());
+    return rope_on_device(*dev, in, Tensor::from_vector(c, {n, half}), Tensor::from_vector(s, {n, half})).to(x.dtype());
   }
   Tensor out = Tensor::zeros(x.shape(), DType::f32);
   rotate<float>(in, out, positions, base, direction);

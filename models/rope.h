@@ -23,8 +23,7 @@ namespace ranksim::models {
 
 // x: [tokens, heads, d], floating, d even; positions: one per token, >= 0.
 // Errors (ranksim::Error naming the sizes) otherwise.
-runtime::Tensor rope(const runtime::Tensor& x, const std::vector<std::int64_t>& positions,
-                     double base = 10000.0);
+runtime::Tensor rope(const runtime::Tensor& x, const std::vector<std::int64_t>& positions, double base = 10000.0);
 // The gradient of x given dy (x's shape).
 runtime::Tensor rope_backward(const runtime::Tensor& dy, const std::vector<std::int64_t>& positions,
                               double base = 10000.0);

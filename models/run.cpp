@@ -35,7 +35,8 @@ Tensor gather_over_dp(const Tensor& mine, const TransformerRunSpec& spec, const 
   std::vector<Tensor> parts;
   for (int d = 0; d < spec.dp; ++d) parts.push_back(all.narrow(0, d * most, rows[static_cast<std::size_t>(d)]));
   Tensor out = runtime::cat(parts, 0);
-  if (spec.batch.format == cp::Format::bshd) out = out.reshape({spec.batch.input_ids.size(0), spec.batch.input_ids.size(1), vocab});
+  if (spec.batch.format == cp::Format::bshd)
+    out = out.reshape({spec.batch.input_ids.size(0), spec.batch.input_ids.size(1), vocab});
   return out;
 }
 
@@ -45,9 +46,9 @@ TransformerDump transformer_step(const TransformerRunSpec& spec) {
   const int world = runtime::get_world_size();
   const int layout = spec.tp * spec.cp * spec.dp;
   if (spec.tp < 1 || spec.cp < 1 || spec.dp < 1 || layout != world) {
-    throw Error("reference transformer: tp=" + std::to_string(spec.tp) + " x cp=" +
-                std::to_string(spec.cp) + " x dp=" + std::to_string(spec.dp) + " = " +
-                std::to_string(layout) + " ranks, but the run has " + std::to_string(world));
+    throw Error("reference transformer: tp=" + std::to_string(spec.tp) + " x cp=" + std::to_string(spec.cp) +
+                " x dp=" + std::to_string(spec.dp) + " = " + std::to_string(layout) + " ranks, but the run has " +
+                std::to_string(world));
   }
   const tp::ParallelState ps = tp::initialize_model_parallel(spec.tp, 1, spec.cp);
   TransformerGroups groups;

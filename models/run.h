@@ -20,15 +20,15 @@ struct TransformerRunSpec {
   // The world is tp * cp * dp ranks in Megatron's order tp-cp-dp (tp fastest). DP ranks take
   // equal shares of the batch (dp_slice); the loss and gradients are over DP x CP.
   int tp = 1, cp = 1, dp = 1;
-  Weights weights;     // full fp32 weights (seeded_weights, or a checkpoint)
-  Batch batch;         // the global batch (checked with check_batch before the run)
+  Weights weights;  // full fp32 weights (seeded_weights, or a checkpoint)
+  Batch batch;      // the global batch (checked with check_batch before the run)
 };
 
 // What a step produced, gathered to full shape. Every tensor is f32.
 struct TransformerDump {
-  runtime::Tensor logits;  // real tokens, global order: [T, vocab] (THD) or [B, S, vocab] (BSHD)
-  double loss = 0;         // mean cross-entropy over the labelled tokens
-  std::int64_t tokens = 0; // labelled tokens
+  runtime::Tensor logits;   // real tokens, global order: [T, vocab] (THD) or [B, S, vocab] (BSHD)
+  double loss = 0;          // mean cross-entropy over the labelled tokens
+  std::int64_t tokens = 0;  // labelled tokens
   std::vector<std::pair<std::string, runtime::Tensor>> grads;  // contract order, full shapes
 };
 
@@ -42,8 +42,7 @@ TransformerDump transformer_step(const TransformerRunSpec& spec);
 
 // Runs transformer_step on tp * cp * dp fibers and returns rank 0's dump. report, when
 // given, receives the run's timing report.
-TransformerDump run_transformer(const TransformerRunSpec& spec,
-                                const runtime::SpawnOptions& options = {},
+TransformerDump run_transformer(const TransformerRunSpec& spec, const runtime::SpawnOptions& options = {},
                                 runtime::RunReport* report = nullptr);
 
 // The dump as safetensors: "logits", "loss" (a 0-d f32), "grad/<name>" for every parameter;

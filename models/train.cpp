@@ -12,10 +12,10 @@
 #include "runtime/distributed/distributed.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/safetensors.h"
+#include "sim/engine.h"
 #include "sim/error.h"
 #include "tp/parallel_state.h"
 #include "tp/sharding.h"
-#include "sim/engine.h"
 
 namespace ranksim::models {
 
@@ -226,8 +226,8 @@ TrainResult train(const TrainSpec& spec) {
   const int world = runtime::get_world_size();
   const int layout = spec.tp * spec.cp * spec.dp * spec.pp;
   if (layout != world) {
-    throw Error("training: tp=" + str(spec.tp) + " x cp=" + str(spec.cp) + " x dp=" + str(spec.dp) + " x pp=" +
-                str(spec.pp) + " = " + str(layout) + " ranks, but the run has " + str(world));
+    throw Error("training: tp=" + str(spec.tp) + " x cp=" + str(spec.cp) + " x dp=" + str(spec.dp) +
+                " x pp=" + str(spec.pp) + " = " + str(layout) + " ranks, but the run has " + str(world));
   }
   check_spec(spec);
   tp::ParallelState ps = tp::initialize_model_parallel(spec.tp, spec.pp, spec.cp);
@@ -268,12 +268,15 @@ TrainResult train(const TrainSpec& spec) {
   if (!spec.shard_dir.empty() && r.ps.dp().rank == 0 && r.ps.cp().rank == 0) {
     // this (tp, pp) rank's shard: parameters and optimizer state at the TP-shard shape
     std::vector<std::pair<std::string, Tensor>> tensors;
-    std::map<std::string, std::string> meta{{"tp", str(spec.tp)}, {"pp", str(spec.pp)},
-                                            {"tp_rank", str(tpg.rank())}, {"pp_rank", str(r.ps.pp().rank)},
+    std::map<std::string, std::string> meta{{"tp", str(spec.tp)},
+                                            {"pp", str(spec.pp)},
+                                            {"tp_rank", str(tpg.rank())},
+                                            {"pp_rank", str(r.ps.pp().rank)},
                                             {"step", str(opt.steps())}};
     for (const auto& [name, p] : params) {
       tensors.emplace_back(name, p->value.to(DType::f32));
-      for (const char* k : {"exp_avg.", "exp_avg_sq."}) tensors.emplace_back(std::string("optimizer.") + k + name, shard.at(k + name));
+      for (const char* k : {"exp_avg.", "exp_avg_sq."})
+        tensors.emplace_back(std::string("optimizer.") + k + name, shard.at(k + name));
       meta["partition." + name] = str(p->partition_dim) + "," + str(p->partition_stride);
     }
     runtime::save_safetensors(shard_file(spec.shard_dir, tpg.rank(), r.ps.pp().rank), tensors, meta);
@@ -356,8 +359,9 @@ std::pair<Weights, CheckpointState> consolidate_shards(const std::string& dir, c
       runtime::SafetensorsFile f = runtime::load_safetensors(shard_file(dir, t, p));
       if (meta(f, "tp") != str(tp) || meta(f, "pp") != str(pp) || meta(f, "tp_rank") != str(t) ||
           meta(f, "pp_rank") != str(p) || meta(f, "step") != step) {
-        throw Error(f.path + ": its layout (tp " + meta(f, "tp") + ", pp " + meta(f, "pp") + ", step " + meta(f, "step") +
-                    ") disagrees with " + first.path + " (tp " + str(tp) + ", pp " + str(pp) + ", step " + step + ")");
+        throw Error(f.path + ": its layout (tp " + meta(f, "tp") + ", pp " + meta(f, "pp") + ", step " +
+                    meta(f, "step") + ") disagrees with " + first.path + " (tp " + str(tp) + ", pp " + str(pp) +
+                    ", step " + step + ")");
       }
       files[static_cast<std::size_t>(p)].push_back(std::move(f));
     }
@@ -385,7 +389,8 @@ std::pair<Weights, CheckpointState> consolidate_shards(const std::string& dir, c
       if (key.rfind("optimizer.", 0) == 0) continue;
       joined.tensors.emplace_back(key, join(stage, key, key));
       for (const char* k : {"exp_avg.", "exp_avg_sq."}) {
-        joined.tensors.emplace_back(std::string("optimizer.") + k + key, join(stage, std::string("optimizer.") + k + key, key));
+        joined.tensors.emplace_back(std::string("optimizer.") + k + key,
+                                    join(stage, std::string("optimizer.") + k + key, key));
       }
     }
   }

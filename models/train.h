@@ -29,7 +29,7 @@ struct TrainSpec {
   AttentionSetup attention;
   // World = tp * cp * dp * pp ranks, Megatron's order tp-cp-dp-pp (tp fastest).
   int tp = 1, cp = 1, dp = 1, pp = 1;
-  Weights weights;        // full fp32 weights (seeded_weights or a checkpoint)
+  Weights weights;  // full fp32 weights (seeded_weights or a checkpoint)
   // Optimizer state to resume from (a checkpoint's), keyed like checkpoint_tensors writes it;
   // empty = fresh state.
   CheckpointState optimizer_state;
@@ -38,14 +38,14 @@ struct TrainSpec {
   int micro_batches = 1;  // per DP rank; each takes an equal share of its rows / whole sequences
   AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;  // max_norm, PyTorch's rule
-  int zero = 0;           // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP
+  int zero = 0;                          // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP
   // When set, after the last step the ranks with dp = cp = 0 write their shards here, one file
   // per (tp, pp) rank: shard-tp<t>-pp<p>.safetensors (see consolidate_shards).
   std::string shard_dir;
 };
 
 struct TrainResult {
-  std::vector<double> losses;  // each step's loss, before its update (NaN in shape-only runs)
+  std::vector<double> losses;      // each step's loss, before its update (NaN in shape-only runs)
   std::vector<double> grad_norms;  // each step's total gradient norm (before clipping; 0 if not computed)
   std::vector<std::pair<std::string, runtime::Tensor>> params;  // final weights, full f32, contract order
   // The last step's gradients, summed over the replicas, full f32, in params' order (filled by

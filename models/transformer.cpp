@@ -25,7 +25,6 @@ namespace {
 
 std::string str(i64 v) { return std::to_string(v); }
 
-
 // The contract order: (name, shape, fan_in for the uniform init; 0 = LayerNorm, -1 = embedding).
 struct ParamSpec {
   std::string name;
@@ -37,12 +36,9 @@ struct ParamSpec {
 std::vector<ParamSpec> block_specs(const TransformerConfig& c) {
   const i64 h = c.hidden, f = c.ffn;
   return {
-      {"ln1.weight", {h}, 0},       {"ln1.bias", {h}, 0},
-      {"qkv.weight", {3 * h, h}, h}, {"qkv.bias", {3 * h}, h},
-      {"proj.weight", {h, h}, h},    {"proj.bias", {h}, h},
-      {"ln2.weight", {h}, 0},       {"ln2.bias", {h}, 0},
-      {"fc1.weight", {f, h}, h},     {"fc1.bias", {f}, h},
-      {"fc2.weight", {h, f}, f},     {"fc2.bias", {h}, f},
+      {"ln1.weight", {h}, 0},     {"ln1.bias", {h}, 0},  {"qkv.weight", {3 * h, h}, h}, {"qkv.bias", {3 * h}, h},
+      {"proj.weight", {h, h}, h}, {"proj.bias", {h}, h}, {"ln2.weight", {h}, 0},        {"ln2.bias", {h}, 0},
+      {"fc1.weight", {f, h}, h},  {"fc1.bias", {f}, h},  {"fc2.weight", {h, f}, f},     {"fc2.bias", {h}, f},
   };
 }
 
@@ -87,8 +83,8 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
   check_attention(a);
   const int tp = g.tp.size();
   if (c.heads % tp != 0) {
-    throw Error("Transformer: " + str(c.heads) + " attention heads are not divisible by tp=" +
-                str(tp) + " (each TP rank holds whole heads)");
+    throw Error("Transformer: " + str(c.heads) + " attention heads are not divisible by tp=" + str(tp) +
+                " (each TP rank holds whole heads)");
   }
   if (c.ffn % tp != 0) {
     throw Error("Transformer: ffn " + str(c.ffn) + " is not divisible by tp=" + str(tp));
@@ -149,7 +145,6 @@ cp::AttentionOptions attention_options(const AttentionSetup& a) {
   return o;
 }
 
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -169,15 +164,14 @@ void check_config(const TransformerConfig& c) {
   positive("ffn", c.ffn);
   positive("layers", c.layers);
   if (c.heads * c.head_dim != c.hidden) {
-    throw Error("Transformer: hidden " + str(c.hidden) + " must equal heads * head_dim = " +
-                str(c.heads) + " * " + str(c.head_dim) + " = " + str(c.heads * c.head_dim));
+    throw Error("Transformer: hidden " + str(c.hidden) + " must equal heads * head_dim = " + str(c.heads) + " * " +
+                str(c.head_dim) + " = " + str(c.heads * c.head_dim));
   }
   if (c.head_dim % 2 != 0) {
     throw Error("Transformer: head_dim " + str(c.head_dim) + " must be even (rotate-half RoPE)");
   }
   if (!runtime::is_floating(c.dtype) || c.dtype == DType::f64) {
-    throw Error(std::string("Transformer: dtype must be f32, bf16 or f16, got ") +
-                runtime::dtype_name(c.dtype));
+    throw Error(std::string("Transformer: dtype must be f32, bf16 or f16, got ") + runtime::dtype_name(c.dtype));
   }
   if (!(c.layer_norm_eps > 0)) throw Error("Transformer: layer_norm_eps must be > 0");
   if (!(c.rope_base > 1)) throw Error("Transformer: rope_base must be > 1");
@@ -231,8 +225,7 @@ Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerC
   Weights w;
   for (const ParamSpec& s : specs) {
     if (!file.contains(s.name)) {
-      throw Error(file.path + ": missing tensor '" + s.name + "' (expected shape " +
-                  runtime::shape_str(s.shape) + ")");
+      throw Error(file.path + ": missing tensor '" + s.name + "' (expected shape " + runtime::shape_str(s.shape) + ")");
     }
     const Tensor& t = file.at(s.name);
     if (!runtime::is_floating(t.dtype())) {
@@ -240,8 +233,8 @@ Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerC
     }
     if (t.shape() != s.shape) {
       throw Error(file.path + ": tensor '" + s.name + "' is " + t.str() + ", expected shape " +
-                  runtime::shape_str(s.shape) + " for vocab " + str(c.vocab) + ", hidden " +
-                  str(c.hidden) + ", ffn " + str(c.ffn));
+                  runtime::shape_str(s.shape) + " for vocab " + str(c.vocab) + ", hidden " + str(c.hidden) + ", ffn " +
+                  str(c.ffn));
     }
     w[s.name] = t.to(DType::f32);
   }
@@ -250,9 +243,12 @@ Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerC
 
 const char* mask_name(Mask m) {
   switch (m) {
-    case Mask::causal: return "causal";
-    case Mask::padding: return "padding";
-    case Mask::no_mask: return "no_mask";
+    case Mask::causal:
+      return "causal";
+    case Mask::padding:
+      return "padding";
+    case Mask::no_mask:
+      return "no_mask";
   }
   return "?";
 }
@@ -266,12 +262,14 @@ Mask parse_mask(const std::string& name) {
 
 void check_attention(const AttentionSetup& a) {
   if (a.format == cp::Format::bshd && a.mask == Mask::padding) {
-    throw Error("mask 'padding' needs format thd: BSHD rows carry no padding here (use causal or "
-                "no_mask; TransformerEngine does not support BSHD + padding with CP either)");
+    throw Error(
+        "mask 'padding' needs format thd: BSHD rows carry no padding here (use causal or "
+        "no_mask; TransformerEngine does not support BSHD + padding with CP either)");
   }
   if (a.format == cp::Format::thd && a.mask == Mask::no_mask) {
-    throw Error("format thd takes mask 'padding' (attention inside each sequence) or 'causal', "
-                "not 'no_mask', which would let packed sequences see each other");
+    throw Error(
+        "format thd takes mask 'padding' (attention inside each sequence) or 'causal', "
+        "not 'no_mask', which would let packed sequences see each other");
   }
   if (a.window_left < -1 || a.window_right < -1) {
     throw Error("window [" + str(a.window_left) + ", " + str(a.window_right) +
@@ -289,21 +287,20 @@ void check_attention(const AttentionSetup& a) {
 void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::string& source) {
   const std::string who = source + ": ";
   const bool thd = b.format == cp::Format::thd;
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"input_ids", &b.input_ids},
-                                {"labels", &b.labels}}) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"input_ids", &b.input_ids}, {"labels", &b.labels}}) {
     if (!t->defined()) throw Error(who + "no '" + name + "' tensor");
     if (t->dtype() != DType::i64 && t->dtype() != DType::i32) {
       throw Error(who + "'" + name + "' is " + t->str() + "; it must be int64 (or int32)");
     }
     if (t->dim() != (thd ? 1 : 2)) {
-      throw Error(who + "'" + name + "' is " + t->str() + "; format " + (thd ? "thd" : "bshd") +
-                  " needs " + (thd ? "[T]" : "[B, S]"));
+      throw Error(who + "'" + name + "' is " + t->str() + "; format " + (thd ? "thd" : "bshd") + " needs " +
+                  (thd ? "[T]" : "[B, S]"));
     }
     if (!t->has_data()) throw Error(who + "'" + name + "' has no data");
   }
   if (b.input_ids.shape() != b.labels.shape()) {
-    throw Error(who + "input_ids " + b.input_ids.str() + " and labels " + b.labels.str() +
-                " must have the same shape");
+    throw Error(who + "input_ids " + b.input_ids.str() + " and labels " + b.labels.str() + " must have the same shape");
   }
   if (b.input_ids.numel() == 0) throw Error(who + "the batch has no tokens");
   for (i64 id : b.input_ids.to(DType::i64).to_vector<i64>()) {
@@ -333,8 +330,8 @@ void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::
   } else {
     if (!b.cu_seqlens.empty()) throw Error(who + "cu_seqlens is for format thd; a bshd batch has none");
     if (cp > 1 && b.input_ids.size(1) % (2 * cp) != 0) {
-      throw Error(who + "sequence length " + str(b.input_ids.size(1)) + " is not a multiple of 2*cp = " +
-                  str(2 * cp) + " (DualChunkSwap splits each row into 2*cp chunks)");
+      throw Error(who + "sequence length " + str(b.input_ids.size(1)) + " is not a multiple of 2*cp = " + str(2 * cp) +
+                  " (DualChunkSwap splits each row into 2*cp chunks)");
     }
   }
 }
@@ -350,9 +347,8 @@ cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const Attent
     return cp::hierarchical_cp_groups(cp);
   }
   if (a.a2a_size * a.p2p_size != cp.size()) {
-    throw Error("a2a+p2p: hierarchical sizes [" + std::to_string(a.a2a_size) + ", " +
-                std::to_string(a.p2p_size) + "] multiply to " +
-                std::to_string(a.a2a_size * a.p2p_size) + ", not cp=" + std::to_string(cp.size()));
+    throw Error("a2a+p2p: hierarchical sizes [" + std::to_string(a.a2a_size) + ", " + std::to_string(a.p2p_size) +
+                "] multiply to " + std::to_string(a.a2a_size * a.p2p_size) + ", not cp=" + std::to_string(cp.size()));
   }
   return cp::hierarchical_cp_groups(cp, a.a2a_size, a.p2p_size);
 }
@@ -376,18 +372,24 @@ struct Transformer::Block {
             weight(w, block_parameter_name(c, i, "qkv.bias"))),
         proj(weight(w, block_parameter_name(c, i, "proj.weight")), tp, proj_options(c.dtype),
              weight(w, block_parameter_name(c, i, "proj.bias"))),
-        mlp(weight(w, block_parameter_name(c, i, "fc1.weight")), weight(w, block_parameter_name(c, i, "fc2.weight")), tp,
-            mlp_options(c.dtype), weight(w, block_parameter_name(c, i, "fc1.bias")),
+        mlp(weight(w, block_parameter_name(c, i, "fc1.weight")), weight(w, block_parameter_name(c, i, "fc2.weight")),
+            tp, mlp_options(c.dtype), weight(w, block_parameter_name(c, i, "fc1.bias")),
             weight(w, block_parameter_name(c, i, "fc2.bias"))) {}
 
   std::vector<std::pair<std::string, tp::Parameter*>> params(const TransformerConfig& c) {
     auto n = [&](const char* s) { return block_parameter_name(c, index, s); };
-    return {{n("ln1.weight"), &ln1_w},          {n("ln1.bias"), &ln1_b},
-            {n("qkv.weight"), &qkv.weight()},   {n("qkv.bias"), &qkv.bias()},
-            {n("proj.weight"), &proj.weight()}, {n("proj.bias"), &proj.bias()},
-            {n("ln2.weight"), &ln2_w},          {n("ln2.bias"), &ln2_b},
-            {n("fc1.weight"), &mlp.fc1().weight()}, {n("fc1.bias"), &mlp.fc1().bias()},
-            {n("fc2.weight"), &mlp.fc2().weight()}, {n("fc2.bias"), &mlp.fc2().bias()}};
+    return {{n("ln1.weight"), &ln1_w},
+            {n("ln1.bias"), &ln1_b},
+            {n("qkv.weight"), &qkv.weight()},
+            {n("qkv.bias"), &qkv.bias()},
+            {n("proj.weight"), &proj.weight()},
+            {n("proj.bias"), &proj.bias()},
+            {n("ln2.weight"), &ln2_w},
+            {n("ln2.bias"), &ln2_b},
+            {n("fc1.weight"), &mlp.fc1().weight()},
+            {n("fc1.bias"), &mlp.fc1().bias()},
+            {n("fc2.weight"), &mlp.fc2().weight()},
+            {n("fc2.bias"), &mlp.fc2().bias()}};
   }
 
   Tensor forward(const Tensor& x, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
@@ -445,9 +447,9 @@ struct Transformer::Block {
     const Shape head_shape{n, heads, c.head_dim};
     Tensor dq, dk, dv;
     if (cp == 1) {
-      const cp::AttentionGrads gr = cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v,
-                                                           ctx.attention.out, ctx.attention.lse, b.tokens, b.tokens,
-                                                           attention_options(a));
+      const cp::AttentionGrads gr =
+          cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out, ctx.attention.lse,
+                                 b.tokens, b.tokens, attention_options(a));
       dq = gr.dq;
       dk = gr.dk;
       dv = gr.dv;
@@ -478,7 +480,8 @@ Transformer::Transformer(const TransformerConfig& config, const Weights& w, Tran
   const i64 per = config_.layers / stage_.size;
   first_layer_ = stage_.rank * per;
   if (has_embedding()) embedding_ = replicated(w, "embedding.weight", config_.dtype);
-  for (i64 l = first_layer_; l < first_layer_ + per; ++l) blocks_.push_back(std::make_unique<Block>(config_, w, groups_.tp, l));
+  for (i64 l = first_layer_; l < first_layer_ + per; ++l)
+    blocks_.push_back(std::make_unique<Block>(config_, w, groups_.tp, l));
   if (stage_.last()) {
     lnf_w_ = replicated(w, "final_ln.weight", config_.dtype);
     lnf_b_ = replicated(w, "final_ln.bias", config_.dtype);
@@ -543,8 +546,8 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
                 runtime::dtype_name(config_.dtype) + "; convert it with to()");
   }
   if (x.dim() != 2 || x.size(0) != rows || x.size(1) != config_.hidden) {
-    throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(rows) + ", " +
-                str(config_.hidden) + "] (the batch's local tokens x hidden)");
+    throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(rows) + ", " + str(config_.hidden) +
+                "] (the batch's local tokens x hidden)");
   }
   ctx.blocks.assign(blocks_.size(), BlockContext{});
   for (std::size_t i = 0; i < blocks_.size(); ++i) {

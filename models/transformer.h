@@ -29,14 +29,14 @@
 // layout gives the gradient of the same batch.
 //
 // Batches (models/batch.h): BSHD rows or THD packed sequences, labels already shifted; the loss
-// (models/loss.h). Masks: BSHD causal or no_mask; THD padding (attention inside each sequence) or causal (causal inside each sequence);
-// optional sliding window [left, right] (-1 unbounded; a causal mask takes right = 0 or -1).
+// (models/loss.h). Masks: BSHD causal or no_mask; THD padding (attention inside each sequence) or causal (causal inside
+// each sequence); optional sliding window [left, right] (-1 unbounded; a causal mask takes right = 0 or -1).
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,8 +45,8 @@
 #include "cp/context_parallel.h"
 #include "models/batch.h"
 #include "models/loss.h"
-#include "runtime/distributed/distributed.h"
 #include "runtime/device/dtype.h"
+#include "runtime/distributed/distributed.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/safetensors.h"
 #include "runtime/tensor/tensor.h"
@@ -56,11 +56,11 @@
 namespace ranksim::models {
 
 struct TransformerConfig {
-  std::int64_t vocab = 33;      // Default: 33 (the bionemo model's)
-  std::int64_t hidden = 320;    // Default: 320. REQUIRES: heads * head_dim
-  std::int64_t heads = 20;      // Default: 20
-  std::int64_t head_dim = 16;   // Default: 16. REQUIRES: even (RoPE)
-  std::int64_t ffn = 1280;      // Default: 1280
+  std::int64_t vocab = 33;     // Default: 33 (the bionemo model's)
+  std::int64_t hidden = 320;   // Default: 320. REQUIRES: heads * head_dim
+  std::int64_t heads = 20;     // Default: 20
+  std::int64_t head_dim = 16;  // Default: 16. REQUIRES: even (RoPE)
+  std::int64_t ffn = 1280;     // Default: 1280
   // Transformer blocks. With one, block parameters are named `layer.<name>`; with more,
   // `layers.<i>.<name>` (i from 0). Default: 1.
   std::int64_t layers = 1;
@@ -95,12 +95,12 @@ const char* mask_name(Mask mask);
 Mask parse_mask(const std::string& name);  // Error listing the names otherwise
 
 struct AttentionSetup {
-  cp::Format format = cp::Format::bshd;  // Default: bshd
-  Mask mask = Mask::causal;              // Default: causal
-  std::int64_t window_left = -1;         // Default: -1 (unbounded)
-  std::int64_t window_right = -1;        // Default: -1
-  cp::CommType comm = cp::CommType::p2p; // Default: p2p
-  int a2a_size = 0, p2p_size = 0;        // a2a+p2p: [a2a, p2p]; 0 = the default [2, cp/2]
+  cp::Format format = cp::Format::bshd;   // Default: bshd
+  Mask mask = Mask::causal;               // Default: causal
+  std::int64_t window_left = -1;          // Default: -1 (unbounded)
+  std::int64_t window_right = -1;         // Default: -1
+  cp::CommType comm = cp::CommType::p2p;  // Default: p2p
+  int a2a_size = 0, p2p_size = 0;         // a2a+p2p: [a2a, p2p]; 0 = the default [2, cp/2]
 };
 // Errors for a mask or window the format cannot take (BSHD padding, THD no_mask, causal with a
 // right window > 0, windows below -1).
@@ -110,8 +110,7 @@ void check_attention(const AttentionSetup& setup);
 // differ, ids outside [0, vocab), labels outside [0, vocab) other than -100, cu_seqlens missing
 // (THD) or not starting at 0, decreasing, or not ending at T; a BSHD S not a multiple of 2 cp
 // (cp > 1).
-void check_batch(const Batch& batch, const TransformerConfig& config, std::int64_t cp,
-                 const std::string& source);
+void check_batch(const Batch& batch, const TransformerConfig& config, std::int64_t cp, const std::string& source);
 
 // The CP groups attention needs: the CP group itself, plus for a2a+p2p its [a2a, p2p] subgroups
 // (setup's sizes, or the default [2, cp/2]). Collective over cp (creates groups); at cp = 1 no
@@ -128,22 +127,21 @@ struct TransformerGroups {
 
 // What a stage's backward needs, filled by its forward.
 struct BlockContext {
-  runtime::Tensor x_in;                              // the block's input (residual stream)
+  runtime::Tensor x_in;  // the block's input (residual stream)
   runtime::LayerNormResult ln1, ln2;
-  runtime::Tensor x_mid;                             // after attention
+  runtime::Tensor x_mid;  // after attention
   tp::LinearContext qkv, proj;
   tp::MLPContext mlp;
-  runtime::Tensor q, k, v;                           // cp = 1: rotated q, k and v, [N, heads/tp, d]
-  cp::AttentionResult attention;            // cp = 1
-  cp::CpContext cp_ctx;                     // cp > 1
+  runtime::Tensor q, k, v;        // cp = 1: rotated q, k and v, [N, heads/tp, d]
+  cp::AttentionResult attention;  // cp = 1
+  cp::CpContext cp_ctx;           // cp > 1
 };
 
 struct TransformerContext {
   std::vector<BlockContext> blocks;
-  runtime::Tensor x_last;                            // the last block's output (last stage)
+  runtime::Tensor x_last;  // the last block's output (last stage)
   runtime::LayerNormResult lnf;
 };
-
 
 // A pipeline stage: the blocks [first_layer, first_layer + layers) of the model, with the
 // embedding on the first stage and the final LayerNorm and output layer on the last.
@@ -182,14 +180,12 @@ class Transformer {
   // Stage::external_embeddings), else from `input` (the previous stage's hidden states,
   // [N, hidden]); returns hidden states, or the logits
   // [N, vocab] on the last stage. ctx keeps what stage_backward needs.
-  runtime::Tensor stage_forward(const LocalBatch& batch, const runtime::Tensor& input,
-                                TransformerContext& ctx) const;
+  runtime::Tensor stage_forward(const LocalBatch& batch, const runtime::Tensor& input, TransformerContext& ctx) const;
   // The stage's backward from the gradient of its output (dlogits on the last stage); returns the
-  // gradient of its input (undefined on the first stage unless its embeddings are external) and accumulates its parameters'
-  // gradients. after_block, when set, is called with each block's index as soon as that block's
-  // gradients are complete (last block first): the hook for overlapping gradient reduction.
-  runtime::Tensor stage_backward(const runtime::Tensor& dout, const LocalBatch& batch,
-                                 TransformerContext& ctx,
+  // gradient of its input (undefined on the first stage unless its embeddings are external) and accumulates its
+  // parameters' gradients. after_block, when set, is called with each block's index as soon as that block's gradients
+  // are complete (last block first): the hook for overlapping gradient reduction.
+  runtime::Tensor stage_backward(const runtime::Tensor& dout, const LocalBatch& batch, TransformerContext& ctx,
                                  const std::function<void(std::int64_t)>& after_block = {});
 
   // Forward, loss and backward of one (local share of a) batch on a single-stage model: returns the loss and the local
@@ -227,8 +223,7 @@ class Transformer {
 
 // The contract's name of a block parameter: "layer.<name>" with one layer, else
 // "layers.<i>.<name>".
-std::string block_parameter_name(const TransformerConfig& config, std::int64_t layer,
-                                 const std::string& name);
+std::string block_parameter_name(const TransformerConfig& config, std::int64_t layer, const std::string& name);
 
 // The local logits of every CP rank put back in global order, real tokens only: [T, vocab] (THD)
 // or [B, S, vocab] (BSHD), f32. Collective over cp (an all-gather).

@@ -43,10 +43,14 @@ ValidationThresholds ValidationThresholds::for_dtype(DType dtype) {
 
 const char* category_name(GradCategory c) {
   switch (c) {
-    case GradCategory::excellent: return "excellent";
-    case GradCategory::good: return "good";
-    case GradCategory::acceptable: return "acceptable";
-    case GradCategory::poor: return "poor";
+    case GradCategory::excellent:
+      return "excellent";
+    case GradCategory::good:
+      return "good";
+    case GradCategory::acceptable:
+      return "acceptable";
+    case GradCategory::poor:
+      return "poor";
   }
   return "?";
 }
@@ -56,8 +60,8 @@ ValidationReport compare_dumps(const TransformerDump& base, const TransformerDum
   ValidationReport r;
   r.thresholds = th;
   if (base.logits.shape() != run.logits.shape()) {
-    throw Error("validation: logits " + run.logits.str() + " and baseline logits " +
-                base.logits.str() + " differ in shape");
+    throw Error("validation: logits " + run.logits.str() + " and baseline logits " + base.logits.str() +
+                " differ in shape");
   }
   const std::vector<double> a = run.logits.to(DType::f64).to_vector<double>();
   const std::vector<double> b = base.logits.to(DType::f64).to_vector<double>();
@@ -87,8 +91,8 @@ ValidationReport compare_dumps(const TransformerDump& base, const TransformerDum
     const auto& [name, gb] = base.grads[p];
     const auto& [run_name, gr] = run.grads[p];
     if (name != run_name || gb.shape() != gr.shape()) {
-      throw Error("validation: gradient '" + run_name + "' " + gr.str() + " does not match the baseline's '" +
-                  name + "' " + gb.str());
+      throw Error("validation: gradient '" + run_name + "' " + gr.str() + " does not match the baseline's '" + name +
+                  "' " + gb.str());
     }
     const std::vector<double> x = gr.to(DType::f64).to_vector<double>();
     const std::vector<double> y = gb.to(DType::f64).to_vector<double>();
@@ -113,21 +117,19 @@ ValidationReport compare_dumps(const TransformerDump& base, const TransformerDum
     r.grad_max_norm_diff = std::isnan(d) ? d : std::max(r.grad_max_norm_diff, d);
     r.grads.push_back(c);
   }
-  r.acceptable_share =
-      r.grads.empty() ? 1.0 : static_cast<double>(acceptable) / static_cast<double>(r.grads.size());
-  r.grads_ok = all_finite && r.grad_max_norm_diff <= th.grad_norm_diff &&
-               r.acceptable_share >= th.acceptable_share;
+  r.acceptable_share = r.grads.empty() ? 1.0 : static_cast<double>(acceptable) / static_cast<double>(r.grads.size());
+  r.grads_ok = all_finite && r.grad_max_norm_diff <= th.grad_norm_diff && r.acceptable_share >= th.acceptable_share;
   return r;
 }
 
-void print_validation(const ValidationReport& r, const std::string& base_name,
-                      const std::string& run_name, std::ostream& out) {
+void print_validation(const ValidationReport& r, const std::string& base_name, const std::string& run_name,
+                      std::ostream& out) {
   const ValidationThresholds& t = r.thresholds;
   auto mark = [](bool ok) { return ok ? "PASS" : "FAIL"; };
   out << "validation: " << run_name << " against " << base_name << "\n";
-  out << "  " << mark(r.logits_ok) << "  logits: " << num("%.2f", 100 * r.logits_share) << "% of "
-      << r.logits_count << " within " << num("%g", t.logits_atol) << " (need >= "
-      << num("%g", 100 * t.logits_share) << "%), max |diff| " << num("%.3g", r.logits_max_diff) << "\n";
+  out << "  " << mark(r.logits_ok) << "  logits: " << num("%.2f", 100 * r.logits_share) << "% of " << r.logits_count
+      << " within " << num("%g", t.logits_atol) << " (need >= " << num("%g", 100 * t.logits_share) << "%), max |diff| "
+      << num("%.3g", r.logits_max_diff) << "\n";
   out << "  " << mark(r.loss_ok) << "  loss: " << num("%.6f", r.loss) << " vs " << num("%.6f", r.loss_baseline)
       << ", relative difference " << num("%.3g", r.loss_rel) << " (need <= " << num("%g", t.loss_rel) << ")\n";
   out << "  " << mark(r.grads_ok) << "  gradients: max norm difference " << num("%.3g", r.grad_max_norm_diff)

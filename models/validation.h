@@ -39,8 +39,8 @@ const char* category_name(GradCategory c);
 struct GradComparison {
   std::string name;
   double baseline_norm = 0, norm = 0;
-  double norm_diff = 0;  // | ||g|| - ||g_ref|| |
-  double rel_diff = 0;   // norm_diff / ||g_ref|| (0 when both are 0)
+  double norm_diff = 0;     // | ||g|| - ||g_ref|| |
+  double rel_diff = 0;      // norm_diff / ||g_ref|| (0 when both are 0)
   double max_abs_diff = 0;  // largest elementwise |g - g_ref|
   GradCategory category = GradCategory::poor;
 };
@@ -62,7 +62,7 @@ ValidationReport compare_dumps(const TransformerDump& baseline, const Transforme
                                const ValidationThresholds& thresholds);
 
 // A readable table: the three checks with their numbers, then one line per parameter.
-void print_validation(const ValidationReport& report, const std::string& baseline_name,
-                      const std::string& run_name, std::ostream& out);
+void print_validation(const ValidationReport& report, const std::string& baseline_name, const std::string& run_name,
+                      std::ostream& out);
 
 }  // namespace ranksim::models

@@ -7,8 +7,8 @@ namespace ranksim::detail {
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const char* msg);
 }  // namespace ranksim::detail
 
-#define RANKSIM_CHECK(cond, msg)                                              \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]]                                                 \
-      ::ranksim::detail::check_failed(#cond, __FILE__, __LINE__, (msg));      \
+#define RANKSIM_CHECK(cond, msg)                                         \
+  do {                                                                   \
+    if (!(cond)) [[unlikely]]                                            \
+      ::ranksim::detail::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

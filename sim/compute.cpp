@@ -19,8 +19,7 @@ double ComputeModel::peak_flops(int device, std::string_view dtype) const {
   for (const auto& [name, peak] : kind.peak_flops) have += (have.empty() ? "" : ", ") + name;
   throw Error("device kind '" + kind.name + "' (of " + topology_->device(device).name +
               ") has no peak FLOP/s for dtype '" + std::string(dtype) + "'; it has: " + have +
-              ". Add it under device_kinds." + kind.name + ".peak_flops in " +
-              topology_->source());
+              ". Add it under device_kinds." + kind.name + ".peak_flops in " + topology_->source());
 }
 
 Time ComputeModel::cost(int device, double flops, double bytes, std::string_view dtype) const {
@@ -31,9 +30,9 @@ Time ComputeModel::cost(int device, double flops, double bytes, std::string_view
   const double math = flops > 0 ? flops / peak_flops(device, dtype) : 0.0;
   const double seconds = std::max(math, memory);
   if (!(seconds < 8e6))  // the clock's range, with room to spare
-    throw Error("a kernel of " + std::to_string(flops) + " FLOP and " + std::to_string(bytes) +
-                " bytes on " + topology_->device(device).name + " would take " +
-                std::to_string(seconds) + " s, more than the simulated clock holds");
+    throw Error("a kernel of " + std::to_string(flops) + " FLOP and " + std::to_string(bytes) + " bytes on " +
+                topology_->device(device).name + " would take " + std::to_string(seconds) +
+                " s, more than the simulated clock holds");
   return Time::from_seconds(seconds) + kind.launch_overhead;
 }
 

@@ -27,8 +27,7 @@ std::string deadlock_message(Time at, int nranks, const std::vector<BlockedRank>
   os << "deadlock at virtual time " << at << ": " << blocked.size() << " of " << nranks
      << " ranks are blocked and nothing is left that could wake them:";
   for (size_t i = 0; i < blocked.size() && i < kMaxListed; ++i)
-    os << "\n  rank " << blocked[i].rank << " (clock " << blocked[i].clock
-       << "): " << blocked[i].reason;
+    os << "\n  rank " << blocked[i].rank << " (clock " << blocked[i].clock << "): " << blocked[i].reason;
   if (blocked.size() > kMaxListed) os << "\n  ... and " << blocked.size() - kMaxListed << " more";
   os << "\nCheck that every rank of a group calls the same collectives in the same order and that "
         "every recv has a matching send.";
@@ -36,8 +35,7 @@ std::string deadlock_message(Time at, int nranks, const std::vector<BlockedRank>
 }
 }  // namespace
 
-RankFailure::RankFailure(std::vector<RankError> errors)
-    : Error(failure_message(errors)), errors_(std::move(errors)) {}
+RankFailure::RankFailure(std::vector<RankError> errors) : Error(failure_message(errors)), errors_(std::move(errors)) {}
 
 DeadlockError::DeadlockError(Time at, int nranks, std::vector<BlockedRank> blocked)
     : Error(deadlock_message(at, nranks, blocked)), blocked_(std::move(blocked)) {}
@@ -68,13 +66,13 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
 
   Time fail_time;
   using Clock = std::chrono::steady_clock;
-  Clock::time_point next_report = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double>(progress_every_));
+  Clock::time_point next_report =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(progress_every_));
   while (!queue_.empty()) {
     if (progress_ && (stats_.events & 0xFFFF) == 0 && Clock::now() >= next_report) {
       progress_(Progress{stats_.events, num_ranks() - unfinished_, num_ranks(), queue_.now()});
-      next_report = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(progress_every_));
+      next_report =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(progress_every_));
     }
     if (!failures_.empty() && queue_.top().time > fail_time) break;
     const Event e = queue_.pop();
@@ -131,8 +129,7 @@ void Engine::trampoline(int r) {
     failures_.push_back(RankError{r, ex.what(), std::current_exception()});
   } catch (...) {
     rk.state = State::failed;
-    failures_.push_back(RankError{r, "unknown exception (not derived from std::exception)",
-                                  std::current_exception()});
+    failures_.push_back(RankError{r, "unknown exception (not derived from std::exception)", std::current_exception()});
   }
   --unfinished_;
 }
@@ -220,9 +217,7 @@ void Engine::call_at(Time t, std::function<void()> fn) {
   queue_.push(t, kCallbackBit | slot);
 }
 
-bool Engine::is_blocked(int r) const {
-  return ranks_[static_cast<size_t>(r)].state == State::blocked;
-}
+bool Engine::is_blocked(int r) const { return ranks_[static_cast<size_t>(r)].state == State::blocked; }
 
 Time Engine::makespan() const {
   Time t;

@@ -84,9 +84,9 @@ class DeadlockError : public Error {
 struct RankCancelled {};
 
 struct EngineStats {
-  uint64_t events = 0;       // events popped
-  uint64_t resumes = 0;      // driver -> fiber switches
-  uint64_t callbacks = 0;    // driver callbacks run
+  uint64_t events = 0;     // events popped
+  uint64_t resumes = 0;    // driver -> fiber switches
+  uint64_t callbacks = 0;  // driver callbacks run
 };
 
 class Engine {

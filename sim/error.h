@@ -21,7 +21,9 @@ class ConfigError : public Error {
  public:
   ConfigError(const std::string& file, int line, int column, const std::string& what)
       : Error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what),
-        file_(file), line_(line), column_(column) {}
+        file_(file),
+        line_(line),
+        column_(column) {}
   const std::string& file() const { return file_; }
   int line() const { return line_; }      // 1-based; 0 when unknown
   int column() const { return column_; }  // 1-based; 0 when unknown

@@ -42,9 +42,7 @@ class EventQueue {
   void clear();
 
  private:
-  static bool later(const Event& a, const Event& b) {
-    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-  }
+  static bool later(const Event& a, const Event& b) { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   bool fifo_first() const;
   void sift_up(size_t i);
   void sift_down(size_t i);

@@ -16,8 +16,7 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define RANKSIM_START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
-#define RANKSIM_FINISH_SWITCH(save, bottom, size) \
-  __sanitizer_finish_switch_fiber(save, bottom, size)
+#define RANKSIM_FINISH_SWITCH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
 #else
 #define RANKSIM_START_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #define RANKSIM_FINISH_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
@@ -55,12 +54,10 @@ StackPool::~StackPool() {
 
 void StackPool::grow() {
   const size_t bytes = slots_per_slab_ * slot_bytes_;
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) {
-    throw Error("cannot map " + std::to_string(bytes) + " bytes for fiber stacks (" +
-                std::strerror(errno) + ") with " + std::to_string(in_use_) +
-                " stacks in use; use a smaller stack size or fewer ranks");
+    throw Error("cannot map " + std::to_string(bytes) + " bytes for fiber stacks (" + std::strerror(errno) + ") with " +
+                std::to_string(in_use_) + " stacks in use; use a smaller stack size or fewer ranks");
   }
   slabs_.emplace_back(base, bytes);
   mapped_bytes_ += bytes;
@@ -69,8 +66,8 @@ void StackPool::grow() {
   for (size_t i = slots_per_slab_; i-- > 0;) {
     char* slot = p + i * slot_bytes_;
     if (options_.guard_page && ::mprotect(slot, page_, PROT_NONE) != 0) {
-      throw Error("cannot protect a fiber stack guard page (" + std::string(std::strerror(errno)) +
-                  ") after " + std::to_string(in_use_) +
+      throw Error("cannot protect a fiber stack guard page (" + std::string(std::strerror(errno)) + ") after " +
+                  std::to_string(in_use_) +
                   " stacks: each guard page costs a memory mapping and vm.max_map_count limits "
                   "them; turn guard pages off (StackOptions::guard_page, or a release build) or "
                   "raise vm.max_map_count");
@@ -82,8 +79,7 @@ void StackPool::grow() {
   // kernel time than a page fault per fiber; kernels without MADV_POPULATE_WRITE (before 5.14)
   // refuse it and the pages fault in as usual.
 #ifdef MADV_POPULATE_WRITE
-  for (size_t i = 0; i < slots_per_slab_; ++i)
-    ::madvise(p + (i + 1) * slot_bytes_ - page_, page_, MADV_POPULATE_WRITE);
+  for (size_t i = 0; i < slots_per_slab_; ++i) ::madvise(p + (i + 1) * slot_bytes_ - page_, page_, MADV_POPULATE_WRITE);
 #endif
 }
 
@@ -119,16 +115,16 @@ struct PoolAllocator {
 
 Fiber::Fiber(StackPool& pool, std::function<void()> body) : body_(std::move(body)) {
   stack_size_ = pool.stack_size();
-  context_ = boost::context::fiber(
-      std::allocator_arg, PoolAllocator{&pool, &stack_bottom_}, [this](boost::context::fiber&& caller) {
-        caller_ = std::move(caller);
-        RANKSIM_FINISH_SWITCH(nullptr, &caller_bottom_, &caller_size_);
-        body_();
-        finished_ = true;
-        // nullptr: this stack is done, so AddressSanitizer may drop its fake frames.
-        RANKSIM_START_SWITCH(nullptr, caller_bottom_, caller_size_);
-        return std::move(caller_);
-      });
+  context_ = boost::context::fiber(std::allocator_arg, PoolAllocator{&pool, &stack_bottom_},
+                                   [this](boost::context::fiber&& caller) {
+                                     caller_ = std::move(caller);
+                                     RANKSIM_FINISH_SWITCH(nullptr, &caller_bottom_, &caller_size_);
+                                     body_();
+                                     finished_ = true;
+                                     // nullptr: this stack is done, so AddressSanitizer may drop its fake frames.
+                                     RANKSIM_START_SWITCH(nullptr, caller_bottom_, caller_size_);
+                                     return std::move(caller_);
+                                   });
 }
 
 Fiber::~Fiber() {

@@ -11,8 +11,7 @@
 
 namespace ranksim::sim {
 
-void write_file_atomically(const std::string& path,
-                           const std::function<void(std::ostream&)>& write) {
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

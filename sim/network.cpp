@@ -51,10 +51,9 @@ struct Flow {
 // fabrics with headroom.
 class Solver {
  public:
-  Solver(std::vector<Flow> flows, std::vector<int> flow_links, std::vector<double> capacity,
-         std::vector<Time>& done, NetworkStats& stats)
-      : flows_(std::move(flows)), links_(std::move(flow_links)), cap_(std::move(capacity)),
-        done_(done), stats_(stats) {
+  Solver(std::vector<Flow> flows, std::vector<int> flow_links, std::vector<double> capacity, std::vector<Time>& done,
+         NetworkStats& stats)
+      : flows_(std::move(flows)), links_(std::move(flow_links)), cap_(std::move(capacity)), done_(done), stats_(stats) {
     const size_t nl = cap_.size();
     on_link_.resize(nl);
     live_.assign(nl, 0);
@@ -88,8 +87,7 @@ class Solver {
         if (stale(e)) continue;
         finish(std::get<1>(e), now);
       }
-      while (next < flows_.size() && flows_[next].start == now)
-        admit(static_cast<uint32_t>(next++), now);
+      while (next < flows_.size() && flows_[next].start == now) admit(static_cast<uint32_t>(next++), now);
       if (!dirty_.empty()) refill(now);
     }
   }
@@ -183,8 +181,10 @@ class Solver {
       int n = 0;
       for (uint32_t fi : flows_on(li)) {
         if (!flows_[fi].active) continue;
-        if (flow_mark_[fi] == epoch_) ++n;
-        else left -= flows_[fi].rate;
+        if (flow_mark_[fi] == epoch_)
+          ++n;
+        else
+          left -= flows_[fi].rate;
       }
       rem_[li] = std::max(0.0, left);
       cnt_[li] = n;
@@ -209,8 +209,7 @@ class Solver {
           const size_t mi = static_cast<size_t>(m);
           if (m == l || in_fill_[mi] != epoch_) continue;
           rem_[mi] -= level;
-          if (--cnt_[mi] > 0)
-            shares.emplace(std::max(0.0, rem_[mi]) / cnt_[mi], m, ++link_stamp_[mi]);
+          if (--cnt_[mi] > 0) shares.emplace(std::max(0.0, rem_[mi]) / cnt_[mi], m, ++link_stamp_[mi]);
         }
       }
       cnt_[li] = 0;
@@ -273,8 +272,7 @@ class Solver {
     }
     for (uint32_t fi : comp_flows_) {
       Flow& f = flows_[fi];
-      RANKSIM_CHECK(frozen_[fi] == pass_ && f.next_rate > 0,
-                    "every refilled flow has a full link that is not inert");
+      RANKSIM_CHECK(frozen_[fi] == pass_ && f.next_rate > 0, "every refilled flow has a full link that is not inert");
       f.bottleneck = f.next_bottleneck;
       if (f.next_rate == f.rate) continue;  // unchanged: its queued finish still holds
       f.remaining -= f.rate * (now - f.updated).seconds();
@@ -292,10 +290,10 @@ class Solver {
   NetworkStats& stats_;
 
   std::vector<std::vector<uint32_t>> on_link_;  // flows admitted on each link (lazily pruned)
-  std::vector<int> live_;                        // active flows on each link
-  std::vector<double> bound_sum_;                // sum of the bounds of the active flows
+  std::vector<int> live_;                       // active flows on each link
+  std::vector<double> bound_sum_;               // sum of the bounds of the active flows
   std::priority_queue<Event, std::vector<Event>, std::greater<>> finishes_;
-  std::vector<int> dirty_;  // links whose set of flows changed at this event (may repeat)
+  std::vector<int> dirty_;       // links whose set of flows changed at this event (may repeat)
   std::vector<uint32_t> fresh_;  // flows that started at this event
   // Refill scratch, reused across events; marks compare against epoch_ so they never need
   // clearing.
@@ -315,8 +313,7 @@ class Solver {
 NetworkModel::NetworkModel(const Topology& topology) : topology_(&topology) {}
 
 Time NetworkModel::local_copy(int device, uint64_t bytes) const {
-  return seconds_to_time(2.0 * static_cast<double>(bytes) /
-                         topology_->kind_of(device).memory_bandwidth);
+  return seconds_to_time(2.0 * static_cast<double>(bytes) / topology_->kind_of(device).memory_bandwidth);
 }
 
 Time NetworkModel::uncontended(int src, int dst, uint64_t bytes) const {
@@ -325,8 +322,7 @@ Time NetworkModel::uncontended(int src, int dst, uint64_t bytes) const {
   return r.latency + seconds_to_time(static_cast<double>(bytes) / r.bandwidth);
 }
 
-std::vector<Time> NetworkModel::complete(std::span<const Transfer> transfers,
-                                         NetworkStats* stats) const {
+std::vector<Time> NetworkModel::complete(std::span<const Transfer> transfers, NetworkStats* stats) const {
   const Topology& topo = *topology_;
   std::vector<Time> done(transfers.size());
   NetworkStats local_stats;
@@ -338,8 +334,7 @@ std::vector<Time> NetworkModel::complete(std::span<const Transfer> transfers,
   std::vector<int> route;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& x = transfers[i];
-    RANKSIM_CHECK(x.src >= 0 && x.src < topo.num_devices() && x.dst >= 0 &&
-                      x.dst < topo.num_devices(),
+    RANKSIM_CHECK(x.src >= 0 && x.src < topo.num_devices() && x.dst >= 0 && x.dst < topo.num_devices(),
                   "transfer endpoint is not a device of the topology");
     if (x.src == x.dst) {
       done[i] = x.start + local_copy(x.src, x.bytes);
@@ -375,16 +370,14 @@ std::vector<Time> NetworkModel::complete(std::span<const Transfer> transfers,
   std::sort(flows.begin(), flows.end(), [&](const Flow& a, const Flow& b) {
     const Transfer& x = transfers[a.transfer];
     const Transfer& y = transfers[b.transfer];
-    return std::tie(x.start, x.src, x.dst, x.bytes, a.transfer) <
-           std::tie(y.start, y.src, y.dst, y.bytes, b.transfer);
+    return std::tie(x.start, x.src, x.dst, x.bytes, a.transfer) < std::tie(y.start, y.src, y.dst, y.bytes, b.transfer);
   });
 
   // Renumber the links in use densely, so per-call state is sized by what the transfers touch.
   std::vector<int> ids = flow_links;
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  for (int& id : flow_links)
-    id = static_cast<int>(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
+  for (int& id : flow_links) id = static_cast<int>(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
   std::vector<double> capacity(ids.size());
   for (size_t k = 0; k < ids.size(); ++k) capacity[k] = topo.link(ids[k]).bandwidth;
 

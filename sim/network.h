@@ -70,8 +70,7 @@ class NetworkModel {
 
   // Completion time of each transfer, in input order.
   // REQUIRES: every src and dst is a device of the topology.
-  std::vector<Time> complete(std::span<const Transfer> transfers,
-                             NetworkStats* stats = nullptr) const;
+  std::vector<Time> complete(std::span<const Transfer> transfers, NetworkStats* stats = nullptr) const;
 
   // Duration of one transfer alone on the network (the same rules as complete()):
   // route latency + bytes / bottleneck bandwidth, or the local copy time when src == dst.

@@ -7,8 +7,7 @@ namespace ranksim::sim {
 
 int edit_distance(std::string_view a, std::string_view b) {
   auto same = [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
   };
   const size_t m = b.size();
   std::vector<int> prev2(m + 1), prev(m + 1), row(m + 1);
@@ -17,8 +16,7 @@ int edit_distance(std::string_view a, std::string_view b) {
     row[0] = static_cast<int>(i);
     for (size_t j = 1; j <= m; ++j) {
       int d = std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (same(a[i - 1], b[j - 1]) ? 0 : 1)});
-      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1]))
-        d = std::min(d, prev2[j - 2] + 1);
+      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1])) d = std::min(d, prev2[j - 2] + 1);
       row[j] = d;
     }
     std::swap(prev2, prev);

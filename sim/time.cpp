@@ -14,7 +14,10 @@ Time Time::from_seconds(double seconds) {
 }
 
 std::string Time::str() const {
-  struct Unit { int64_t scale; const char* name; };
+  struct Unit {
+    int64_t scale;
+    const char* name;
+  };
   static constexpr Unit units[] = {
       {1000'000'000'000, "s"}, {1000'000'000, "ms"}, {1000'000, "us"}, {1000, "ns"}, {1, "ps"}};
   if (ps_ == 0) return "0 s";

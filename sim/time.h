@@ -35,8 +35,14 @@ class Time {
   constexpr Time operator-(Time o) const { return Time(ps_ - o.ps_); }
   constexpr Time operator*(int64_t k) const { return Time(ps_ * k); }
   constexpr Time operator/(int64_t k) const { return Time(ps_ / k); }
-  constexpr Time& operator+=(Time o) { ps_ += o.ps_; return *this; }
-  constexpr Time& operator-=(Time o) { ps_ -= o.ps_; return *this; }
+  constexpr Time& operator+=(Time o) {
+    ps_ += o.ps_;
+    return *this;
+  }
+  constexpr Time& operator-=(Time o) {
+    ps_ -= o.ps_;
+    return *this;
+  }
   constexpr auto operator<=>(const Time&) const = default;
 
   // Human units with up to 4 significant decimals: "0 s", "750 ps", "1.5 ns", "12.25 us", "3 ms".

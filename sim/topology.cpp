@@ -21,11 +21,16 @@ namespace {
 
 const char* fabric_type_name(FabricType t) {
   switch (t) {
-    case FabricType::none: return "none";
-    case FabricType::switched: return "switch";
-    case FabricType::ring: return "ring";
-    case FabricType::mesh: return "mesh";
-    case FabricType::links: return "links";
+    case FabricType::none:
+      return "none";
+    case FabricType::switched:
+      return "switch";
+    case FabricType::ring:
+      return "ring";
+    case FabricType::mesh:
+      return "mesh";
+    case FabricType::links:
+      return "links";
   }
   return "?";
 }
@@ -65,8 +70,7 @@ class TopologyBuilder {
       dev.node = d / n;
       dev.local_index = d % n;
       dev.kind = kind_index_;
-      dev.name = "node" + std::to_string(dev.node) + "." + t.device_label_ +
-                 std::to_string(dev.local_index);
+      dev.name = "node" + std::to_string(dev.node) + "." + t.device_label_ + std::to_string(dev.local_index);
     }
     int vertices = ndev;
     t.switch_vertex_base_ = vertices;
@@ -101,8 +105,7 @@ class TopologyBuilder {
           add_link(t.switch_vertex_base_ + node, node * n + i, fab.bandwidth, down_lat, down);
         }
     } else if (fab.type != FabricType::none) {
-      const int kind = add_kind(fab.name, std::string("device -> device (") +
-                                              fabric_type_name(fab.type) + ")");
+      const int kind = add_kind(fab.name, std::string("device -> device (") + fabric_type_name(fab.type) + ")");
       t.fabric_links_per_node_ = 2 * static_cast<int>(fab.links.size());
       for (int node = 0; node < nodes; ++node)
         for (const Fabric::LocalLink& l : fab.links) {
@@ -126,8 +129,7 @@ class TopologyBuilder {
       block = std::min<long long>(block * net.levels[static_cast<size_t>(i)].children, nodes);
       t.level_block_[static_cast<size_t>(i)] = static_cast<int>(block);
       const int blocks = static_cast<int>((nodes + block - 1) / block);
-      t.level_groups_[static_cast<size_t>(i)] =
-          i == 0 && net.levels[0].rail_optimized ? blocks * n : blocks;
+      t.level_groups_[static_cast<size_t>(i)] = i == 0 && net.levels[0].rail_optimized ? blocks * n : blocks;
     }
     t.level_vertex_base_.resize(static_cast<size_t>(L));
     for (int i = 0; i < L; ++i) {
@@ -245,8 +247,9 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
   YamlPositions pos(source_name);
   YAML::Node root = parse_yaml(yaml_text, source_name);
   if (root.IsNull())
-    throw ConfigError(source_name, 1, 1, "the topology is empty; expected a mapping with the keys "
-                                         "name, nodes, device_kinds, node and network");
+    throw ConfigError(source_name, 1, 1,
+                      "the topology is empty; expected a mapping with the keys "
+                      "name, nodes, device_kinds, node and network");
   if (root.IsMap())
     for (const std::string& o : overrides) apply_set(root, o, topology_schema(), pos, topology_set_options());
   Topology t;
@@ -262,8 +265,7 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
 
 Topology Topology::load_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error("cannot open topology file '" + path + "': " + std::strerror(errno));
+  if (!in) throw Error("cannot open topology file '" + path + "': " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw Error("cannot read topology file '" + path + "'");
@@ -275,9 +277,7 @@ const Device& Topology::device(int id) const {
   return devices_[static_cast<size_t>(id)];
 }
 
-const DeviceKind& Topology::kind_of(int dev) const {
-  return kinds_[static_cast<size_t>(device(dev).kind)];
-}
+const DeviceKind& Topology::kind_of(int dev) const { return kinds_[static_cast<size_t>(device(dev).kind)]; }
 
 const DeviceKind& Topology::kind(int index) const {
   RANKSIM_CHECK(index >= 0 && index < num_kinds(), "device kind index out of range");
@@ -306,8 +306,7 @@ std::string Topology::vertex_name(int v) const {
     const int g = v - level_vertex_base_[i];
     const std::string& name = network_.levels[i].name;
     if (i == 0 && network_.levels[0].rail_optimized)
-      return name + std::to_string(g / devices_per_node_) + ".rail" +
-             std::to_string(g % devices_per_node_);
+      return name + std::to_string(g / devices_per_node_) + ".rail" + std::to_string(g % devices_per_node_);
     return name + std::to_string(g);
   }
   return "vertex" + std::to_string(v);
@@ -321,8 +320,7 @@ std::string Topology::link_name(int id) const {
 int Topology::level1_group(int dev) const {
   const int node = dev / devices_per_node_;
   const int block = node / level_block_[0];
-  return network_.levels[0].rail_optimized ? block * devices_per_node_ + dev % devices_per_node_
-                                           : block;
+  return network_.levels[0].rail_optimized ? block * devices_per_node_ + dev % devices_per_node_ : block;
 }
 
 int Topology::group_at(int level, int dev) const {
@@ -331,8 +329,7 @@ int Topology::group_at(int level, int dev) const {
   return (dev / devices_per_node_) / level_block_[static_cast<size_t>(level)];
 }
 
-void Topology::append_local_links(int node, int src_local, int dst_local,
-                                  std::vector<int>& out) const {
+void Topology::append_local_links(int node, int src_local, int dst_local, std::vector<int>& out) const {
   const int base = node * fabric_links_per_node_;
   if (fabric_.type == FabricType::switched) {
     out.push_back(base + 2 * src_local);
@@ -357,10 +354,8 @@ void Topology::append_network_links(int src, int dst, std::vector<int>& out) con
   int lca = 0;
   while (lca < L - 1 && group_at(lca, src) != group_at(lca, dst)) ++lca;
   out.push_back(nic_link_base_ + 2 * src);
-  for (int i = 0; i < lca; ++i)
-    out.push_back(level_link_base_[static_cast<size_t>(i)] + 2 * group_at(i, src));
-  for (int i = lca - 1; i >= 0; --i)
-    out.push_back(level_link_base_[static_cast<size_t>(i)] + 2 * group_at(i, dst) + 1);
+  for (int i = 0; i < lca; ++i) out.push_back(level_link_base_[static_cast<size_t>(i)] + 2 * group_at(i, src));
+  for (int i = lca - 1; i >= 0; --i) out.push_back(level_link_base_[static_cast<size_t>(i)] + 2 * group_at(i, dst) + 1);
   out.push_back(nic_link_base_ + 2 * dst + 1);
 }
 

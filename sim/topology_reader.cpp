@@ -12,7 +12,6 @@
 namespace ranksim::sim {
 namespace {
 
-
 constexpr long long kMaxDevices = 1LL << 24;
 constexpr int kMaxDevicesPerNode = 1 << 16;
 // Explicit fabrics keep a shortest-path tree per local source: devices_per_node^2 entries.
@@ -23,22 +22,16 @@ const char* const kFabricTypes[] = {"switch", "ring", "mesh", "links"};
 // ---- Schema: the known keys, shared by validation and by overrides -------------------------
 
 struct Schemas {
-  YamlSchema peak_flops, device_kind, device_kinds, local_link, local_links, fabric, node, level,
-      levels, network, root;
+  YamlSchema peak_flops, device_kind, device_kinds, local_link, local_links, fabric, node, level, levels, network, root;
   Schemas() {
     for (const char* d : kDtypes) peak_flops.keys.push_back({d, nullptr});
-    device_kind.keys = {{"peak_flops", &peak_flops},
-                        {"memory_bandwidth", nullptr},
-                        {"memory", nullptr},
-                        {"launch_overhead", nullptr}};
+    device_kind.keys = {
+        {"peak_flops", &peak_flops}, {"memory_bandwidth", nullptr}, {"memory", nullptr}, {"launch_overhead", nullptr}};
     device_kinds.any_key = &device_kind;
     local_link.keys = {{"between", nullptr}, {"bandwidth", nullptr}, {"latency", nullptr}};
     local_links.items = &local_link;
-    fabric.keys = {{"type", nullptr},
-                   {"name", nullptr},
-                   {"bandwidth", nullptr},
-                   {"latency", nullptr},
-                   {"links", &local_links}};
+    fabric.keys = {
+        {"type", nullptr}, {"name", nullptr}, {"bandwidth", nullptr}, {"latency", nullptr}, {"links", &local_links}};
     node.keys = {{"devices", nullptr}, {"kind", nullptr}, {"label", nullptr}, {"fabric", &fabric}};
     level.keys = {{"name", nullptr},
                   {"children", nullptr},
@@ -47,8 +40,8 @@ struct Schemas {
                   {"rail_optimized", nullptr}};
     levels.items = &level;
     network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr}, {"levels", &levels}};
-    root.keys = {{"name", nullptr},         {"description", nullptr}, {"nodes", nullptr},
-                 {"device_kinds", &device_kinds}, {"node", &node},        {"network", &network}};
+    root.keys = {{"name", nullptr}, {"description", nullptr}, {"nodes", nullptr}, {"device_kinds", &device_kinds},
+                 {"node", &node},   {"network", &network}};
   }
   Schemas(const Schemas&) = delete;
   Schemas& operator=(const Schemas&) = delete;
@@ -88,21 +81,18 @@ class MapView {
       if (schema.any_key == nullptr) {
         const YamlSchema* child = nullptr;
         if (!schema.has_key(key, &child))
-          pos.fail(it->first, "unknown key '" + key + "' in " + where +
-                                  did_you_mean(key, schema.key_names()) +
+          pos.fail(it->first, "unknown key '" + key + "' in " + where + did_you_mean(key, schema.key_names()) +
                                   " (known keys: " + join(schema.key_names()) + ")");
       }
       for (const Field& f : fields_) {
         if (f.key == key) {
           const YAML::Mark m = f.key_node.Mark();
-          pos.fail(it->first, "duplicate key '" + key + "' in " + where +
-                                  (m.is_null() ? std::string()
-                                               : " (first given on line " +
-                                                     std::to_string(m.line + 1) + ")"));
+          pos.fail(it->first,
+                   "duplicate key '" + key + "' in " + where +
+                       (m.is_null() ? std::string() : " (first given on line " + std::to_string(m.line + 1) + ")"));
         }
       }
-      fields_.push_back(
-          {key, it->first, it->second, path_.empty() ? key : path_ + "." + key});
+      fields_.push_back({key, it->first, it->second, path_.empty() ? key : path_ + "." + key});
     }
   }
 
@@ -113,8 +103,8 @@ class MapView {
   }
   const Field& need(std::string_view key, const std::string& expected) const {
     if (const Field* f = find(key)) return *f;
-    pos_.fail(node_, (path_.empty() ? std::string("the topology") : "'" + path_ + "'") +
-                         " is missing the key '" + std::string(key) + "' (" + expected + ")");
+    pos_.fail(node_, (path_.empty() ? std::string("the topology") : "'" + path_ + "'") + " is missing the key '" +
+                         std::string(key) + "' (" + expected + ")");
   }
   const std::vector<Field>& fields() const { return fields_; }
   const YAML::Node& node() const { return node_; }
@@ -133,10 +123,8 @@ class Reader {
   const YamlPositions& pos() const { return pos_; }
 
   const std::string& scalar(const Field& f, const std::string& expected) const {
-    if (f.value.IsNull())
-      pos_.fail(f.key_node, "'" + f.path + "' has no value; expected " + expected);
-    if (!f.value.IsScalar())
-      pos_.fail(f.value, "'" + f.path + "' must be " + expected + ", got " + describe(f.value));
+    if (f.value.IsNull()) pos_.fail(f.key_node, "'" + f.path + "' has no value; expected " + expected);
+    if (!f.value.IsScalar()) pos_.fail(f.value, "'" + f.path + "' must be " + expected + ", got " + describe(f.value));
     return f.value.Scalar();
   }
   std::string name(const Field& f) const {
@@ -148,13 +136,11 @@ class Reader {
     const std::string& s = scalar(f, "a whole number (" + meaning + ")");
     long long v = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec == std::errc::result_out_of_range || (ec == std::errc() && end == s.data() + s.size() &&
-                                                  (v < lo || v > hi)))
-      pos_.fail(f.value, "'" + f.path + "' must be between " + std::to_string(lo) + " and " +
-                             std::to_string(hi) + " (" + meaning + "), got " + s);
+    if (ec == std::errc::result_out_of_range || (ec == std::errc() && end == s.data() + s.size() && (v < lo || v > hi)))
+      pos_.fail(f.value, "'" + f.path + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                             " (" + meaning + "), got " + s);
     if (ec != std::errc() || end != s.data() + s.size())
-      pos_.fail(f.value, "'" + f.path + "' must be a whole number (" + meaning + "), got '" + s +
-                             "'");
+      pos_.fail(f.value, "'" + f.path + "' must be a whole number (" + meaning + "), got '" + s + "'");
     return v;
   }
   double positive_number(const Field& f, const std::string& meaning) const {
@@ -163,8 +149,7 @@ class Reader {
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
       pos_.fail(f.value, "'" + f.path + "' must be a number (" + meaning + "), got '" + s + "'");
-    if (!(v > 0))
-      pos_.fail(f.value, "'" + f.path + "' must be positive (" + meaning + "), got " + s);
+    if (!(v > 0)) pos_.fail(f.value, "'" + f.path + "' must be positive (" + meaning + "), got " + s);
     return v;
   }
   bool boolean(const Field& f) const {
@@ -176,12 +161,8 @@ class Reader {
   double bandwidth(const Field& f) const {
     return with_units(f, "a bandwidth such as '450 GB/s'", units::parse_bandwidth);
   }
-  Time duration(const Field& f) const {
-    return with_units(f, "a duration such as '2 us'", units::parse_duration);
-  }
-  uint64_t bytes(const Field& f) const {
-    return with_units(f, "a size such as '80 GiB'", units::parse_bytes);
-  }
+  Time duration(const Field& f) const { return with_units(f, "a duration such as '2 us'", units::parse_duration); }
+  uint64_t bytes(const Field& f) const { return with_units(f, "a size such as '80 GiB'", units::parse_bytes); }
   double flop_rate(const Field& f) const {
     return with_units(f, "a FLOP rate such as '989.4 TFLOP/s'", units::parse_flop_rate);
   }
@@ -218,21 +199,19 @@ class TopologyReader {
     if (const Field* d = top.find("description")) rd_.scalar(*d, "a text");
 
     const Field* nodes_field = top.find("nodes");
-    s_.num_nodes = nodes_field ? static_cast<int>(rd_.integer(*nodes_field, 1, kMaxDevices,
-                                                               "the number of nodes"))
-                                : 1;
-    read_kinds(top.need("device_kinds", "a mapping from kind name to its peak_flops, "
-                                        "memory_bandwidth, memory and launch_overhead"));
+    s_.num_nodes = nodes_field ? static_cast<int>(rd_.integer(*nodes_field, 1, kMaxDevices, "the number of nodes")) : 1;
+    read_kinds(top.need("device_kinds",
+                        "a mapping from kind name to its peak_flops, "
+                        "memory_bandwidth, memory and launch_overhead"));
     const Field& node_field = top.need("node", "the node's devices, kind and fabric");
-    const MapView node(rd_.pos(), node_field, s.node,
-                       "a mapping with the keys devices, kind, label and fabric");
+    const MapView node(rd_.pos(), node_field, s.node, "a mapping with the keys devices, kind, label and fabric");
     read_node(node);
 
     const long long total = static_cast<long long>(s_.num_nodes) * s_.devices_per_node;
     if (total > kMaxDevices)
-      fail_nodes(nodes_field, top, "the topology would hold " + std::to_string(total) +
-                                       " devices; at most " + std::to_string(kMaxDevices) +
-                                       " are supported");
+      fail_nodes(nodes_field, top,
+                 "the topology would hold " + std::to_string(total) + " devices; at most " +
+                     std::to_string(kMaxDevices) + " are supported");
 
     const Field* net = top.find("network");
     if (net != nullptr) read_network(*net, nodes_field, top);
@@ -251,34 +230,31 @@ class TopologyReader {
   }
 
  private:
-  [[noreturn]] void fail_nodes(const Field* nodes_field, const MapView& top,
-                               const std::string& what) {
+  [[noreturn]] void fail_nodes(const Field* nodes_field, const MapView& top, const std::string& what) {
     if (nodes_field) rd_.pos().fail(nodes_field->value, what);
     rd_.pos().fail(top.node(), what);
   }
 
   void read_kinds(const Field& f) {
     const Schemas& s = schemas();
-    const MapView kinds(rd_.pos(), f, s.device_kinds,
-                        "a mapping from kind name to its spec");
-    if (kinds.fields().empty())
-      rd_.pos().fail(f.key_node, "'device_kinds' is empty; define at least one device kind");
+    const MapView kinds(rd_.pos(), f, s.device_kinds, "a mapping from kind name to its spec");
+    if (kinds.fields().empty()) rd_.pos().fail(f.key_node, "'device_kinds' is empty; define at least one device kind");
     for (const Field& k : kinds.fields()) {
       DeviceKind kind;
       kind.name = k.key;
       const MapView spec(rd_.pos(), k, s.device_kind,
                          "a mapping with the keys peak_flops, memory_bandwidth, memory and "
                          "launch_overhead");
-      const Field& peaks = spec.need("peak_flops", "peak FLOP/s per dtype, e.g. "
-                                                   "{bf16: 989.4 TFLOP/s}");
-      const MapView pv(rd_.pos(), peaks, s.peak_flops,
-                       "a mapping from dtype to FLOP rate, e.g. {bf16: 989.4 TFLOP/s}");
+      const Field& peaks = spec.need("peak_flops",
+                                     "peak FLOP/s per dtype, e.g. "
+                                     "{bf16: 989.4 TFLOP/s}");
+      const MapView pv(rd_.pos(), peaks, s.peak_flops, "a mapping from dtype to FLOP rate, e.g. {bf16: 989.4 TFLOP/s}");
       if (pv.fields().empty())
-        rd_.pos().fail(peaks.key_node, "'" + peaks.path + "' is empty; give the peak FLOP/s of "
-                                       "at least one dtype");
+        rd_.pos().fail(peaks.key_node, "'" + peaks.path +
+                                           "' is empty; give the peak FLOP/s of "
+                                           "at least one dtype");
       for (const Field& p : pv.fields()) kind.peak_flops[p.key] = rd_.flop_rate(p);
-      kind.memory_bandwidth =
-          rd_.bandwidth(spec.need("memory_bandwidth", "a bandwidth such as '3.35 TB/s'"));
+      kind.memory_bandwidth = rd_.bandwidth(spec.need("memory_bandwidth", "a bandwidth such as '3.35 TB/s'"));
       kind.memory_bytes = rd_.bytes(spec.need("memory", "a size such as '80 GiB'"));
       if (const Field* lo = spec.find("launch_overhead")) kind.launch_overhead = rd_.duration(*lo);
       s_.kinds.push_back(std::move(kind));
@@ -288,28 +264,27 @@ class TopologyReader {
   void read_node(const MapView& node) {
     const Schemas& s = schemas();
     s_.devices_per_node = static_cast<int>(
-        rd_.integer(node.need("devices", "the number of devices per node"), 1, kMaxDevicesPerNode,
-                    "devices per node"));
+        rd_.integer(node.need("devices", "the number of devices per node"), 1, kMaxDevicesPerNode, "devices per node"));
     const Field& kind = node.need("kind", "the device kind, a key of device_kinds");
     const std::string kind_name = rd_.name(kind);
     std::vector<std::string> names;
     for (const DeviceKind& k : s_.kinds) names.push_back(k.name);
     const auto it = std::find(names.begin(), names.end(), kind_name);
     if (it == names.end())
-      rd_.pos().fail(kind.value, "'" + kind.path + "' names the unknown device kind '" +
-                                     kind_name + "'" + did_you_mean(kind_name, names) +
-                                     " (device_kinds defines: " + join(names) + ")");
+      rd_.pos().fail(kind.value, "'" + kind.path + "' names the unknown device kind '" + kind_name + "'" +
+                                     did_you_mean(kind_name, names) + " (device_kinds defines: " + join(names) + ")");
     s_.kind_index = static_cast<int>(it - names.begin());
     s_.device_label = "dev";
     if (const Field* label = node.find("label")) {
       s_.device_label = rd_.name(*label);
       if (!valid_label(s_.device_label))
-        rd_.pos().fail(label->value, "'" + label->path + "' must be letters, digits, '_' or "
-                                     "'-', got '" + s_.device_label + "'");
+        rd_.pos().fail(label->value, "'" + label->path +
+                                         "' must be letters, digits, '_' or "
+                                         "'-', got '" +
+                                         s_.device_label + "'");
     }
     if (const Field* fab = node.find("fabric")) {
-      const MapView fv(rd_.pos(), *fab, s.fabric,
-                       "a mapping with the keys type, name, bandwidth, latency (and links)");
+      const MapView fv(rd_.pos(), *fab, s.fabric, "a mapping with the keys type, name, bandwidth, latency (and links)");
       read_fabric(fv);
     }
   }
@@ -319,46 +294,49 @@ class TopologyReader {
     const Field& type = fv.need("type", "one of: switch, ring, mesh, links");
     const std::string tname = rd_.name(type);
     const std::vector<std::string> types(std::begin(kFabricTypes), std::end(kFabricTypes));
-    if (tname == "switch") fab.type = FabricType::switched;
-    else if (tname == "ring") fab.type = FabricType::ring;
-    else if (tname == "mesh") fab.type = FabricType::mesh;
-    else if (tname == "links") fab.type = FabricType::links;
+    if (tname == "switch")
+      fab.type = FabricType::switched;
+    else if (tname == "ring")
+      fab.type = FabricType::ring;
+    else if (tname == "mesh")
+      fab.type = FabricType::mesh;
+    else if (tname == "links")
+      fab.type = FabricType::links;
     else
-      rd_.pos().fail(type.value, "unknown fabric type '" + tname + "'" +
-                                     did_you_mean(tname, types) + " (expected one of: " +
-                                     join(types) + ")");
+      rd_.pos().fail(type.value, "unknown fabric type '" + tname + "'" + did_you_mean(tname, types) +
+                                     " (expected one of: " + join(types) + ")");
     fab.name = tname;
     if (const Field* nf = fv.find("name")) {
       fab.name = rd_.name(*nf);
       if (!valid_label(fab.name))
-        rd_.pos().fail(nf->value, "'" + nf->path + "' must be letters, digits, '_' or '-', got '" +
-                                      fab.name + "'");
+        rd_.pos().fail(nf->value, "'" + nf->path + "' must be letters, digits, '_' or '-', got '" + fab.name + "'");
     }
     const int n = s_.devices_per_node;
     const Field* links = fv.find("links");
     if (links != nullptr && fab.type != FabricType::links)
-      rd_.pos().fail(links->key_node, "'" + links->path + "' is only used with type: links "
-                                      "(this fabric is type: " + tname + ")");
+      rd_.pos().fail(links->key_node, "'" + links->path +
+                                          "' is only used with type: links "
+                                          "(this fabric is type: " +
+                                          tname + ")");
     if (fab.type == FabricType::links) {
       // Fabric-level bandwidth and latency are defaults for the listed links.
       const Field* bw = fv.find("bandwidth");
       const Field* lat = fv.find("latency");
       if (bw) fab.bandwidth = rd_.bandwidth(*bw);
       if (lat) fab.latency = rd_.duration(*lat);
-      read_links(fv.need("links", "a list of {between: [a, b], bandwidth, latency}"), bw != nullptr,
-                 lat != nullptr);
+      read_links(fv.need("links", "a list of {between: [a, b], bandwidth, latency}"), bw != nullptr, lat != nullptr);
     } else {
       fab.bandwidth = rd_.bandwidth(fv.need(
-          "bandwidth", fab.type == FabricType::switched
-                           ? "the bandwidth per device and direction, e.g. '450 GB/s'"
-                           : "the bandwidth of each link and direction, e.g. '50 GB/s'"));
-      fab.latency = rd_.duration(fv.need(
-          "latency", fab.type == FabricType::switched
-                         ? "device-to-device latency through the switch, e.g. '500 ns'"
-                         : "the latency of each link, e.g. '1 us'"));
+          "bandwidth", fab.type == FabricType::switched ? "the bandwidth per device and direction, e.g. '450 GB/s'"
+                                                        : "the bandwidth of each link and direction, e.g. '50 GB/s'"));
+      fab.latency = rd_.duration(fv.need("latency", fab.type == FabricType::switched
+                                                        ? "device-to-device latency through the switch, e.g. '500 ns'"
+                                                        : "the latency of each link, e.g. '1 us'"));
       if (fab.type != FabricType::switched && n < 2)
-        rd_.pos().fail(type.value, "a " + tname + " needs at least 2 devices per node, but "
-                                   "node.devices is " + std::to_string(n));
+        rd_.pos().fail(type.value, "a " + tname +
+                                       " needs at least 2 devices per node, but "
+                                       "node.devices is " +
+                                       std::to_string(n));
       if (fab.type == FabricType::ring) {
         for (int i = 0; i < n; ++i) {
           const int j = (i + 1) % n;
@@ -371,8 +349,7 @@ class TopologyReader {
       }
     }
     if (fab.type != FabricType::switched && n > kMaxExplicitDevicesPerNode)
-      rd_.pos().fail(type.value, "explicit-link fabrics support at most " +
-                                     std::to_string(kMaxExplicitDevicesPerNode) +
+      rd_.pos().fail(type.value, "explicit-link fabrics support at most " + std::to_string(kMaxExplicitDevicesPerNode) +
                                      " devices per node; use type: switch");
     if (fab.type != FabricType::switched) check_connected(fv);
   }
@@ -382,56 +359,60 @@ class TopologyReader {
     const int n = s_.devices_per_node;
     if (!f.value.IsSequence())
       rd_.pos().fail(f.value.IsNull() ? f.key_node : f.value,
-                     "'" + f.path + "' must be a list of {between: [a, b], bandwidth, latency}, "
-                     "got " + describe(f.value));
-    if (f.value.size() == 0)
-      rd_.pos().fail(f.value, "'" + f.path + "' is empty; list at least one link");
+                     "'" + f.path +
+                         "' must be a list of {between: [a, b], bandwidth, latency}, "
+                         "got " +
+                         describe(f.value));
+    if (f.value.size() == 0) rd_.pos().fail(f.value, "'" + f.path + "' is empty; list at least one link");
     std::vector<std::pair<int, int>> seen;
     std::vector<YAML::Node> seen_at;
     for (size_t i = 0; i < f.value.size(); ++i) {
       const YAML::Node item = f.value[i];
       const std::string path = f.path + "[" + std::to_string(i) + "]";
-      const MapView lv(rd_.pos(), item, path, schemas().local_link,
-                       "a mapping {between: [a, b], bandwidth, latency}");
+      const MapView lv(rd_.pos(), item, path, schemas().local_link, "a mapping {between: [a, b], bandwidth, latency}");
       const Field& between = lv.need("between", "the two local device indices, e.g. [0, 1]");
       if (!between.value.IsSequence() || between.value.size() != 2)
         rd_.pos().fail(between.value.IsNull() ? between.key_node : between.value,
-                       "'" + between.path + "' must be a list of two local device indices such "
-                       "as [0, 1], got " + describe(between.value));
+                       "'" + between.path +
+                           "' must be a list of two local device indices such "
+                           "as [0, 1], got " +
+                           describe(between.value));
       int ends[2];
       for (size_t e = 0; e < 2; ++e) {
-        const Field ef{"", between.value[e], between.value[e],
-                       between.path + "[" + std::to_string(e) + "]"};
+        const Field ef{"", between.value[e], between.value[e], between.path + "[" + std::to_string(e) + "]"};
         ends[e] = static_cast<int>(
-            rd_.integer(ef, 0, n - 1, "a local device index below node.devices = " +
-                                          std::to_string(n)));
+            rd_.integer(ef, 0, n - 1, "a local device index below node.devices = " + std::to_string(n)));
       }
       if (ends[0] == ends[1])
-        rd_.pos().fail(between.value, "'" + between.path + "' links device " +
-                                          std::to_string(ends[0]) + " to itself; a link joins "
+        rd_.pos().fail(between.value, "'" + between.path + "' links device " + std::to_string(ends[0]) +
+                                          " to itself; a link joins "
                                           "two different devices");
       const std::pair<int, int> key{std::min(ends[0], ends[1]), std::max(ends[0], ends[1])};
       for (size_t k = 0; k < seen.size(); ++k) {
         if (seen[k] == key) {
           const YAML::Mark m = seen_at[k].Mark();
-          rd_.pos().fail(between.value,
-                         "duplicate link between devices " + std::to_string(key.first) + " and " +
-                             std::to_string(key.second) +
-                             (m.is_null() ? std::string()
-                                          : " (first listed on line " +
-                                                std::to_string(m.line + 1) + ")") +
-                             "; links are full duplex, list each pair once");
+          rd_.pos().fail(
+              between.value,
+              "duplicate link between devices " + std::to_string(key.first) + " and " + std::to_string(key.second) +
+                  (m.is_null() ? std::string() : " (first listed on line " + std::to_string(m.line + 1) + ")") +
+                  "; links are full duplex, list each pair once");
         }
       }
       seen.push_back(key);
       seen_at.push_back(between.value);
       Fabric::LocalLink link{ends[0], ends[1], fab.bandwidth, fab.latency};
-      if (const Field* bw = lv.find("bandwidth")) link.bandwidth = rd_.bandwidth(*bw);
-      else if (!default_bw) lv.need("bandwidth", "the link's bandwidth per direction, or set "
-                                                 "node.fabric.bandwidth as the default");
-      if (const Field* lat = lv.find("latency")) link.latency = rd_.duration(*lat);
-      else if (!default_lat) lv.need("latency", "the link's latency, or set "
-                                                "node.fabric.latency as the default");
+      if (const Field* bw = lv.find("bandwidth"))
+        link.bandwidth = rd_.bandwidth(*bw);
+      else if (!default_bw)
+        lv.need("bandwidth",
+                "the link's bandwidth per direction, or set "
+                "node.fabric.bandwidth as the default");
+      if (const Field* lat = lv.find("latency"))
+        link.latency = rd_.duration(*lat);
+      else if (!default_lat)
+        lv.need("latency",
+                "the link's latency, or set "
+                "node.fabric.latency as the default");
       fab.links.push_back(link);
     }
   }
@@ -475,31 +456,29 @@ class TopologyReader {
       groups.push_back("{" + join(members) + "}");
     }
     const Field* links = fv.find("links");
-    rd_.pos().fail(links ? links->value : fv.node(),
-                   "device 0 cannot reach device " + std::to_string(other) +
-                       ": the fabric's links leave the node's devices in " +
-                       std::to_string(ncomp) + " disconnected groups (" + join(groups, " and ") +
-                       "); add links between them or use type: switch");
+    rd_.pos().fail(links ? links->value : fv.node(), "device 0 cannot reach device " + std::to_string(other) +
+                                                         ": the fabric's links leave the node's devices in " +
+                                                         std::to_string(ncomp) + " disconnected groups (" +
+                                                         join(groups, " and ") +
+                                                         "); add links between them or use type: switch");
   }
 
   void read_network(const Field& f, const Field* nodes_field, const MapView& top) {
     const Schemas& s = schemas();
-    const MapView nv(rd_.pos(), f, s.network,
-                     "a mapping with the keys nic_bandwidth, nic_latency and levels");
+    const MapView nv(rd_.pos(), f, s.network, "a mapping with the keys nic_bandwidth, nic_latency and levels");
     Network& net = s_.network;
-    net.nic_bandwidth =
-        rd_.bandwidth(nv.need("nic_bandwidth", "the NIC bandwidth per device, e.g. '400 Gb/s'"));
-    net.nic_latency =
-        rd_.duration(nv.need("nic_latency", "the latency at each end of a transfer, e.g. "
-                                            "'300 ns'"));
+    net.nic_bandwidth = rd_.bandwidth(nv.need("nic_bandwidth", "the NIC bandwidth per device, e.g. '400 Gb/s'"));
+    net.nic_latency = rd_.duration(nv.need("nic_latency",
+                                           "the latency at each end of a transfer, e.g. "
+                                           "'300 ns'"));
     const Field& lv = nv.need("levels", "the fat-tree levels, leaf first");
     if (!lv.value.IsSequence())
       rd_.pos().fail(lv.value.IsNull() ? lv.key_node : lv.value,
-                     "'" + lv.path + "' must be a list of fat-tree levels (leaf first), got " +
-                         describe(lv.value));
+                     "'" + lv.path + "' must be a list of fat-tree levels (leaf first), got " + describe(lv.value));
     if (lv.value.size() == 0)
-      rd_.pos().fail(lv.value, "'" + lv.path + "' is empty; give at least one level (a single "
-                               "switch is one level)");
+      rd_.pos().fail(lv.value, "'" + lv.path +
+                                   "' is empty; give at least one level (a single "
+                                   "switch is one level)");
     const size_t nlevels = lv.value.size();
     std::vector<YAML::Node> name_nodes;
     const Field* top_children = nullptr;
@@ -512,28 +491,29 @@ class TopologyReader {
       const Field& name = v.need("name", "a name such as 'leaf' or 'spine'");
       level.name = rd_.name(name);
       if (!valid_label(level.name))
-        rd_.pos().fail(name.value, "'" + name.path + "' must be letters, digits, '_' or '-', "
-                                   "got '" + level.name + "'");
+        rd_.pos().fail(name.value, "'" + name.path +
+                                       "' must be letters, digits, '_' or '-', "
+                                       "got '" +
+                                       level.name + "'");
       for (size_t k = 0; k < net.levels.size(); ++k)
         if (net.levels[k].name == level.name) {
           const YAML::Mark m = name_nodes[k].Mark();
           rd_.pos().fail(name.value, "duplicate level name '" + level.name + "'" +
                                          (m.is_null() ? std::string()
-                                                      : " (first used on line " +
-                                                            std::to_string(m.line + 1) + ")"));
+                                                      : " (first used on line " + std::to_string(m.line + 1) + ")"));
         }
       name_nodes.push_back(name.value);
       const std::string what = i == 0 ? "nodes per " + level.name + " switch group"
-                                      : "'" + net.levels[i - 1].name + "' groups per " +
-                                            level.name + " switch group";
+                                      : "'" + net.levels[i - 1].name + "' groups per " + level.name + " switch group";
       if (const Field* c = v.find("children")) {
         level.children = static_cast<int>(rd_.integer(*c, 1, kMaxDevices, what));
         if (is_top) top_children = c;
       } else if (!is_top) {
         v.need("children", what);
       }
-      level.latency = rd_.duration(v.need("latency", "the latency of one switch traversal, "
-                                                     "e.g. '130 ns'"));
+      level.latency = rd_.duration(v.need("latency",
+                                          "the latency of one switch traversal, "
+                                          "e.g. '130 ns'"));
       if (const Field* o = v.find("oversubscription")) {
         if (is_top)
           rd_.pos().fail(o->key_node, "'" + o->path + "': the top level '" + level.name +
@@ -544,12 +524,14 @@ class TopologyReader {
       if (const Field* r = v.find("rail_optimized")) {
         level.rail_optimized = rd_.boolean(*r);
         if (level.rail_optimized && i != 0)
-          rd_.pos().fail(r->value, "'" + r->path + "': only the first level can be "
-                                   "rail-optimized (rails are the devices' local indices)");
+          rd_.pos().fail(r->value, "'" + r->path +
+                                       "': only the first level can be "
+                                       "rail-optimized (rails are the devices' local indices)");
         if (level.rail_optimized && is_top && s_.devices_per_node > 1)
-          rd_.pos().fail(r->value, "'" + r->path + "': a rail-optimized level needs a level "
-                                   "above it to join the rails, or devices on different rails "
-                                   "could not reach each other");
+          rd_.pos().fail(r->value, "'" + r->path +
+                                       "': a rail-optimized level needs a level "
+                                       "above it to join the rails, or devices on different rails "
+                                       "could not reach each other");
       }
       net.levels.push_back(level);
     }
@@ -566,8 +548,8 @@ class TopologyReader {
     }
     if (capacity >= 0 && s_.num_nodes > capacity) {
       const std::string what = "nodes = " + std::to_string(s_.num_nodes) +
-                               " exceeds the capacity of the fat tree: " +
-                               std::to_string(capacity) + " nodes (" + product + ")";
+                               " exceeds the capacity of the fat tree: " + std::to_string(capacity) + " nodes (" +
+                               product + ")";
       if (nodes_field) rd_.pos().fail(nodes_field->value, what);
       rd_.pos().fail(top_children ? top_children->value : top.node(), what);
     }

@@ -43,16 +43,16 @@ struct Fabric {
 };
 
 struct FatTreeLevel {
-  std::string name;        // "leaf", "spine", "core"
-  int children = 0;        // units of the level below per switch group; 0 = unbounded (top)
-  Time latency;            // one traversal of a switch at this level
+  std::string name;               // "leaf", "spine", "core"
+  int children = 0;               // units of the level below per switch group; 0 = unbounded (top)
+  Time latency;                   // one traversal of a switch at this level
   double oversubscription = 1.0;  // down / up bandwidth of a switch group (not on the top level)
   bool rail_optimized = false;    // level 1 only: one group per local device index (rail)
 };
 
 struct Network {
-  double nic_bandwidth = 0;  // bytes/s per device, each direction
-  Time nic_latency;          // at each end of a transfer (NIC, PCIe, host)
+  double nic_bandwidth = 0;          // bytes/s per device, each direction
+  Time nic_latency;                  // at each end of a transfer (NIC, PCIe, host)
   std::vector<FatTreeLevel> levels;  // bottom (leaf) first
 };
 

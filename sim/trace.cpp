@@ -11,10 +11,14 @@ namespace ranksim::sim {
 
 const char* to_string(SpanKind k) {
   switch (k) {
-    case SpanKind::compute: return "compute";
-    case SpanKind::comm: return "comm";
-    case SpanKind::wait: return "wait";
-    case SpanKind::other: return "other";
+    case SpanKind::compute:
+      return "compute";
+    case SpanKind::comm:
+      return "comm";
+    case SpanKind::wait:
+      return "wait";
+    case SpanKind::other:
+      return "other";
   }
   return "other";
 }
@@ -30,8 +34,8 @@ std::string format_us(Time t) {
   const bool neg = ps < 0;
   if (neg) ps = -ps;
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%s%lld.%06lld", neg ? "-" : "",
-                static_cast<long long>(ps / 1000000), static_cast<long long>(ps % 1000000));
+  std::snprintf(buf, sizeof buf, "%s%lld.%06lld", neg ? "-" : "", static_cast<long long>(ps / 1000000),
+                static_cast<long long>(ps % 1000000));
   return buf;
 }
 
@@ -40,10 +44,18 @@ void write_json_string(std::ostream& out, const std::string& s) {
   out << '"';
   for (char c : s) {
     switch (c) {
-      case '"': out << "\\\""; break;
-      case '\\': out << "\\\\"; break;
-      case '\n': out << "\\n"; break;
-      case '\t': out << "\\t"; break;
+      case '"':
+        out << "\\\"";
+        break;
+      case '\\':
+        out << "\\\\";
+        break;
+      case '\n':
+        out << "\\n";
+        break;
+      case '\t':
+        out << "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -62,14 +74,13 @@ void Trace::write_chrome_json(std::ostream& out) const {
   out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   out << "{\"ph\":\"M\",\"pid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"ranksim\"}}";
   for (int r = 0; r < num_ranks_; ++r) {
-    out << ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":" << r
-        << ",\"name\":\"thread_name\",\"args\":{\"name\":\"rank " << r << "\"}}";
+    out << ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":" << r << ",\"name\":\"thread_name\",\"args\":{\"name\":\"rank " << r
+        << "\"}}";
     out << ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":" << r
         << ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":" << r << "}}";
   }
   for (const Span& s : spans_) {
-    out << ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":" << s.rank << ",\"cat\":\"" << to_string(s.kind)
-        << "\",\"name\":";
+    out << ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":" << s.rank << ",\"cat\":\"" << to_string(s.kind) << "\",\"name\":";
     write_json_string(out, s.name);
     out << ",\"ts\":" << format_us(s.start) << ",\"dur\":" << format_us(s.end - s.start);
     if (!s.args.empty()) {

@@ -25,26 +25,22 @@ struct Prefix {
   double factor;
 };
 
-constexpr Prefix kDecimal[] = {{"", 1.0},  {"k", 1e3},  {"K", 1e3},  {"M", 1e6},
-                               {"G", 1e9}, {"T", 1e12}, {"P", 1e15}};
-constexpr Prefix kBinary[] = {{"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30},
-                              {"Ti", 0x1p40}, {"Pi", 0x1p50}};
+constexpr Prefix kDecimal[] = {{"", 1.0}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"P", 1e15}};
+constexpr Prefix kBinary[] = {{"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30}, {"Ti", 0x1p40}, {"Pi", 0x1p50}};
 
-void add(std::vector<Unit>& out, const Prefix* begin, const Prefix* end, const char* base,
-         double scale) {
-  for (const Prefix* p = begin; p != end; ++p)
-    out.push_back({std::string(p->text) + base, p->factor * scale});
+void add(std::vector<Unit>& out, const Prefix* begin, const Prefix* end, const char* base, double scale) {
+  for (const Prefix* p = begin; p != end; ++p) out.push_back({std::string(p->text) + base, p->factor * scale});
 }
 
 Quantity make_bandwidth() {
-  Quantity q{"bandwidth", "450 GB/s",
+  Quantity q{"bandwidth",
+             "450 GB/s",
              "B/s, kB/s, MB/s, GB/s, TB/s, PB/s, KiB/s, MiB/s, GiB/s, TiB/s, or bits as b/s, "
              "kb/s, Mb/s, Gb/s, Tb/s (also Gbit/s, Gbps)",
              {}};
   add(q.units, std::begin(kDecimal), std::end(kDecimal), "B/s", 1.0);
   add(q.units, std::begin(kBinary), std::end(kBinary), "B/s", 1.0);
-  for (const char* bits : {"b/s", "bit/s", "bps"})
-    add(q.units, std::begin(kDecimal), std::end(kDecimal), bits, 0.125);
+  for (const char* bits : {"b/s", "bit/s", "bps"}) add(q.units, std::begin(kDecimal), std::end(kDecimal), bits, 0.125);
   return q;
 }
 
@@ -71,17 +67,29 @@ Quantity make_size() {
 Quantity make_flop_rate() {
   constexpr Prefix flop_prefixes[] = {{"", 1.0},  {"k", 1e3},  {"K", 1e3},  {"M", 1e6},
                                       {"G", 1e9}, {"T", 1e12}, {"P", 1e15}, {"E", 1e18}};
-  Quantity q{"FLOP rate", "989.4 TFLOP/s",
-             "FLOP/s, FLOPS, OP/s or OPS with a prefix k, M, G, T, P or E (e.g. TFLOP/s)", {}};
+  Quantity q{
+      "FLOP rate", "989.4 TFLOP/s", "FLOP/s, FLOPS, OP/s or OPS with a prefix k, M, G, T, P or E (e.g. TFLOP/s)", {}};
   for (const char* base : {"FLOP/s", "FLOPS", "OP/s", "OPS"})
     add(q.units, std::begin(flop_prefixes), std::end(flop_prefixes), base, 1.0);
   return q;
 }
 
-const Quantity& bandwidth_q() { static const Quantity q = make_bandwidth(); return q; }
-const Quantity& duration_q() { static const Quantity q = make_duration(); return q; }
-const Quantity& size_q() { static const Quantity q = make_size(); return q; }
-const Quantity& flop_q() { static const Quantity q = make_flop_rate(); return q; }
+const Quantity& bandwidth_q() {
+  static const Quantity q = make_bandwidth();
+  return q;
+}
+const Quantity& duration_q() {
+  static const Quantity q = make_duration();
+  return q;
+}
+const Quantity& size_q() {
+  static const Quantity q = make_size();
+  return q;
+}
+const Quantity& flop_q() {
+  static const Quantity q = make_flop_rate();
+  return q;
+}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -100,9 +108,7 @@ std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 // Returns the value in SI base units; the sign is left to the caller.
 double parse(const Quantity& q, std::string_view raw) {
   const std::string_view text = trim(raw);
-  if (text.empty())
-    throw UnitError("empty value; expected a " + std::string(q.what) + " such as '" +
-                    q.example + "'");
+  if (text.empty()) throw UnitError("empty value; expected a " + std::string(q.what) + " such as '" + q.example + "'");
   std::string_view digits = text;
   bool plus = false;
   if (digits.front() == '+') {
@@ -112,24 +118,21 @@ double parse(const Quantity& q, std::string_view raw) {
   double value = 0.0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (ec != std::errc() || (plus && !digits.empty() && digits.front() == '-'))
-    throw UnitError(quoted(text) + " is not a " + q.what +
-                    ": expected a number followed by a unit, such as '" + q.example + "'");
+    throw UnitError(quoted(text) + " is not a " + q.what + ": expected a number followed by a unit, such as '" +
+                    q.example + "'");
   if (!std::isfinite(value))
-    throw UnitError(quoted(text) + " is not a finite number; expected a " + q.what +
-                    " such as '" + q.example + "'");
-  const std::string_view unit =
-      trim(digits.substr(static_cast<size_t>(end - digits.data())));
+    throw UnitError(quoted(text) + " is not a finite number; expected a " + q.what + " such as '" + q.example + "'");
+  const std::string_view unit = trim(digits.substr(static_cast<size_t>(end - digits.data())));
   if (unit.empty())
     throw UnitError(quoted(text) + " has no unit; write it with one, such as '" + q.example +
                     "' (accepted: " + q.accepted + ")");
   if (const Unit* u = find_unit(q, unit)) return value * u->factor;
   for (const Quantity* other : {&bandwidth_q(), &duration_q(), &size_q(), &flop_q()}) {
     if (other != &q && find_unit(*other, unit))
-      throw UnitError(quoted(text) + " is a " + other->what + ", not a " + q.what +
-                      "; accepted units: " + q.accepted);
+      throw UnitError(quoted(text) + " is a " + other->what + ", not a " + q.what + "; accepted units: " + q.accepted);
   }
-  throw UnitError("unknown " + std::string(q.what) + " unit " + quoted(unit) + " in " +
-                  quoted(text) + "; accepted units: " + q.accepted);
+  throw UnitError("unknown " + std::string(q.what) + " unit " + quoted(unit) + " in " + quoted(text) +
+                  "; accepted units: " + q.accepted);
 }
 
 std::string format_scaled(double value, const char* const* names, const double* scales, int n) {
@@ -145,8 +148,7 @@ std::string format_scaled(double value, const char* const* names, const double* 
 
 double parse_bandwidth(std::string_view text) {
   const double v = parse(bandwidth_q(), text);
-  if (!(v > 0.0))
-    throw UnitError("bandwidth must be positive, got " + quoted(trim(text)));
+  if (!(v > 0.0)) throw UnitError("bandwidth must be positive, got " + quoted(trim(text)));
   return v;
 }
 
@@ -162,8 +164,7 @@ uint64_t parse_bytes(std::string_view text) {
   if (!(v > 0.0)) throw UnitError("size must be positive, got " + quoted(trim(text)));
   if (v >= 0x1p64) throw UnitError("size " + quoted(trim(text)) + " does not fit in 64 bits");
   const double rounded = std::nearbyint(v);
-  if (rounded < 1.0)
-    throw UnitError("size " + quoted(trim(text)) + " is less than one byte");
+  if (rounded < 1.0) throw UnitError("size " + quoted(trim(text)) + " is less than one byte");
   return static_cast<uint64_t>(rounded);
 }
 
@@ -192,8 +193,7 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 std::string format_flop_rate(double flop_per_second) {
-  static constexpr const char* names[] = {"FLOP/s",  "kFLOP/s", "MFLOP/s",
-                                          "GFLOP/s", "TFLOP/s", "PFLOP/s", "EFLOP/s"};
+  static constexpr const char* names[] = {"FLOP/s", "kFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s", "EFLOP/s"};
   static constexpr double scales[] = {1.0, 1e3, 1e6, 1e9, 1e12, 1e15, 1e18};
   return format_scaled(flop_per_second, names, scales, 7);
 }

@@ -67,11 +67,15 @@ YAML::Node map_entry(const YAML::Node& map, std::string_view key) {
 
 std::string describe(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "'" + n.Scalar() + "'";
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: break;
+    case YAML::NodeType::Undefined:
+      break;
   }
   return "nothing";
 }
@@ -147,7 +151,8 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
     if (sc == nullptr) fail_at(col, here + " is a single value; it has no key '" + part + "'");
 
     if (sc->items != nullptr || (sc->open && cur.IsSequence())) {
-      if (!cur.IsSequence()) fail_at(col, here + " is not a list in " + options.document + ", so it has no element '" + part + "'");
+      if (!cur.IsSequence())
+        fail_at(col, here + " is not a list in " + options.document + ", so it has no element '" + part + "'");
       std::size_t index = cur.size();
       std::vector<std::string> names;
       for (std::size_t k = 0; k < cur.size(); ++k) {
@@ -160,11 +165,11 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
       if (all_digits(part)) {
         index = part.size() > 6 ? cur.size() : std::stoul(part);
         if (index >= cur.size())
-          fail_at(col, "index " + part + " is out of range: " + here + " has " + std::to_string(cur.size()) +
-                           " elements");
+          fail_at(col,
+                  "index " + part + " is out of range: " + here + " has " + std::to_string(cur.size()) + " elements");
       } else if (index == cur.size()) {
-        fail_at(col, here + " has no element named '" + part + "'" + did_you_mean(part, names) + " (elements: " +
-                         join(names) + "; an index such as 0 also works)");
+        fail_at(col, here + " has no element named '" + part + "'" + did_you_mean(part, names) +
+                         " (elements: " + join(names) + "; an index such as 0 also works)");
       }
       path += (path.empty() ? "" : ".") + part;
       if (last) {
@@ -190,10 +195,10 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
     } else if (!sc->has_key(part, &child)) {
       const std::vector<std::string> known = sc->key_names();
       if (options.name_parent_of_unknown_key)
-        fail_at(col, "unknown key '" + part + "' in " + here + did_you_mean(part, known) + " (known keys: " +
-                         join(known) + ")");
-      fail_at(col, "unknown key '" + part + "'" + did_you_mean(part, known) + " (known keys here: " + join(known) +
-                       ")");
+        fail_at(col, "unknown key '" + part + "' in " + here + did_you_mean(part, known) +
+                         " (known keys: " + join(known) + ")");
+      fail_at(col,
+              "unknown key '" + part + "'" + did_you_mean(part, known) + " (known keys here: " + join(known) + ")");
     }
     if (!cur.IsMap() && !cur.IsNull())
       fail_at(col, here + " is " + describe(cur) + ", not a mapping, so it has no key '" + part + "'");

@@ -19,15 +19,13 @@ namespace {
 
 ParallelAttentionConfig normalized(ParallelAttentionConfig c, int p) {
   const std::string who = "ParallelAttention: ";
-  if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_query_groups < 0 ||
-      c.kv_channels < 0) {
+  if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_query_groups < 0 || c.kv_channels < 0) {
     throw Error(who + "hidden_size and num_attention_heads must be positive");
   }
   if (c.num_query_groups == 0) c.num_query_groups = c.num_attention_heads;
   if (c.kv_channels == 0) {
     if (c.hidden_size % c.num_attention_heads != 0) {
-      throw Error(who + "hidden_size " + std::to_string(c.hidden_size) +
-                  " is not divisible by num_attention_heads " +
+      throw Error(who + "hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
                   std::to_string(c.num_attention_heads) + "; set kv_channels");
     }
     c.kv_channels = c.hidden_size / c.num_attention_heads;
@@ -67,8 +65,8 @@ RowParallelLinearOptions proj_options(const ParallelAttentionConfig& c) {
 
 const Tensor& checked(const char* what, const Tensor& t, const Shape& shape) {
   if (!t.defined() || t.shape() != shape) {
-    throw Error(std::string("ParallelAttention: the ") + what + " must be " +
-                runtime::shape_str(shape) + ", got " + (t.defined() ? t.str() : "undefined"));
+    throw Error(std::string("ParallelAttention: the ") + what + " must be " + runtime::shape_str(shape) + ", got " +
+                (t.defined() ? t.str() : "undefined"));
   }
   return t;
 }
@@ -99,8 +97,7 @@ void apply_causal_mask(const Tensor& scores) {
       mask_rows(scores.data<double>(), batches, rows, s, -std::numeric_limits<double>::infinity());
       break;
     case DType::bf16:
-      mask_rows(scores.data<runtime::BFloat16>(), batches, rows, s,
-                runtime::BFloat16::from_float(-inf));
+      mask_rows(scores.data<runtime::BFloat16>(), batches, rows, s, runtime::BFloat16::from_float(-inf));
       break;
     case DType::f16:
       mask_rows(scores.data<runtime::Half>(), batches, rows, s, runtime::Half::from_float(-inf));
@@ -117,11 +114,10 @@ Tensor interleave_qkv(const Tensor& wq, const Tensor& wk, const Tensor& wv, int 
     throw Error("interleave_qkv: num_attention_heads " + std::to_string(np) +
                 " is not a multiple of num_query_groups " + std::to_string(ng));
   }
-  if (!wq.defined() || !wk.defined() || !wv.defined() || wk.shape() != wv.shape() ||
-      wq.dim() != wk.dim() || wq.size(0) % np != 0 || wk.size(0) % ng != 0 ||
-      wq.size(0) / np != wk.size(0) / ng) {
-    throw Error("interleave_qkv: query [np*hn, ...], key and value [ng*hn, ...] do not fit np=" +
-                std::to_string(np) + ", ng=" + std::to_string(ng));
+  if (!wq.defined() || !wk.defined() || !wv.defined() || wk.shape() != wv.shape() || wq.dim() != wk.dim() ||
+      wq.size(0) % np != 0 || wk.size(0) % ng != 0 || wq.size(0) / np != wk.size(0) / ng) {
+    throw Error("interleave_qkv: query [np*hn, ...], key and value [ng*hn, ...] do not fit np=" + std::to_string(np) +
+                ", ng=" + std::to_string(ng));
   }
   const std::int64_t hn = wk.size(0) / ng, qpg = np / ng;
   std::vector<Tensor> pieces;
@@ -133,31 +129,25 @@ Tensor interleave_qkv(const Tensor& wq, const Tensor& wk, const Tensor& wv, int 
   return runtime::cat(pieces, 0);
 }
 
-ParallelAttention::ParallelAttention(const ParallelAttentionConfig& config,
-                                     const Tensor& qkv_weight, const Tensor& proj_weight,
-                                     runtime::ProcessGroup tp, const Tensor& qkv_bias,
+ParallelAttention::ParallelAttention(const ParallelAttentionConfig& config, const Tensor& qkv_weight,
+                                     const Tensor& proj_weight, runtime::ProcessGroup tp, const Tensor& qkv_bias,
                                      const Tensor& proj_bias)
     : cfg_(normalized(config, tp.size())),
       groups_local_(cfg_.num_query_groups / tp.size()),
       q_per_group_(cfg_.num_attention_heads / cfg_.num_query_groups),
       qkv_(checked("QKV weight", qkv_weight,
-                   {cfg_.num_query_groups * (q_per_group_ + 2) * cfg_.kv_channels,
-                    cfg_.hidden_size}),
+                   {cfg_.num_query_groups * (q_per_group_ + 2) * cfg_.kv_channels, cfg_.hidden_size}),
            tp, qkv_options(cfg_), qkv_bias),
-      proj_(checked("projection weight", proj_weight,
-                    {cfg_.hidden_size, cfg_.num_attention_heads * cfg_.kv_channels}),
+      proj_(checked("projection weight", proj_weight, {cfg_.hidden_size, cfg_.num_attention_heads * cfg_.kv_channels}),
             tp, proj_options(cfg_), proj_bias) {}
 
-ParallelAttention ParallelAttention::seeded(const ParallelAttentionConfig& config,
-                                            std::uint64_t seed, runtime::ProcessGroup tp,
-                                            double init_std) {
+ParallelAttention ParallelAttention::seeded(const ParallelAttentionConfig& config, std::uint64_t seed,
+                                            runtime::ProcessGroup tp, double init_std) {
   const ParallelAttentionConfig c = normalized(config, tp.size());
-  const std::int64_t qkv_rows =
-      c.num_query_groups * (c.num_attention_heads / c.num_query_groups + 2) * c.kv_channels;
-  return ParallelAttention(
-      c, master_normal({qkv_rows, c.hidden_size}, seed, init_std),
-      master_normal({c.hidden_size, c.num_attention_heads * c.kv_channels}, seed + 1, init_std),
-      std::move(tp));
+  const std::int64_t qkv_rows = c.num_query_groups * (c.num_attention_heads / c.num_query_groups + 2) * c.kv_channels;
+  return ParallelAttention(c, master_normal({qkv_rows, c.hidden_size}, seed, init_std),
+                           master_normal({c.hidden_size, c.num_attention_heads * c.kv_channels}, seed + 1, init_std),
+                           std::move(tp));
 }
 
 Tensor ParallelAttention::forward(const Tensor& x, AttentionContext& ctx) const {
@@ -193,22 +183,16 @@ Tensor ParallelAttention::forward(const Tensor& x, AttentionContext& ctx) const 
 Tensor ParallelAttention::backward(const Tensor& dy, const AttentionContext& ctx, Tensor* dqkv) {
   const std::int64_t s = ctx.s, b = ctx.b, hn = cfg_.kv_channels;
   const std::int64_t G = groups_local_, Q = q_per_group_;
-  const Tensor dcontext = proj_.backward(dy, ctx.proj)
-                              .view({s, b, G, Q, hn})
-                              .permute({1, 2, 3, 0, 4})
-                              .contiguous()
-                              .view({b, G, Q * s, hn});
+  const Tensor dcontext =
+      proj_.backward(dy, ctx.proj).view({s, b, G, Q, hn}).permute({1, 2, 3, 0, 4}).contiguous().view({b, G, Q * s, hn});
   const runtime::MatmulGrads pv = runtime::matmul_backward(dcontext, ctx.probs, ctx.v);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hn));
   const Tensor dscores = runtime::scale_backward(runtime::softmax_backward(pv.da, ctx.probs), scale);
   const runtime::MatmulGrads qk = runtime::matmul_backward(dscores, ctx.q, ctx.k, false, true);
   // Back to [s, b, G, n, hn] and interleave per group as the fused layout.
-  auto seq_first = [&](const Tensor& t, std::int64_t n) {
-    return t.view({b, G, n, s, hn}).permute({3, 0, 1, 2, 4});
-  };
+  auto seq_first = [&](const Tensor& t, std::int64_t n) { return t.view({b, G, n, s, hn}).permute({3, 0, 1, 2, 4}); };
   const Tensor dmixed =
-      runtime::cat({seq_first(qk.da, Q), seq_first(qk.db, 1), seq_first(pv.db, 1)}, 3)
-          .view({s, b, G * (Q + 2) * hn});
+      runtime::cat({seq_first(qk.da, Q), seq_first(qk.db, 1), seq_first(pv.db, 1)}, 3).view({s, b, G * (Q + 2) * hn});
   if (dqkv != nullptr) *dqkv = dmixed;
   return qkv_.backward(dmixed, ctx.qkv);
 }

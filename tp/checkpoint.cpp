@@ -20,8 +20,8 @@ namespace {
 void validate(const char* who, const NamedParameters& params, const runtime::ProcessGroup& tp,
               const ConsolidateOptions& o) {
   if (o.writer < 0 || o.writer >= tp.size()) {
-    throw Error(std::string(who) + ": writer " + std::to_string(o.writer) +
-                " is not a rank of the group of " + std::to_string(tp.size()));
+    throw Error(std::string(who) + ": writer " + std::to_string(o.writer) + " is not a rank of the group of " +
+                std::to_string(tp.size()));
   }
   std::set<std::string> names;
   for (const auto& [name, param] : params) {
@@ -53,8 +53,7 @@ NamedParameters with_prefix(const std::string& prefix, const NamedParameters& pa
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> consolidate(const NamedParameters& params,
-                                                        const runtime::ProcessGroup& tp,
+std::vector<std::pair<std::string, Tensor>> consolidate(const NamedParameters& params, const runtime::ProcessGroup& tp,
                                                         const ConsolidateOptions& options) {
   validate("consolidate", params, tp, options);
   std::vector<std::pair<std::string, Tensor>> out;
@@ -65,8 +64,8 @@ std::vector<std::pair<std::string, Tensor>> consolidate(const NamedParameters& p
   return out;
 }
 
-void save_consolidated(const std::string& path, const NamedParameters& params,
-                       const runtime::ProcessGroup& tp, const ConsolidateOptions& options) {
+void save_consolidated(const std::string& path, const NamedParameters& params, const runtime::ProcessGroup& tp,
+                       const ConsolidateOptions& options) {
   validate("save_consolidated", params, tp, options);
   const std::vector<std::pair<std::string, Tensor>> full = consolidate(params, tp, options);
   std::exception_ptr failure;

@@ -43,19 +43,19 @@ using NamedParameters = std::vector<std::pair<std::string, Parameter*>>;
 NamedParameters with_prefix(const std::string& prefix, const NamedParameters& params);
 
 struct ConsolidateOptions {
-  bool gradients = false;  // gather the gradients instead of the values. Default: false
-  int writer = 0;          // the group rank that writes the file. Default: 0
+  bool gradients = false;                       // gather the gradients instead of the values. Default: false
+  int writer = 0;                               // the group rank that writes the file. Default: 0
   std::map<std::string, std::string> metadata;  // "__metadata__" of the file. Default: none
 };
 
 // The full tensors, in the order and under the names given, on every member of tp (collective;
 // the validation above, without the file).
-std::vector<std::pair<std::string, runtime::Tensor>> consolidate(
-    const NamedParameters& params, const runtime::ProcessGroup& tp,
-    const ConsolidateOptions& options = {});
+std::vector<std::pair<std::string, runtime::Tensor>> consolidate(const NamedParameters& params,
+                                                                 const runtime::ProcessGroup& tp,
+                                                                 const ConsolidateOptions& options = {});
 
 // consolidate(), then writes the safetensors file at path from options.writer.
-void save_consolidated(const std::string& path, const NamedParameters& params,
-                       const runtime::ProcessGroup& tp, const ConsolidateOptions& options = {});
+void save_consolidated(const std::string& path, const NamedParameters& params, const runtime::ProcessGroup& tp,
+                       const ConsolidateOptions& options = {});
 
 }  // namespace ranksim::tp

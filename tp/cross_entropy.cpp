@@ -7,8 +7,8 @@
 
 #include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_tensors.h"
-#include "tp/cross_entropy_kernels.h"
 #include "sim/error.h"
+#include "tp/cross_entropy_kernels.h"
 
 namespace ranksim::tp {
 
@@ -41,8 +41,7 @@ Tensor vocab_pred(Device& dev, const Tensor& x, const Tensor& m, const Tensor& l
   In X(dev, x), M(dev, m);
   Ids L(dev, local);
   Out P(dev, m.shape(), DType::f32);
-  launch(dev, k::VocabPredKernel{X.get(), M.as<float>(), L.get(), P.as<float>(), x.dtype(), x.size(-1)},
-      m.numel());
+  launch(dev, k::VocabPredKernel{X.get(), M.as<float>(), L.get(), P.as<float>(), x.dtype(), x.size(-1)}, m.numel());
   return P.t;
 }
 
@@ -50,7 +49,7 @@ std::pair<Tensor, Tensor> vocab_exp(Device& dev, const Tensor& x, const Tensor& 
   In X(dev, x), M(dev, m);
   Out E(dev, x.shape(), DType::f32), S(dev, m.shape(), DType::f32);
   launch(dev, k::VocabExpKernel{X.get(), M.as<float>(), E.as<float>(), S.as<float>(), x.dtype(), x.size(-1)},
-      m.numel());
+         m.numel());
   return {E.t, S.t};
 }
 
@@ -58,24 +57,23 @@ std::pair<Tensor, Tensor> vocab_softmax(Device& dev, const Tensor& e, const Tens
   In E(dev, e), S(dev, se), P(dev, pred);
   Out Sm(dev, e.shape(), DType::f32), Loss(dev, se.shape(), DType::f32);
   const i64 cols = e.size(-1);
-  launch(dev, k::VocabSoftmaxKernel{E.as<float>(), S.as<float>(), P.as<float>(), Sm.as<float>(), Loss.as<float>(), cols},
-      se.numel() * (cols > 0 ? cols : 1));
+  launch(dev,
+         k::VocabSoftmaxKernel{E.as<float>(), S.as<float>(), P.as<float>(), Sm.as<float>(), Loss.as<float>(), cols},
+         se.numel() * (cols > 0 ? cols : 1));
   return {Sm.t, Loss.t};
 }
 
-Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss,
-                      DType dx_dtype) {
+Tensor vocab_backward(Device& dev, const Tensor& softmax, const Tensor& local, const Tensor& dloss, DType dx_dtype) {
   In Sm(dev, softmax), D(dev, dloss);
   Ids L(dev, local);
   Out DX(dev, softmax.shape(), dx_dtype);
   const i64 cols = softmax.size(-1);
   if (cols > 0) {
     launch(dev, k::VocabBackwardKernel{Sm.as<float>(), L.get(), D.get(), dloss.dtype(), DX.ptr, dx_dtype, cols},
-        softmax.numel());
+           softmax.numel());
   }
   return DX.t;
 }
-
 
 void all_reduce(const Tensor& t, const runtime::ProcessGroup& g, runtime::ReduceOp op) {
   if (g.size() == 1) return;
@@ -87,8 +85,8 @@ void all_reduce(const Tensor& t, const runtime::ProcessGroup& g, runtime::Reduce
 
 }  // namespace
 
-Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
-                                    const runtime::ProcessGroup& tp, CrossEntropyContext& ctx) {
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const runtime::ProcessGroup& tp,
+                                    CrossEntropyContext& ctx) {
   const std::string who = "vocab_parallel_cross_entropy";
   if (!logits.defined() || logits.dim() < 1 || !runtime::is_floating(logits.dtype())) {
     throw Error(who + ": logits must be a floating tensor [..., V/p]");
@@ -96,9 +94,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   const Shape row_shape(logits.shape().begin(), logits.shape().end() - 1);
   if (!targets.defined() || (targets.dtype() != DType::i64 && targets.dtype() != DType::i32) ||
       targets.shape() != row_shape) {
-    throw Error(who + ": targets must be i64 or i32 of shape " + runtime::shape_str(row_shape) +
-                " for logits " + logits.str() + ", got " +
-                (targets.defined() ? targets.str() : "undefined"));
+    throw Error(who + ": targets must be i64 or i32 of shape " + runtime::shape_str(row_shape) + " for logits " +
+                logits.str() + ", got " + (targets.defined() ? targets.str() : "undefined"));
   }
   const int p = tp.size();
   const std::int64_t vp = logits.size(-1), vocab = vp * p, start = tp.rank() * vp;
@@ -111,8 +108,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   if (!data) {
     ctx.local_target.clear();
     ctx.softmax = Tensor::shape_only(x.shape());
-    for (runtime::ReduceOp op : {runtime::ReduceOp::MAX, runtime::ReduceOp::SUM,
-                                 runtime::ReduceOp::SUM}) {
+    for (runtime::ReduceOp op : {runtime::ReduceOp::MAX, runtime::ReduceOp::SUM, runtime::ReduceOp::SUM}) {
       runtime::charge({"vocab_parallel_cross_entropy", 2.0 * elems, bytes, DType::f32});
       all_reduce(Tensor::shape_only(row_shape), tp, op);
     }
@@ -212,9 +208,8 @@ Tensor vocab_parallel_cross_entropy_backward(const Tensor& dloss, const CrossEnt
     throw Error(who + ": dloss must be floating of shape " + runtime::shape_str(row_shape));
   }
   const double bytes = 2.0 * static_cast<double>(ctx.softmax.nbytes());
-  runtime::charge({"vocab_parallel_cross_entropy_backward", 2.0 * static_cast<double>(
-                                                                     ctx.softmax.numel()),
-                   bytes, DType::f32});
+  runtime::charge(
+      {"vocab_parallel_cross_entropy_backward", 2.0 * static_cast<double>(ctx.softmax.numel()), bytes, DType::f32});
   if (!ctx.softmax.has_data() || !dloss.has_data()) {
     return Tensor::shape_only(ctx.softmax.shape(), ctx.logits_dtype);
   }

@@ -29,20 +29,17 @@
 namespace ranksim::tp {
 
 struct CrossEntropyContext {
-  runtime::Tensor softmax;             // exp(z) / se, [..., V/p], f32
+  runtime::Tensor softmax;                 // exp(z) / se, [..., V/p], f32
   std::vector<std::int64_t> local_target;  // target - start per token, -1 when not owned
   runtime::DType logits_dtype = runtime::DType::f32;
 };
 
 // logits: [..., V/p] floating; targets: [...] i64 or i32 with global ids. Returns the loss per
 // token, f32.
-runtime::Tensor vocab_parallel_cross_entropy(const runtime::Tensor& logits,
-                                             const runtime::Tensor& targets,
-                                             const runtime::ProcessGroup& tp,
-                                             CrossEntropyContext& ctx);
+runtime::Tensor vocab_parallel_cross_entropy(const runtime::Tensor& logits, const runtime::Tensor& targets,
+                                             const runtime::ProcessGroup& tp, CrossEntropyContext& ctx);
 
 // dloss: [...] the gradient of each token's loss (any floating dtype). Returns dlogits.
-runtime::Tensor vocab_parallel_cross_entropy_backward(const runtime::Tensor& dloss,
-                                                      const CrossEntropyContext& ctx);
+runtime::Tensor vocab_parallel_cross_entropy_backward(const runtime::Tensor& dloss, const CrossEntropyContext& ctx);
 
 }  // namespace ranksim::tp

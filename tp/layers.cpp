@@ -19,8 +19,8 @@ namespace {
 
 void require_master(const char* who, const Tensor& w, std::int64_t dims) {
   if (!w.defined() || w.dim() != dims || !runtime::is_floating(w.dtype())) {
-    throw Error(std::string(who) + ": the master weight must be a floating " +
-                std::to_string(dims) + "-d tensor, got " + (w.defined() ? w.str() : "undefined"));
+    throw Error(std::string(who) + ": the master weight must be a floating " + std::to_string(dims) +
+                "-d tensor, got " + (w.defined() ? w.str() : "undefined"));
   }
 }
 
@@ -33,8 +33,8 @@ void require_divisible(const char* who, const char* what, std::int64_t n, int p)
 
 // A column-parallel bias is split like the weight's rows, with the same partition stride (a fused
 // QKV master of stride 3 gives each rank the biases of its own q, k and v rows).
-Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out, int dim, int p,
-                    int r, runtime::DType dtype, int stride = 1) {
+Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out, int dim, int p, int r,
+                    runtime::DType dtype, int stride = 1) {
   Parameter b;
   b.partition_dim = dim;
   b.partition_stride = dim < 0 ? 1 : stride;
@@ -52,12 +52,11 @@ Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out
 
 void require_input(const char* who, const Tensor& x, std::int64_t features, runtime::DType dtype) {
   if (!x.defined() || x.dim() < 1 || x.size(-1) != features) {
-    throw Error(std::string(who) + ": input " + (x.defined() ? x.str() : "undefined") +
-                " must have " + std::to_string(features) + " features in its last dim");
+    throw Error(std::string(who) + ": input " + (x.defined() ? x.str() : "undefined") + " must have " +
+                std::to_string(features) + " features in its last dim");
   }
   if (x.dtype() != dtype) {
-    throw Error(std::string(who) + ": input " + x.str() + " must have the layer's dtype " +
-                runtime::dtype_name(dtype));
+    throw Error(std::string(who) + ": input " + x.str() + " must have the layer's dtype " + runtime::dtype_name(dtype));
   }
 }
 
@@ -74,8 +73,7 @@ Tensor bias_grad(const Tensor& dy, std::int64_t n) {
 // --- ColumnParallelLinear ----------------------------------------------------------------------
 
 ColumnParallelLinear::ColumnParallelLinear(const Tensor& master_weight, runtime::ProcessGroup tp,
-                                           const ColumnParallelLinearOptions& opts,
-                                           const Tensor& master_bias)
+                                           const ColumnParallelLinearOptions& opts, const Tensor& master_bias)
     : tp_(std::move(tp)), p_(tp_.size()), opts_(opts) {
   const char* who = "ColumnParallelLinear";
   require_master(who, master_weight, 2);
@@ -95,8 +93,7 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& master_weight, runtime:
 LinearOutput ColumnParallelLinear::forward(const Tensor& x, LinearContext& ctx) const {
   require_input("ColumnParallelLinear::forward", x, in_, opts_.dtype);
   ctx.input = x;
-  const Tensor total = opts_.sequence_parallel ? all_gather_dim0(x, tp_, false).tensor
-                                               : copy_to_tp(x, tp_);
+  const Tensor total = opts_.sequence_parallel ? all_gather_dim0(x, tp_, false).tensor : copy_to_tp(x, tp_);
   Tensor y = runtime::matmul(total, weight_.value, false, true);
   LinearOutput out;
   if (opts_.bias) {
@@ -110,8 +107,7 @@ LinearOutput ColumnParallelLinear::forward(const Tensor& x, LinearContext& ctx) 
   return out;
 }
 
-Tensor ColumnParallelLinear::backward(const Tensor& dy_in, const LinearContext& ctx,
-                                      const Tensor& dbias) {
+Tensor ColumnParallelLinear::backward(const Tensor& dy_in, const LinearContext& ctx, const Tensor& dbias) {
   const Tensor dy = opts_.gather_output ? gather_from_tp_backward(dy_in, tp_) : dy_in;
   // Megatron's order: start the input all-gather (SP), compute dX, start dX's reduction, and
   // compute the weight gradient while it runs.
@@ -140,8 +136,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy_in, const LinearContext& 
 // --- RowParallelLinear -------------------------------------------------------------------------
 
 RowParallelLinear::RowParallelLinear(const Tensor& master_weight, runtime::ProcessGroup tp,
-                                     const RowParallelLinearOptions& opts,
-                                     const Tensor& master_bias)
+                                     const RowParallelLinearOptions& opts, const Tensor& master_bias)
     : tp_(std::move(tp)), p_(tp_.size()), opts_(opts) {
   const char* who = "RowParallelLinear";
   require_master(who, master_weight, 2);
@@ -170,8 +165,7 @@ LinearOutput RowParallelLinear::forward(const Tensor& x, LinearContext& ctx) con
   require_input(who, xp, in_ / p_, opts_.dtype);
   ctx.input = xp;
   const Tensor partial = runtime::matmul(xp, weight_.value, false, true);
-  Tensor y = opts_.sequence_parallel ? reduce_scatter_to_sp(partial, tp_)
-                                     : reduce_from_tp(partial, tp_);
+  Tensor y = opts_.sequence_parallel ? reduce_scatter_to_sp(partial, tp_) : reduce_from_tp(partial, tp_);
   LinearOutput out;
   if (opts_.bias) {
     if (opts_.skip_bias_add) {
@@ -184,8 +178,7 @@ LinearOutput RowParallelLinear::forward(const Tensor& x, LinearContext& ctx) con
   return out;
 }
 
-Tensor RowParallelLinear::backward(const Tensor& dy, const LinearContext& ctx,
-                                   const Tensor& dbias) {
+Tensor RowParallelLinear::backward(const Tensor& dy, const LinearContext& ctx, const Tensor& dbias) {
   const Tensor dy_total =
       opts_.sequence_parallel ? reduce_scatter_to_sp_backward(dy, tp_) : reduce_from_tp_backward(dy, tp_);
   Tensor dx = runtime::matmul(dy_total, weight_.value);
@@ -202,8 +195,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const LinearContext& ctx,
 
 // --- VocabParallelEmbedding --------------------------------------------------------------------
 
-VocabParallelEmbedding::VocabParallelEmbedding(const Tensor& master_weight,
-                                               runtime::ProcessGroup tp,
+VocabParallelEmbedding::VocabParallelEmbedding(const Tensor& master_weight, runtime::ProcessGroup tp,
                                                const VocabParallelEmbeddingOptions& opts)
     : tp_(std::move(tp)), p_(tp_.size()), opts_(opts) {
   const char* who = "VocabParallelEmbedding";
@@ -249,8 +241,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, EmbeddingContext& ctx)
     ctx.masked.assign(v.size(), 0);
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (v[i] < 0 || v[i] >= vocab_) {
-        throw Error(std::string(who) + ": id " + std::to_string(v[i]) + " at position " +
-                    std::to_string(i) + " is outside the vocabulary of " + std::to_string(vocab_));
+        throw Error(std::string(who) + ": id " + std::to_string(v[i]) + " at position " + std::to_string(i) +
+                    " is outside the vocabulary of " + std::to_string(vocab_));
       }
       const bool owned = v[i] >= start_ && v[i] < end;
       ctx.masked[i] = owned ? 0 : 1;
@@ -276,8 +268,7 @@ void VocabParallelEmbedding::backward(const Tensor& dy, const EmbeddingContext& 
   weight_.accumulate(runtime::embedding_backward(full, ctx.local_ids, vocab_ / p_));
 }
 
-void allreduce_sequence_parallel_grads(const std::vector<Parameter*>& params,
-                                       const runtime::ProcessGroup& tp) {
+void allreduce_sequence_parallel_grads(const std::vector<Parameter*>& params, const runtime::ProcessGroup& tp) {
   for (Parameter* p : params) {
     if (p == nullptr || !p->sequence_parallel || !p->grad.defined()) continue;
     p->grad = all_reduce_tp(p->grad.contiguous(), tp, false).tensor;

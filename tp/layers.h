@@ -36,8 +36,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/distributed/distributed.h"
 #include "runtime/device/dtype.h"
+#include "runtime/distributed/distributed.h"
 #include "runtime/tensor/tensor.h"
 #include "tp/sharding.h"
 
@@ -53,11 +53,11 @@ struct LinearContext {
 };
 
 struct ColumnParallelLinearOptions {
-  bool bias = true;               // Default: true (zero-initialised unless a master bias is given)
-  bool gather_output = false;     // Default: false (output stays split along the last dim)
-  bool skip_bias_add = false;     // Default: false
-  bool sequence_parallel = false; // Default: false
-  int stride = 1;                 // partition stride of the CPU-init rule. Default: 1
+  bool bias = true;                            // Default: true (zero-initialised unless a master bias is given)
+  bool gather_output = false;                  // Default: false (output stays split along the last dim)
+  bool skip_bias_add = false;                  // Default: false
+  bool sequence_parallel = false;              // Default: false
+  int stride = 1;                              // partition stride of the CPU-init rule. Default: 1
   runtime::DType dtype = runtime::DType::f32;  // parameter and activation dtype. Default: f32
 };
 
@@ -66,16 +66,14 @@ class ColumnParallelLinear {
   // master_weight [out, in] (any floating dtype; the shard is converted to opts.dtype);
   // master_bias [out] or undefined (zeros).
   ColumnParallelLinear(const runtime::Tensor& master_weight, runtime::ProcessGroup tp,
-                       const ColumnParallelLinearOptions& opts = {},
-                       const runtime::Tensor& master_bias = {});
+                       const ColumnParallelLinearOptions& opts = {}, const runtime::Tensor& master_bias = {});
 
   // x: [..., in] ([s/p, ..., in] with sequence parallelism). Output [..., out/p], or [..., out]
   // with gather_output.
   LinearOutput forward(const runtime::Tensor& x, LinearContext& ctx) const;
   // dy: the output's gradient; dbias: the returned bias's gradient (skip_bias_add only; may be
   // undefined). Returns dx, shaped like x.
-  runtime::Tensor backward(const runtime::Tensor& dy, const LinearContext& ctx,
-                           const runtime::Tensor& dbias = {});
+  runtime::Tensor backward(const runtime::Tensor& dy, const LinearContext& ctx, const runtime::Tensor& dbias = {});
 
   std::int64_t input_size() const { return in_; }
   std::int64_t output_size() const { return out_; }  // full, not per partition
@@ -97,11 +95,11 @@ class ColumnParallelLinear {
 };
 
 struct RowParallelLinearOptions {
-  bool bias = true;               // Default: true (zero-initialised unless a master bias is given)
-  bool input_is_parallel = false; // Default: false (the input is split along its last dim first)
-  bool skip_bias_add = false;     // Default: false
-  bool sequence_parallel = false; // Default: false. REQUIRES input_is_parallel.
-  int stride = 1;                 // Default: 1
+  bool bias = true;                            // Default: true (zero-initialised unless a master bias is given)
+  bool input_is_parallel = false;              // Default: false (the input is split along its last dim first)
+  bool skip_bias_add = false;                  // Default: false
+  bool sequence_parallel = false;              // Default: false. REQUIRES input_is_parallel.
+  int stride = 1;                              // Default: 1
   runtime::DType dtype = runtime::DType::f32;  // Default: f32
 };
 
@@ -109,14 +107,12 @@ class RowParallelLinear {
  public:
   // master_weight [out, in]; master_bias [out] or undefined (zeros).
   RowParallelLinear(const runtime::Tensor& master_weight, runtime::ProcessGroup tp,
-                    const RowParallelLinearOptions& opts = {},
-                    const runtime::Tensor& master_bias = {});
+                    const RowParallelLinearOptions& opts = {}, const runtime::Tensor& master_bias = {});
 
   // x: [..., in/p] when input_is_parallel, else [..., in]. Output [..., out] on every rank, or
   // [s/p, ..., out] with sequence parallelism.
   LinearOutput forward(const runtime::Tensor& x, LinearContext& ctx) const;
-  runtime::Tensor backward(const runtime::Tensor& dy, const LinearContext& ctx,
-                           const runtime::Tensor& dbias = {});
+  runtime::Tensor backward(const runtime::Tensor& dy, const LinearContext& ctx, const runtime::Tensor& dbias = {});
 
   std::int64_t input_size() const { return in_; }  // full
   std::int64_t input_size_per_partition() const { return in_ / p_; }
@@ -145,7 +141,7 @@ struct VocabParallelEmbeddingOptions {
 };
 
 struct EmbeddingContext {
-  runtime::Tensor local_ids;       // i64, ids - vocab_start, 0 where not owned
+  runtime::Tensor local_ids;         // i64, ids - vocab_start, 0 where not owned
   std::vector<std::uint8_t> masked;  // 1 where the id is outside this rank's range
 };
 
@@ -182,7 +178,6 @@ class VocabParallelEmbedding {
 // All-reduces (sum over tp) the gradient of every parameter flagged sequence_parallel, as
 // Megatron's finalize_model_grads does for sequence-parallel biases and LayerNorm parameters.
 // Collective over tp; parameters without a gradient are skipped identically on every rank.
-void allreduce_sequence_parallel_grads(const std::vector<Parameter*>& params,
-                                       const runtime::ProcessGroup& tp);
+void allreduce_sequence_parallel_grads(const std::vector<Parameter*>& params, const runtime::ProcessGroup& tp);
 
 }  // namespace ranksim::tp

@@ -22,9 +22,8 @@ void require_dim(const Tensor& x, const char* who) {
 std::int64_t piece(const Tensor& x, int dim, int p, const char* who) {
   const std::int64_t n = x.size(dim);
   if (n % p != 0) {
-    throw Error(std::string(who) + ": dimension " + std::to_string(dim) + " of " + x.str() + " (" +
-                std::to_string(n) + ") is not divisible by the tensor-parallel size " +
-                std::to_string(p));
+    throw Error(std::string(who) + ": dimension " + std::to_string(dim) + " of " + x.str() + " (" + std::to_string(n) +
+                ") is not divisible by the tensor-parallel size " + std::to_string(p));
   }
   return n / p;
 }
@@ -56,8 +55,7 @@ CommResult all_gather_dim0(const Tensor& x, const ProcessGroup& g, bool async_op
   const Tensor in = x.contiguous();
   Shape shape = in.shape();
   shape[0] *= p;
-  Tensor out = in.has_data() ? Tensor::zeros(shape, in.dtype())
-                             : Tensor::shape_only(shape, in.dtype());
+  Tensor out = in.has_data() ? Tensor::zeros(shape, in.dtype()) : Tensor::shape_only(shape, in.dtype());
   runtime::AllgatherOptions o;
   o.group = g;
   o.async_op = async_op;
@@ -72,8 +70,7 @@ CommResult reduce_scatter_dim0(const Tensor& x, const ProcessGroup& g, bool asyn
   const Tensor in = x.contiguous();
   Shape shape = in.shape();
   shape[0] = piece(in, 0, p, "reduce_scatter_dim0");
-  Tensor out = in.has_data() ? Tensor::zeros(shape, in.dtype())
-                             : Tensor::shape_only(shape, in.dtype());
+  Tensor out = in.has_data() ? Tensor::zeros(shape, in.dtype()) : Tensor::shape_only(shape, in.dtype());
   runtime::ReduceScatterOptions o;
   o.group = g;
   o.async_op = async_op;
@@ -106,19 +103,13 @@ Tensor copy_to_tp_backward(const Tensor& dy, const ProcessGroup& g) {
   return all_reduce_tp(dy.contiguous(), g, false).tensor;
 }
 
-Tensor reduce_from_tp(const Tensor& x, const ProcessGroup& g) {
-  return all_reduce_tp(x.contiguous(), g, false).tensor;
-}
+Tensor reduce_from_tp(const Tensor& x, const ProcessGroup& g) { return all_reduce_tp(x.contiguous(), g, false).tensor; }
 
 Tensor reduce_from_tp_backward(const Tensor& dy, const ProcessGroup&) { return dy; }
 
-Tensor scatter_to_tp(const Tensor& x, const ProcessGroup& g) {
-  return split_along(x, g, -1, "scatter_to_tp");
-}
+Tensor scatter_to_tp(const Tensor& x, const ProcessGroup& g) { return split_along(x, g, -1, "scatter_to_tp"); }
 
-Tensor scatter_to_tp_backward(const Tensor& dy, const ProcessGroup& g) {
-  return all_gather_last_dim(dy, g);
-}
+Tensor scatter_to_tp_backward(const Tensor& dy, const ProcessGroup& g) { return all_gather_last_dim(dy, g); }
 
 Tensor gather_from_tp(const Tensor& x, const ProcessGroup& g) { return all_gather_last_dim(x, g); }
 
@@ -126,27 +117,18 @@ Tensor gather_from_tp_backward(const Tensor& dy, const ProcessGroup& g) {
   return split_along(dy, g, -1, "gather_from_tp_backward");
 }
 
-Tensor scatter_to_sp(const Tensor& x, const ProcessGroup& g) {
-  return split_along(x, g, 0, "scatter_to_sp");
-}
+Tensor scatter_to_sp(const Tensor& x, const ProcessGroup& g) { return split_along(x, g, 0, "scatter_to_sp"); }
 
-Tensor scatter_to_sp_backward(const Tensor& dy, const ProcessGroup& g) {
-  return all_gather_dim0(dy, g, false).tensor;
-}
+Tensor scatter_to_sp_backward(const Tensor& dy, const ProcessGroup& g) { return all_gather_dim0(dy, g, false).tensor; }
 
-Tensor gather_from_sp(const Tensor& x, const ProcessGroup& g) {
-  return all_gather_dim0(x, g, false).tensor;
-}
+Tensor gather_from_sp(const Tensor& x, const ProcessGroup& g) { return all_gather_dim0(x, g, false).tensor; }
 
-Tensor gather_from_sp_backward(const Tensor& dy, const ProcessGroup& g,
-                               bool tensor_parallel_output_grad) {
+Tensor gather_from_sp_backward(const Tensor& dy, const ProcessGroup& g, bool tensor_parallel_output_grad) {
   if (tensor_parallel_output_grad) return reduce_scatter_dim0(dy, g, false).tensor;
   return split_along(dy, g, 0, "gather_from_sp_backward");
 }
 
-Tensor reduce_scatter_to_sp(const Tensor& x, const ProcessGroup& g) {
-  return reduce_scatter_dim0(x, g, false).tensor;
-}
+Tensor reduce_scatter_to_sp(const Tensor& x, const ProcessGroup& g) { return reduce_scatter_dim0(x, g, false).tensor; }
 
 Tensor reduce_scatter_to_sp_backward(const Tensor& dy, const ProcessGroup& g) {
   return all_gather_dim0(dy, g, false).tensor;

@@ -54,8 +54,7 @@ runtime::Tensor gather_from_sp_backward(const runtime::Tensor& dy, const runtime
                                         bool tensor_parallel_output_grad = true);
 
 runtime::Tensor reduce_scatter_to_sp(const runtime::Tensor& x, const runtime::ProcessGroup& g);
-runtime::Tensor reduce_scatter_to_sp_backward(const runtime::Tensor& dy,
-                                              const runtime::ProcessGroup& g);
+runtime::Tensor reduce_scatter_to_sp_backward(const runtime::Tensor& dy, const runtime::ProcessGroup& g);
 
 // --- Primitives the layers use to overlap communication with compute (Megatron's async
 // dgrad all-reduce and SP all-gather / reduce-scatter). With async_op the returned tensor carries
@@ -76,11 +75,9 @@ CommResult all_reduce_tp(const runtime::Tensor& x, const runtime::ProcessGroup& 
 // [s, ...] from every rank -> [p*s, ...], rank order.
 CommResult all_gather_dim0(const runtime::Tensor& x, const runtime::ProcessGroup& g, bool async_op);
 // [p*s, ...] -> this rank's [s, ...] slice of the sum. REQUIRES: p divides size(0).
-CommResult reduce_scatter_dim0(const runtime::Tensor& x, const runtime::ProcessGroup& g,
-                               bool async_op);
+CommResult reduce_scatter_dim0(const runtime::Tensor& x, const runtime::ProcessGroup& g, bool async_op);
 // The rank's piece of p equal pieces along dim (a contiguous copy).
-runtime::Tensor split_along(const runtime::Tensor& x, const runtime::ProcessGroup& g, int dim,
-                            const char* who);
+runtime::Tensor split_along(const runtime::Tensor& x, const runtime::ProcessGroup& g, int dim, const char* who);
 // Every rank's x concatenated along the last dim, in rank order.
 runtime::Tensor all_gather_last_dim(const runtime::Tensor& x, const runtime::ProcessGroup& g);
 

@@ -14,8 +14,8 @@ namespace {
 
 // Checked before the linears are built so the message names the MLP's own sizes.
 const Tensor& checked_fc1(const Tensor& fc1, const Tensor& fc2, const runtime::ProcessGroup& tp) {
-  if (!fc1.defined() || !fc2.defined() || fc1.dim() != 2 || fc2.dim() != 2 ||
-      fc1.size(0) != fc2.size(1) || fc1.size(1) != fc2.size(0)) {
+  if (!fc1.defined() || !fc2.defined() || fc1.dim() != 2 || fc2.dim() != 2 || fc1.size(0) != fc2.size(1) ||
+      fc1.size(1) != fc2.size(0)) {
     throw Error("ParallelMLP: fc1 must be [ffn, h] and fc2 [h, ffn], got " +
                 (fc1.defined() ? fc1.str() : std::string("undefined")) + " and " +
                 (fc2.defined() ? fc2.str() : std::string("undefined")));
@@ -46,17 +46,15 @@ RowParallelLinearOptions fc2_options(const ParallelMLPOptions& o) {
 
 }  // namespace
 
-ParallelMLP::ParallelMLP(const Tensor& fc1_weight, const Tensor& fc2_weight,
-                         runtime::ProcessGroup tp, const ParallelMLPOptions& opts,
-                         const Tensor& fc1_bias, const Tensor& fc2_bias)
+ParallelMLP::ParallelMLP(const Tensor& fc1_weight, const Tensor& fc2_weight, runtime::ProcessGroup tp,
+                         const ParallelMLPOptions& opts, const Tensor& fc1_bias, const Tensor& fc2_bias)
     : fc1_(checked_fc1(fc1_weight, fc2_weight, tp), tp, fc1_options(opts), fc1_bias),
       fc2_(fc2_weight, tp, fc2_options(opts), fc2_bias) {}
 
-ParallelMLP ParallelMLP::seeded(std::int64_t hidden, std::int64_t ffn, std::uint64_t seed,
-                                runtime::ProcessGroup tp, const ParallelMLPOptions& opts,
-                                double init_std, double fc2_std) {
-  return ParallelMLP(master_normal({ffn, hidden}, seed, init_std),
-                     master_normal({hidden, ffn}, seed + 1, fc2_std), std::move(tp), opts);
+ParallelMLP ParallelMLP::seeded(std::int64_t hidden, std::int64_t ffn, std::uint64_t seed, runtime::ProcessGroup tp,
+                                const ParallelMLPOptions& opts, double init_std, double fc2_std) {
+  return ParallelMLP(master_normal({ffn, hidden}, seed, init_std), master_normal({hidden, ffn}, seed + 1, fc2_std),
+                     std::move(tp), opts);
 }
 
 Tensor ParallelMLP::forward(const Tensor& x, MLPContext& ctx) const {

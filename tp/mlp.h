@@ -37,14 +37,13 @@ struct MLPContext {
 class ParallelMLP {
  public:
   // fc1_weight [ffn, h], fc2_weight [h, ffn]; biases [ffn] and [h], or undefined (zeros).
-  ParallelMLP(const runtime::Tensor& fc1_weight, const runtime::Tensor& fc2_weight,
-              runtime::ProcessGroup tp, const ParallelMLPOptions& opts = {},
-              const runtime::Tensor& fc1_bias = {}, const runtime::Tensor& fc2_bias = {});
+  ParallelMLP(const runtime::Tensor& fc1_weight, const runtime::Tensor& fc2_weight, runtime::ProcessGroup tp,
+              const ParallelMLPOptions& opts = {}, const runtime::Tensor& fc1_bias = {},
+              const runtime::Tensor& fc2_bias = {});
   // Seeded masters: fc1 = normal(0, init_std) with seed, fc2 with seed + 1 (Megatron's
   // init_method_normal; pass output_layer_init_method's std as fc2_std).
-  static ParallelMLP seeded(std::int64_t hidden, std::int64_t ffn, std::uint64_t seed,
-                            runtime::ProcessGroup tp, const ParallelMLPOptions& opts = {},
-                            double init_std = 0.02, double fc2_std = 0.02);
+  static ParallelMLP seeded(std::int64_t hidden, std::int64_t ffn, std::uint64_t seed, runtime::ProcessGroup tp,
+                            const ParallelMLPOptions& opts = {}, double init_std = 0.02, double fc2_std = 0.02);
 
   // x: [..., h] ([s/p, ..., h] with sequence parallelism); output likewise.
   runtime::Tensor forward(const runtime::Tensor& x, MLPContext& ctx) const;

@@ -35,10 +35,9 @@ ParallelGroup make_group(RankGrid& grid, const std::vector<std::string>& names, 
 
 }  // namespace
 
-RankGrid model_parallel_grid(int world_size, int tp, int pp, int cp,
-                             const ModelParallelOptions& opts) {
-  const std::string what = "initialize_model_parallel(tp=" + std::to_string(tp) +
-                           ", pp=" + std::to_string(pp) + ", cp=" + std::to_string(cp) + ")";
+RankGrid model_parallel_grid(int world_size, int tp, int pp, int cp, const ModelParallelOptions& opts) {
+  const std::string what = "initialize_model_parallel(tp=" + std::to_string(tp) + ", pp=" + std::to_string(pp) +
+                           ", cp=" + std::to_string(cp) + ")";
   if (tp < 1 || pp < 1 || cp < 1) throw Error(what + ": every size must be at least 1");
   const long long model = static_cast<long long>(tp) * pp * cp;
   if (world_size < 1 || world_size % model != 0) {
@@ -46,8 +45,8 @@ RankGrid model_parallel_grid(int world_size, int tp, int pp, int cp,
                 " is not divisible by tp x pp x cp = " + std::to_string(model));
   }
   const int dp = static_cast<int>(world_size / model);
-  const std::array<GridDim, 5> known = {
-      GridDim{"tp", tp}, GridDim{"cp", cp}, GridDim{"ep", 1}, GridDim{"dp", dp}, GridDim{"pp", pp}};
+  const std::array<GridDim, 5> known = {GridDim{"tp", tp}, GridDim{"cp", cp}, GridDim{"ep", 1}, GridDim{"dp", dp},
+                                        GridDim{"pp", pp}};
   std::vector<GridDim> dims;
   for (const std::string& name : split_order(opts.order)) {
     const GridDim* d = nullptr;
@@ -70,8 +69,8 @@ RankGrid model_parallel_grid(int world_size, int tp, int pp, int cp,
     for (const GridDim& d : dims) listed = listed || d.name == k.name;
     if (listed) continue;
     if (k.size != 1) {
-      throw Error(what + ": " + k.name + " has size " + std::to_string(k.size) + " but order '" +
-                  opts.order + "' does not place it");
+      throw Error(what + ": " + k.name + " has size " + std::to_string(k.size) + " but order '" + opts.order +
+                  "' does not place it");
     }
     dims.push_back(k);
   }

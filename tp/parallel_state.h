@@ -43,16 +43,15 @@ struct ModelParallelOptions {
 // One of this rank's groups, with its rank and size looked up once.
 struct ParallelGroup {
   runtime::ProcessGroup group;
-  int rank = 0;                // this rank's index in the group
-  int size = 1;                // members
-  std::vector<int> ranks;      // global ranks of the members, ascending (= group rank order)
+  int rank = 0;            // this rank's index in the group
+  int size = 1;            // members
+  std::vector<int> ranks;  // global ranks of the members, ascending (= group rank order)
 };
 
 // The grid initialize_model_parallel uses, without creating any group (no run needed).
 // Errors: sizes < 1, world_size not divisible by tp * pp * cp, a bad order string.
-RankGrid model_parallel_grid(int world_size, int tensor_model_parallel_size,
-                             int pipeline_model_parallel_size = 1, int context_parallel_size = 1,
-                             const ModelParallelOptions& opts = {});
+RankGrid model_parallel_grid(int world_size, int tensor_model_parallel_size, int pipeline_model_parallel_size = 1,
+                             int context_parallel_size = 1, const ModelParallelOptions& opts = {});
 
 class ParallelState {
  public:
@@ -85,9 +84,7 @@ class ParallelState {
 // Megatron's initialize_model_parallel(tensor_model_parallel_size, pipeline_model_parallel_size,
 // ..., context_parallel_size, order). Call inside a rank of a run, on every rank of the world
 // with the same arguments; returns this rank's state. Errors as model_parallel_grid.
-ParallelState initialize_model_parallel(int tensor_model_parallel_size,
-                                        int pipeline_model_parallel_size = 1,
-                                        int context_parallel_size = 1,
-                                        const ModelParallelOptions& opts = {});
+ParallelState initialize_model_parallel(int tensor_model_parallel_size, int pipeline_model_parallel_size = 1,
+                                        int context_parallel_size = 1, const ModelParallelOptions& opts = {});
 
 }  // namespace ranksim::tp

@@ -35,13 +35,12 @@ std::int64_t checked_product(const std::vector<GridDim>& dims) {
     if (d.name.empty()) throw Error("rank grid: dimension " + std::to_string(i) + " has no name");
     for (std::size_t j = 0; j < i; ++j) {
       if (dims[j].name == d.name) {
-        throw Error("rank grid " + layout_str(dims) + ": dimension name '" + d.name +
-                    "' is used twice");
+        throw Error("rank grid " + layout_str(dims) + ": dimension name '" + d.name + "' is used twice");
       }
     }
     if (d.size < 1) {
-      throw Error("rank grid " + layout_str(dims) + ": dimension '" + d.name + "' has size " +
-                  std::to_string(d.size) + "; sizes must be at least 1");
+      throw Error("rank grid " + layout_str(dims) + ": dimension '" + d.name + "' has size " + std::to_string(d.size) +
+                  "; sizes must be at least 1");
     }
     product *= d.size;
     if (product > (std::int64_t{1} << 30)) {
@@ -53,13 +52,11 @@ std::int64_t checked_product(const std::vector<GridDim>& dims) {
 
 }  // namespace
 
-RankGrid::RankGrid(std::vector<GridDim> dims, int world_size)
-    : dims_(std::move(dims)), world_size_(world_size) {
+RankGrid::RankGrid(std::vector<GridDim> dims, int world_size) : dims_(std::move(dims)), world_size_(world_size) {
   const std::int64_t product = checked_product(dims_);
   if (product != world_size) {
-    throw Error("rank grid " + layout_str(dims_) + " has " + std::to_string(product) +
-                " ranks but the world has " + std::to_string(world_size) +
-                "; the dimension sizes must multiply to the world size");
+    throw Error("rank grid " + layout_str(dims_) + " has " + std::to_string(product) + " ranks but the world has " +
+                std::to_string(world_size) + "; the dimension sizes must multiply to the world size");
   }
   size_ = static_cast<int>(product);
 }
@@ -68,10 +65,9 @@ RankGrid::RankGrid(std::vector<GridDim> dims, int world_size, int rank_offset)
     : dims_(std::move(dims)), world_size_(world_size), rank_offset_(rank_offset) {
   const std::int64_t product = checked_product(dims_);
   if (rank_offset < 0 || rank_offset + product > world_size) {
-    throw Error("rank grid " + layout_str(dims_) + " at rank offset " +
-                std::to_string(rank_offset) + " covers ranks [" + std::to_string(rank_offset) +
-                ", " + std::to_string(rank_offset + product) + "), outside the world of " +
-                std::to_string(world_size) + " ranks");
+    throw Error("rank grid " + layout_str(dims_) + " at rank offset " + std::to_string(rank_offset) +
+                " covers ranks [" + std::to_string(rank_offset) + ", " + std::to_string(rank_offset + product) +
+                "), outside the world of " + std::to_string(world_size) + " ranks");
   }
   size_ = static_cast<int>(product);
 }
@@ -80,9 +76,7 @@ bool RankGrid::has_dim(const std::string& name) const {
   return std::any_of(dims_.begin(), dims_.end(), [&](const GridDim& d) { return d.name == name; });
 }
 
-int RankGrid::dim_size(const std::string& name) const {
-  return dims_[resolve({name})[0]].size;
-}
+int RankGrid::dim_size(const std::string& name) const { return dims_[resolve({name})[0]].size; }
 
 std::string RankGrid::str() const { return layout_str(dims_); }
 
@@ -92,9 +86,8 @@ bool RankGrid::contains(int global_rank) const {
 
 std::vector<int> RankGrid::coords(int global_rank) const {
   if (!contains(global_rank)) {
-    throw Error("rank grid " + str() + ": rank " + std::to_string(global_rank) +
-                " is outside its ranks [" + std::to_string(rank_offset_) + ", " +
-                std::to_string(rank_offset_ + size_) + ")");
+    throw Error("rank grid " + str() + ": rank " + std::to_string(global_rank) + " is outside its ranks [" +
+                std::to_string(rank_offset_) + ", " + std::to_string(rank_offset_ + size_) + ")");
   }
   std::vector<int> c(dims_.size());
   int rest = global_rank - rank_offset_;
@@ -105,9 +98,7 @@ std::vector<int> RankGrid::coords(int global_rank) const {
   return c;
 }
 
-int RankGrid::coord(int global_rank, const std::string& name) const {
-  return coords(global_rank)[resolve({name})[0]];
-}
+int RankGrid::coord(int global_rank, const std::string& name) const { return coords(global_rank)[resolve({name})[0]]; }
 
 int RankGrid::rank_at(const std::vector<int>& c) const {
   if (c.size() != dims_.size()) {
@@ -117,8 +108,8 @@ int RankGrid::rank_at(const std::vector<int>& c) const {
   int rank = 0;
   for (std::size_t i = dims_.size(); i-- > 0;) {
     if (c[i] < 0 || c[i] >= dims_[i].size) {
-      throw Error("rank grid " + str() + ": coordinate " + std::to_string(c[i]) +
-                  " is outside dimension '" + dims_[i].name + "'");
+      throw Error("rank grid " + str() + ": coordinate " + std::to_string(c[i]) + " is outside dimension '" +
+                  dims_[i].name + "'");
     }
     rank = rank * dims_[i].size + c[i];
   }
@@ -130,8 +121,7 @@ std::vector<std::size_t> RankGrid::resolve(const std::vector<std::string>& names
   for (const std::string& n : names) {
     auto it = std::find_if(dims_.begin(), dims_.end(), [&](const GridDim& d) { return d.name == n; });
     if (it == dims_.end()) {
-      throw Error("rank grid " + str() + ": no dimension named '" + n + "' (it has " +
-                  names_str(dims_) + ")");
+      throw Error("rank grid " + str() + ": no dimension named '" + n + "' (it has " + names_str(dims_) + ")");
     }
     const auto i = static_cast<std::size_t>(it - dims_.begin());
     if (std::find(idx.begin(), idx.end(), i) != idx.end()) {
@@ -204,8 +194,7 @@ runtime::ProcessGroup RankGrid::create_group(const std::vector<std::string>& nam
   for (const std::vector<int>& members : group_ranks(names)) {
     runtime::ProcessGroup g = runtime::new_group(members);
     // A rank outside the grid keeps the first group, which reports is_member() == false.
-    const bool mine_here =
-        !contains(me) || std::find(members.begin(), members.end(), me) != members.end();
+    const bool mine_here = !contains(me) || std::find(members.begin(), members.end(), me) != members.end();
     if (!found && mine_here) {
       mine = g;
       found = true;

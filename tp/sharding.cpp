@@ -17,8 +17,7 @@ namespace {
 int wrap_dim(const Tensor& t, int dim, const char* who) {
   const int d = dim < 0 ? static_cast<int>(t.dim()) + dim : dim;
   if (d < 0 || d >= t.dim()) {
-    throw Error(std::string(who) + ": dimension " + std::to_string(dim) + " is out of range for " +
-                t.str());
+    throw Error(std::string(who) + ": dimension " + std::to_string(dim) + " is out of range for " + t.str());
   }
   return d;
 }
@@ -30,14 +29,13 @@ Tensor shard_of(const Tensor& master, int dim, int p, int r, int stride, runtime
   if (!master.defined()) throw Error("shard_of: the master tensor is undefined");
   const int d = wrap_dim(master, dim, who);
   if (p < 1 || r < 0 || r >= p || stride < 1) {
-    throw Error("shard_of: rank " + std::to_string(r) + " of " + std::to_string(p) +
-                " with stride " + std::to_string(stride) + " is not a valid partition");
+    throw Error("shard_of: rank " + std::to_string(r) + " of " + std::to_string(p) + " with stride " +
+                std::to_string(stride) + " is not a valid partition");
   }
   const std::int64_t n = master.size(d);
   if (n % (static_cast<std::int64_t>(p) * stride) != 0) {
-    throw Error("shard_of: dimension " + std::to_string(d) + " of " + master.str() + " (" +
-                std::to_string(n) + ") is not divisible by tp size " + std::to_string(p) +
-                " x stride " + std::to_string(stride));
+    throw Error("shard_of: dimension " + std::to_string(d) + " of " + master.str() + " (" + std::to_string(n) +
+                ") is not divisible by tp size " + std::to_string(p) + " x stride " + std::to_string(stride));
   }
   // Initialisation runs on the host before training: it costs no device time.
   runtime::ScopedCostSink quiet(nullptr);
@@ -57,8 +55,8 @@ Tensor gather_full(const Tensor& shard, int dim, const runtime::ProcessGroup& g,
   const int p = g.size();
   if (p == 1) return shard;
   if (stride < 1 || shard.size(d) % stride != 0) {
-    throw Error("gather_full: dimension " + std::to_string(d) + " of " + shard.str() +
-                " is not divisible by stride " + std::to_string(stride));
+    throw Error("gather_full: dimension " + std::to_string(d) + " of " + shard.str() + " is not divisible by stride " +
+                std::to_string(stride));
   }
   runtime::Shape stacked = {1};
   for (std::int64_t n : shard.shape()) stacked.push_back(n);
@@ -77,8 +75,7 @@ Tensor master_normal(const runtime::Shape& shape, std::uint64_t seed, double std
 
 void Parameter::accumulate(const Tensor& g) {
   if (g.shape() != value.shape() || g.dtype() != value.dtype()) {
-    throw Error("Parameter::accumulate: gradient " + g.str() + " does not match the parameter " +
-                value.str());
+    throw Error("Parameter::accumulate: gradient " + g.str() + " does not match the parameter " + value.str());
   }
   grad = grad.defined() ? runtime::add(grad, g) : g;
 }

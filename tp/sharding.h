@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "runtime/distributed/distributed.h"
 #include "runtime/device/dtype.h"
+#include "runtime/distributed/distributed.h"
 #include "runtime/tensor/tensor.h"
 
 namespace ranksim::tp {
@@ -28,17 +28,15 @@ runtime::Tensor shard_of(const runtime::Tensor& master, int dim, int p, int r, i
 
 // The inverse of shard_of over the group g (every member calls it; each gets the full tensor,
 // in the shard's dtype). REQUIRES: every member's shard has the same shape.
-runtime::Tensor gather_full(const runtime::Tensor& shard, int dim, const runtime::ProcessGroup& g,
-                            int stride = 1);
+runtime::Tensor gather_full(const runtime::Tensor& shard, int dim, const runtime::ProcessGroup& g, int stride = 1);
 
 // A seeded fp32 master weight: normal(0, stddev), Megatron's init_method_normal. The values depend
 // only on (shape, seed, stddev).
-runtime::Tensor master_normal(const runtime::Shape& shape, std::uint64_t seed,
-                              double stddev = 0.02);
+runtime::Tensor master_normal(const runtime::Shape& shape, std::uint64_t seed, double stddev = 0.02);
 
 struct Parameter {
-  runtime::Tensor value;  // this rank's shard
-  runtime::Tensor grad;   // accumulated by backward calls; undefined until the first one
+  runtime::Tensor value;   // this rank's shard
+  runtime::Tensor grad;    // accumulated by backward calls; undefined until the first one
   int partition_dim = -1;  // the dimension split across TP ranks; -1 when replicated
   int partition_stride = 1;
   // Replicated on every TP rank but with a partial gradient under sequence parallelism (each

@@ -42,7 +42,7 @@ struct DeviceStats {
   std::int64_t download_bytes = 0;
   std::int64_t kernels = 0;  // launches, GEMMs included
   std::int64_t gemms = 0;
-  std::int64_t ops = 0;      // runtime/tensor/ops.h calls run on the device
+  std::int64_t ops = 0;  // runtime/tensor/ops.h calls run on the device
 };
 
 // C[b] [m, n] = op(A[b]) op(B[b]) for b in [0, batch), row-major; A stored [m, k] ([k, m] when

@@ -11,12 +11,18 @@ namespace ranksim::runtime {
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i64: return 8;
-    case DType::i32: return 4;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::i64:
+      return 8;
+    case DType::i32:
+      return 4;
   }
   assert(false && "invalid DType");
   return 0;
@@ -28,24 +34,36 @@ bool is_floating(DType dtype) {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i64: return "i64";
-    case DType::i32: return "i32";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i64:
+      return "i64";
+    case DType::i32:
+      return "i32";
   }
   return "invalid";
 }
 
 const char* safetensors_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i64: return "I64";
-    case DType::i32: return "I32";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i64:
+      return "I64";
+    case DType::i32:
+      return "I32";
   }
   return "invalid";
 }
@@ -187,12 +205,18 @@ void convert_typed(const void* src, void* dst, std::size_t n) {
 template <class From>
 void convert_from(const void* src, void* dst, DType to, std::size_t n) {
   switch (to) {
-    case DType::f32: return convert_typed<From, float>(src, dst, n);
-    case DType::f64: return convert_typed<From, double>(src, dst, n);
-    case DType::bf16: return convert_typed<From, BFloat16>(src, dst, n);
-    case DType::f16: return convert_typed<From, Half>(src, dst, n);
-    case DType::i64: return convert_typed<From, std::int64_t>(src, dst, n);
-    case DType::i32: return convert_typed<From, std::int32_t>(src, dst, n);
+    case DType::f32:
+      return convert_typed<From, float>(src, dst, n);
+    case DType::f64:
+      return convert_typed<From, double>(src, dst, n);
+    case DType::bf16:
+      return convert_typed<From, BFloat16>(src, dst, n);
+    case DType::f16:
+      return convert_typed<From, Half>(src, dst, n);
+    case DType::i64:
+      return convert_typed<From, std::int64_t>(src, dst, n);
+    case DType::i32:
+      return convert_typed<From, std::int32_t>(src, dst, n);
   }
 }
 
@@ -201,12 +225,18 @@ void convert_from(const void* src, void* dst, DType to, std::size_t n) {
 void convert_elements(const void* src, DType from, void* dst, DType to, std::size_t n) {
   if (n == 0) return;
   switch (from) {
-    case DType::f32: return convert_from<float>(src, dst, to, n);
-    case DType::f64: return convert_from<double>(src, dst, to, n);
-    case DType::bf16: return convert_from<BFloat16>(src, dst, to, n);
-    case DType::f16: return convert_from<Half>(src, dst, to, n);
-    case DType::i64: return convert_from<std::int64_t>(src, dst, to, n);
-    case DType::i32: return convert_from<std::int32_t>(src, dst, to, n);
+    case DType::f32:
+      return convert_from<float>(src, dst, to, n);
+    case DType::f64:
+      return convert_from<double>(src, dst, to, n);
+    case DType::bf16:
+      return convert_from<BFloat16>(src, dst, to, n);
+    case DType::f16:
+      return convert_from<Half>(src, dst, to, n);
+    case DType::i64:
+      return convert_from<std::int64_t>(src, dst, to, n);
+    case DType::i32:
+      return convert_from<std::int32_t>(src, dst, to, n);
   }
 }
 

@@ -11,8 +11,8 @@
 // safetensors header uses ("F32", "BF16"). All functions are pure and thread-safe.
 #pragma once
 
-#include <cstddef>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -22,13 +22,12 @@ namespace ranksim::runtime {
 
 enum class DType : std::uint8_t { f32, f64, bf16, f16, i64, i32 };
 
-inline constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::bf16,
-                                       DType::f16, DType::i64, DType::i32};
+inline constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::i32};
 
-std::size_t dtype_size(DType dtype);        // bytes per element
-bool is_floating(DType dtype);              // f32, f64, bf16, f16
-const char* dtype_name(DType dtype);        // "f32", "f64", "bf16", "f16", "i64", "i32"
-const char* safetensors_name(DType dtype);  // "F32", "F64", "BF16", "F16", "I64", "I32"
+std::size_t dtype_size(DType dtype);                          // bytes per element
+bool is_floating(DType dtype);                                // f32, f64, bf16, f16
+const char* dtype_name(DType dtype);                          // "f32", "f64", "bf16", "f16", "i64", "i32"
+const char* safetensors_name(DType dtype);                    // "F32", "F64", "BF16", "F16", "I64", "I32"
 std::optional<DType> dtype_from_name(std::string_view name);  // inverse of dtype_name
 std::optional<DType> dtype_from_safetensors_name(std::string_view name);
 std::ostream& operator<<(std::ostream& os, DType dtype);

@@ -39,10 +39,8 @@ void EmulatedDevice::zero(void* device_p, std::size_t nbytes) {
 }
 
 void EmulatedDevice::gemm(const GemmArgs& g) {
-  const kernels::GemmKernel k{g.a,  g.b,  g.c,        g.dtype,    g.m,       g.n,
-                              g.k,  g.ta, g.tb,       g.stride_a, g.stride_b, g.stride_c};
+  const kernels::GemmKernel k{g.a, g.b, g.c, g.dtype, g.m, g.n, g.k, g.ta, g.tb, g.stride_a, g.stride_b, g.stride_c};
   detail::run_serial<kernels::GemmKernel>(&k, g.batch * g.m * g.n);
 }
-
 
 }  // namespace ranksim::runtime

@@ -133,7 +133,6 @@ struct SerialLanes {
   RANKSIM_HD float broadcast(float x, int) const { return x; }
 };
 
-
 // --- the device's own kernels --------------------------------------------------------------
 
 // dst (strided, dst_dtype) = src (strided, src_dtype): contiguous(), cat, permuted gathers.

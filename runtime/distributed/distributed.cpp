@@ -31,9 +31,7 @@ sim::Time Work::completion_time() const { return state_ ? state_->done : sim::Ti
 // ---- ProcessGroup
 
 namespace {
-const GroupState& resolved(const ProcessGroup& g) {
-  return g.state() ? *g.state() : *Backend::current().world_group();
-}
+const GroupState& resolved(const ProcessGroup& g) { return g.state() ? *g.state() : *Backend::current().world_group(); }
 }  // namespace
 
 const std::shared_ptr<detail::GroupState>& ProcessGroup::state() const { return state_; }
@@ -76,8 +74,7 @@ class WorkPendingWrite : public PendingWrite {
       }
       if (!w_->matched)
         throw Error("a tensor is read outside spawn() while the asynchronous " +
-                    (w_->describe ? w_->describe() : std::string("operation")) +
-                    " that writes it never completed");
+                    (w_->describe ? w_->describe() : std::string("operation")) + " that writes it never completed");
     }
     if (w_->error) std::rethrow_exception(w_->error);
   }
@@ -134,8 +131,7 @@ Signature base(CollectiveKind kind, const Tensor& t, int64_t count, const Collec
 
 void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   if (a.dtype() != b.dtype())
-    throw Error(std::string(op) + ": output " + a.str() + " and input " + b.str() +
-                " must have the same dtype");
+    throw Error(std::string(op) + ": output " + a.str() + " and input " + b.str() + " must have the same dtype");
 }
 
 }  // namespace
@@ -160,8 +156,8 @@ Work all_gather_into_tensor(const Tensor& output, const Tensor& input, const All
   const auto g = resolve(backend, opts.group);
   const int64_t n = static_cast<int64_t>(g->ranks.size());
   if (output.numel() != n * input.numel())
-    throw Error(std::string(op) + ": output " + output.str() + " must hold group size (" +
-                std::to_string(n) + ") x input " + input.str() + " elements");
+    throw Error(std::string(op) + ": output " + output.str() + " must hold group size (" + std::to_string(n) +
+                ") x input " + input.str() + " elements");
   Signature sig = base(CollectiveKind::all_gather, input, input.numel(), opts);
   if (output.has_data() != input.has_data())
     throw Error(std::string(op) + ": output and input must both hold data or both be shape-only");
@@ -178,8 +174,8 @@ Work reduce_scatter_tensor(const Tensor& output, const Tensor& input, const Redu
   const auto g = resolve(backend, opts.group);
   const int64_t n = static_cast<int64_t>(g->ranks.size());
   if (input.numel() != n * output.numel())
-    throw Error(std::string(op) + ": input " + input.str() + " must hold group size (" +
-                std::to_string(n) + ") x output " + output.str() + " elements");
+    throw Error(std::string(op) + ": input " + input.str() + " must hold group size (" + std::to_string(n) +
+                ") x output " + output.str() + " elements");
   if (output.has_data() != input.has_data())
     throw Error(std::string(op) + ": output and input must both hold data or both be shape-only");
   Signature sig = base(CollectiveKind::reduce_scatter, output, output.numel(), opts);
@@ -205,8 +201,7 @@ Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAll
     if (sizes.empty()) {
       if (rows % n != 0)
         throw Error(std::string(op) + ": " + which + " " + t.str() + " has " + std::to_string(rows) +
-                    " rows, not divisible by the group size " + std::to_string(n) +
-                    "; pass " + which + "_split_sizes");
+                    " rows, not divisible by the group size " + std::to_string(n) + "; pass " + which + "_split_sizes");
       out.assign(static_cast<size_t>(n), rows / n * row_elems);
       return out;
     }
@@ -220,8 +215,8 @@ Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAll
       out.push_back(s * row_elems);
     }
     if (total != rows)
-      throw Error(std::string(op) + ": " + which + "_split_sizes sum to " + std::to_string(total) +
-                  " but the " + which + " " + t.str() + " has " + std::to_string(rows) + " rows");
+      throw Error(std::string(op) + ": " + which + "_split_sizes sum to " + std::to_string(total) + " but the " +
+                  which + " " + t.str() + " has " + std::to_string(rows) + " rows");
     return out;
   };
   detail::AllToAllTensors tensors{output, input, splits(input, opts.input_split_sizes, "input"),
@@ -255,16 +250,14 @@ Work reduce(const Tensor& tensor, const ReduceOptions& opts) {
 }
 
 namespace {
-void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, const char* op,
-                const char* name) {
+void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, const char* op, const char* name) {
   if (static_cast<int>(list.size()) != n)
-    throw Error(std::string(op) + ": " + name + " has " + std::to_string(list.size()) +
-                " tensors for a group of " + std::to_string(n));
+    throw Error(std::string(op) + ": " + name + " has " + std::to_string(list.size()) + " tensors for a group of " +
+                std::to_string(n));
   for (const Tensor& t : list) {
     require_usable(t, op, name);
     if (t.dtype() != like.dtype() || t.numel() != like.numel() || t.has_data() != like.has_data())
-      throw Error(std::string(op) + ": every tensor in " + name + " must match " + like.str() +
-                  ", got " + t.str());
+      throw Error(std::string(op) + ": every tensor in " + name + " must match " + like.str() + ", got " + t.str());
   }
 }
 }  // namespace
@@ -324,8 +317,7 @@ Work irecv(const Tensor& tensor, int src, const P2POptions& opts) {
   Backend& backend = Backend::current();
   tensor.wait_pending();
   auto work = backend.post_p2p(false, tensor, src, resolve(backend, opts.group), opts.tag);
-  if (!work->matched || work->done > backend.now())
-    tensor.set_pending_write(std::make_shared<WorkPendingWrite>(work));
+  if (!work->matched || work->done > backend.now()) tensor.set_pending_write(std::make_shared<WorkPendingWrite>(work));
   return Work(work);
 }
 
@@ -343,8 +335,7 @@ std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops) {
   works.reserve(ops.size());
   for (const P2POp& op : ops) {
     const P2POptions o{op.group, op.tag};
-    works.push_back(op.op == P2POp::Kind::isend ? isend(op.tensor, op.peer, o)
-                                                : irecv(op.tensor, op.peer, o));
+    works.push_back(op.op == P2POp::Kind::isend ? isend(op.tensor, op.peer, o) : irecv(op.tensor, op.peer, o));
   }
   return works;
 }
@@ -358,12 +349,13 @@ void init_process_group(const std::string& backend) {
     if (parse_backend(backend) != BackendKind::sim)
       throw Error("init_process_group: backend '" + backend +
                   "' requested outside a run; a run's backend is chosen by the run: pass "
-                  "SpawnOptions::backend to spawn() (ranksim run --backend " + backend + ")");
+                  "SpawnOptions::backend to spawn() (ranksim run --backend " +
+                  backend + ")");
     return;
   }
   if (backend != b->name())
-    throw Error("init_process_group: backend '" + backend + "' requested inside a run of the '" +
-                b->name() + "' backend; pass \"" + b->name() +
+    throw Error("init_process_group: backend '" + backend + "' requested inside a run of the '" + b->name() +
+                "' backend; pass \"" + b->name() +
                 "\" (or choose the run's backend: SpawnOptions::backend, ranksim run --backend)");
   b->set_initialized();
 }
@@ -408,13 +400,12 @@ std::pair<ProcessGroup, std::vector<ProcessGroup>> new_subgroups_by_enumeration(
   for (size_t k = 0; k < ranks_per_subgroup.size(); ++k)
     for (int r : ranks_per_subgroup[k]) {
       if (r < 0 || r >= backend.size())
-        throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) +
-                    " in subgroup " + std::to_string(k) + " is outside the world of " +
-                    std::to_string(backend.size()) + " ranks");
+        throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) + " in subgroup " + std::to_string(k) +
+                    " is outside the world of " + std::to_string(backend.size()) + " ranks");
       if (seen[static_cast<size_t>(r)] >= 0)
-        throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) +
-                    " is in subgroups " + std::to_string(seen[static_cast<size_t>(r)]) + " and " +
-                    std::to_string(k) + "; every rank must be in exactly one subgroup");
+        throw Error("new_subgroups_by_enumeration: rank " + std::to_string(r) + " is in subgroups " +
+                    std::to_string(seen[static_cast<size_t>(r)]) + " and " + std::to_string(k) +
+                    "; every rank must be in exactly one subgroup");
       seen[static_cast<size_t>(r)] = static_cast<int>(k);
     }
   for (int r = 0; r < backend.size(); ++r)

@@ -137,17 +137,13 @@ struct P2POptions {
 };
 
 Work all_reduce(const Tensor& tensor, const AllreduceOptions& opts = {});
-Work all_gather_into_tensor(const Tensor& output, const Tensor& input,
-                            const AllgatherOptions& opts = {});
-Work reduce_scatter_tensor(const Tensor& output, const Tensor& input,
-                           const ReduceScatterOptions& opts = {});
+Work all_gather_into_tensor(const Tensor& output, const Tensor& input, const AllgatherOptions& opts = {});
+Work reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceScatterOptions& opts = {});
 Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAllOptions& opts = {});
 Work broadcast(const Tensor& tensor, const BroadcastOptions& opts = {});
 Work reduce(const Tensor& tensor, const ReduceOptions& opts = {});
-Work gather(const Tensor& tensor, const std::vector<Tensor>& gather_list,
-            const GatherOptions& opts = {});
-Work scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list,
-             const ScatterOptions& opts = {});
+Work gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, const GatherOptions& opts = {});
+Work scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, const ScatterOptions& opts = {});
 Work barrier(const BarrierOptions& opts = {});
 
 // Point-to-point. A send matches the next recv posted by dst for the same (group, src, tag), in

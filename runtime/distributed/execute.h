@@ -17,14 +17,13 @@
 namespace ranksim::runtime {
 
 template <class ReduceFn>
-void execute_schedule(const Schedule& schedule, std::span<std::byte* const> buffers,
-                      size_t elem_size, ReduceFn&& reduce) {
+void execute_schedule(const Schedule& schedule, std::span<std::byte* const> buffers, size_t elem_size,
+                      ReduceFn&& reduce) {
   for (const Step& step : schedule.steps) {
     for (const Move& m : step.moves) {
       if (m.count == 0) continue;
       std::byte* dst = buffers[static_cast<size_t>(m.dst)] + static_cast<size_t>(m.dst_off) * elem_size;
-      const std::byte* src =
-          buffers[static_cast<size_t>(m.src)] + static_cast<size_t>(m.src_off) * elem_size;
+      const std::byte* src = buffers[static_cast<size_t>(m.src)] + static_cast<size_t>(m.src_off) * elem_size;
       if (m.reduce) {
         reduce(dst, src, m.count);
       } else if (dst != src) {

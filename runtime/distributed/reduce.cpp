@@ -8,11 +8,16 @@ namespace ranksim::runtime {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::PROD: return "PROD";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::MAX:
+      return "MAX";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::PROD:
+      return "PROD";
   }
   return "?";
 }
@@ -81,12 +86,18 @@ void combine(std::byte* dst, const std::byte* src, int64_t count) {
 template <class Op>
 ReduceKernel kernel_for(DType dtype) {
   switch (dtype) {
-    case DType::f32: return combine<float, Op>;
-    case DType::f64: return combine<double, Op>;
-    case DType::bf16: return combine<BFloat16, Op>;
-    case DType::f16: return combine<Half, Op>;
-    case DType::i64: return combine<int64_t, Op>;
-    case DType::i32: return combine<int32_t, Op>;
+    case DType::f32:
+      return combine<float, Op>;
+    case DType::f64:
+      return combine<double, Op>;
+    case DType::bf16:
+      return combine<BFloat16, Op>;
+    case DType::f16:
+      return combine<Half, Op>;
+    case DType::i64:
+      return combine<int64_t, Op>;
+    case DType::i32:
+      return combine<int32_t, Op>;
   }
   return nullptr;
 }
@@ -110,22 +121,32 @@ void divide(std::byte* data, int64_t count, int64_t divisor) {
 ReduceKernel reduce_kernel(DType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::SUM:
-    case ReduceOp::AVG: return kernel_for<Sum>(dtype);
-    case ReduceOp::MAX: return kernel_for<Max>(dtype);
-    case ReduceOp::MIN: return kernel_for<Min>(dtype);
-    case ReduceOp::PROD: return kernel_for<Prod>(dtype);
+    case ReduceOp::AVG:
+      return kernel_for<Sum>(dtype);
+    case ReduceOp::MAX:
+      return kernel_for<Max>(dtype);
+    case ReduceOp::MIN:
+      return kernel_for<Min>(dtype);
+    case ReduceOp::PROD:
+      return kernel_for<Prod>(dtype);
   }
   return nullptr;
 }
 
 void divide_elements(std::byte* data, DType dtype, int64_t count, int64_t divisor) {
   switch (dtype) {
-    case DType::f32: return divide<float>(data, count, divisor);
-    case DType::f64: return divide<double>(data, count, divisor);
-    case DType::bf16: return divide<BFloat16>(data, count, divisor);
-    case DType::f16: return divide<Half>(data, count, divisor);
-    case DType::i64: return divide<int64_t>(data, count, divisor);
-    case DType::i32: return divide<int32_t>(data, count, divisor);
+    case DType::f32:
+      return divide<float>(data, count, divisor);
+    case DType::f64:
+      return divide<double>(data, count, divisor);
+    case DType::bf16:
+      return divide<BFloat16>(data, count, divisor);
+    case DType::f16:
+      return divide<Half>(data, count, divisor);
+    case DType::i64:
+      return divide<int64_t>(data, count, divisor);
+    case DType::i32:
+      return divide<int32_t>(data, count, divisor);
   }
 }
 

@@ -19,24 +19,25 @@ struct CollectiveRecord {
   Algorithm algorithm;
   std::string group;
   int group_size = 0;
-  uint64_t call = 0;       // call number within the group
-  int64_t bytes = 0;       // nccl-tests "size": the per-rank buffer in bytes (see docs)
-  int64_t count = 0;       // elements in that buffer
+  uint64_t call = 0;  // call number within the group
+  int64_t bytes = 0;  // nccl-tests "size": the per-rank buffer in bytes (see docs)
+  int64_t count = 0;  // elements in that buffer
   std::string dtype;
-  sim::Time start;         // latest post among the members
-  sim::Time end;           // latest completion among the members
+  sim::Time start;  // latest post among the members
+  sim::Time end;    // latest completion among the members
 };
 
 // For a sim run, every field covers every rank in virtual time. For an mpi run, times are wall
 // clock since the run's start: makespan, clocks, compute and comm cover every rank (gathered at
 // the end), collectives lists every group's collectives on rank 0 (each recorded by the group's
 // first member, with that member's start and end; ordered by start) and, elsewhere, those of
-// the groups this process is the first member of, and trace holds every rank's spans on rank 0 and this rank's own elsewhere.
+// the groups this process is the first member of, and trace holds every rank's spans on rank 0 and this rank's own
+// elsewhere.
 struct RunReport {
   sim::Time makespan;
-  std::vector<sim::Time> clocks;  // each rank's final clock
-  std::vector<sim::Time> compute; // each rank's time charged to compute ops
-  std::vector<sim::Time> comm;    // each rank's time inside blocking communication
+  std::vector<sim::Time> clocks;   // each rank's final clock
+  std::vector<sim::Time> compute;  // each rank's time charged to compute ops
+  std::vector<sim::Time> comm;     // each rank's time inside blocking communication
   std::vector<CollectiveRecord> collectives;
   sim::Trace trace;
   uint64_t events = 0;

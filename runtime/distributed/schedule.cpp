@@ -23,8 +23,8 @@ namespace {
 using namespace blocks;  // schedule_blocks.h: the step sequences composed below
 
 [[noreturn]] void unsupported(const ScheduleRequest& req, const char* supported) {
-  throw Error(std::string("collective ") + to_string(req.kind) + " has no '" +
-              to_string(req.algorithm) + "' algorithm; use one of: " + supported);
+  throw Error(std::string("collective ") + to_string(req.kind) + " has no '" + to_string(req.algorithm) +
+              "' algorithm; use one of: " + supported);
 }
 
 Steps all_reduce(const ScheduleRequest& req) {
@@ -85,7 +85,8 @@ Steps all_reduce(const ScheduleRequest& req) {
       append(s, zip(gather));
       return s;
     }
-    case Algorithm::automatic: break;
+    case Algorithm::automatic:
+      break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
 }
@@ -111,7 +112,8 @@ Steps broadcast(const ScheduleRequest& req) {
       }
       return s;
     }
-    case Algorithm::tree: return binomial_broadcast(rel, 0, req.count);
+    case Algorithm::tree:
+      return binomial_broadcast(rel, 0, req.count);
     case Algorithm::direct: {
       Steps s;
       if (n == 1) return s;
@@ -144,7 +146,8 @@ Steps broadcast(const ScheduleRequest& req) {
       append(s, zip(intra));
       return s;
     }
-    case Algorithm::automatic: break;
+    case Algorithm::automatic:
+      break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
 }
@@ -153,7 +156,8 @@ Steps reduce(const ScheduleRequest& req) {
   const int n = req.nranks;
   const Members rel = rotated(n, req.root);
   switch (req.algorithm) {
-    case Algorithm::tree: return binomial_reduce(rel, 0, req.count);
+    case Algorithm::tree:
+      return binomial_reduce(rel, 0, req.count);
     case Algorithm::direct: {
       Steps s;
       if (n == 1) return s;
@@ -199,7 +203,8 @@ Steps reduce(const ScheduleRequest& req) {
       append(s, binomial_reduce(leaders, 0, req.count));
       return s;
     }
-    case Algorithm::automatic: break;
+    case Algorithm::automatic:
+      break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
 }
@@ -209,8 +214,10 @@ Steps all_gather(const ScheduleRequest& req) {
   const Members all = iota_members(n);
   const Split sp{0, req.count * n, n};  // piece i = rank i's contribution
   switch (req.algorithm) {
-    case Algorithm::ring: return ring_all_gather(all, sp, 0);
-    case Algorithm::tree: return doubling_all_gather(all, pieces_of(sp));
+    case Algorithm::ring:
+      return ring_all_gather(all, sp, 0);
+    case Algorithm::tree:
+      return doubling_all_gather(all, pieces_of(sp));
     case Algorithm::direct: {
       Steps s;
       if (n == 1) return s;
@@ -262,7 +269,8 @@ Steps all_gather(const ScheduleRequest& req) {
       append(s, zip(intra));
       return s;
     }
-    case Algorithm::automatic: break;
+    case Algorithm::automatic:
+      break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
 }
@@ -272,8 +280,10 @@ Steps reduce_scatter(const ScheduleRequest& req) {
   const Members all = iota_members(n);
   const Split sp{0, req.count * n, n};
   switch (req.algorithm) {
-    case Algorithm::ring: return ring_reduce_scatter(all, sp, 0);
-    case Algorithm::tree: return halving_reduce_scatter(all, pieces_of(sp));
+    case Algorithm::ring:
+      return ring_reduce_scatter(all, sp, 0);
+    case Algorithm::tree:
+      return halving_reduce_scatter(all, pieces_of(sp));
     case Algorithm::direct: {
       Steps s;
       if (n == 1) return s;
@@ -321,7 +331,8 @@ Steps reduce_scatter(const ScheduleRequest& req) {
       append(s, zip(inter));
       return s;
     }
-    case Algorithm::automatic: break;
+    case Algorithm::automatic:
+      break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
 }
@@ -336,8 +347,10 @@ Steps gather_or_scatter(const ScheduleRequest& req, bool gather) {
       Step st;
       for (int i = 0; i < n; ++i) {
         if (i == req.root) continue;
-        if (gather) add(st, i, req.root, sp.begin(i), sp.size(i), false);
-        else add(st, req.root, i, sp.begin(i), sp.size(i), false);
+        if (gather)
+          add(st, i, req.root, sp.begin(i), sp.size(i), false);
+        else
+          add(st, req.root, i, sp.begin(i), sp.size(i), false);
       }
       s.push_back(std::move(st));
       return s;
@@ -361,8 +374,10 @@ Steps gather_or_scatter(const ScheduleRequest& req, bool gather) {
             while (b < end && rel[b] == rel[b - 1] + 1) ++b;
             const int64_t off = sp.begin(rel[a]);
             const int64_t len = sp.begin(rel[b - 1]) + sp.size(rel[b - 1]) - off;
-            if (gather) add(st, rel[v], rel[v - mask], off, len, false);
-            else add(st, rel[v - mask], rel[v], off, len, false);
+            if (gather)
+              add(st, rel[v], rel[v - mask], off, len, false);
+            else
+              add(st, rel[v - mask], rel[v], off, len, false);
             a = b;
           }
         }
@@ -370,21 +385,20 @@ Steps gather_or_scatter(const ScheduleRequest& req, bool gather) {
       }
       return s;
     }
-    default: break;
+    default:
+      break;
   }
   unsupported(req, "direct, tree");
 }
 
 Steps all_to_all(const ScheduleRequest& req, int64_t& buffer_elems) {
   const int n = req.nranks;
-  if (static_cast<int>(req.splits.size()) != n)
-    throw Error("all_to_all needs a split-size row per rank");
+  if (static_cast<int>(req.splits.size()) != n) throw Error("all_to_all needs a split-size row per rank");
   // Input region of rank i: its rows in order; output region follows it: what it receives, in
   // source order.
   std::vector<int64_t> in_total(static_cast<size_t>(n), 0), out_total(static_cast<size_t>(n), 0);
   for (int i = 0; i < n; ++i) {
-    if (static_cast<int>(req.splits[i].size()) != n)
-      throw Error("all_to_all split sizes must be an n x n table");
+    if (static_cast<int>(req.splits[i].size()) != n) throw Error("all_to_all split sizes must be an n x n table");
     for (int j = 0; j < n; ++j) {
       in_total[i] += req.splits[i][j];
       out_total[j] += req.splits[i][j];
@@ -408,8 +422,7 @@ Steps all_to_all(const ScheduleRequest& req, int64_t& buffer_elems) {
     case Algorithm::direct: {
       Step st;
       for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j)
-          add(st, i, j, in_off(i, j), out_off(j, i), req.splits[i][j], false);
+        for (int j = 0; j < n; ++j) add(st, i, j, in_off(i, j), out_off(j, i), req.splits[i][j], false);
       s.push_back(std::move(st));
       return s;
     }
@@ -425,7 +438,8 @@ Steps all_to_all(const ScheduleRequest& req, int64_t& buffer_elems) {
       }
       return s;
     }
-    default: break;
+    default:
+      break;
   }
   unsupported(req, "direct, ring");
 }
@@ -455,7 +469,8 @@ Steps barrier(const ScheduleRequest& req) {
       s.push_back(std::move(out));
       return s;
     }
-    case Algorithm::automatic: break;
+    case Algorithm::automatic:
+      break;
   }
   unsupported(req, "tree, direct");
 }
@@ -513,21 +528,20 @@ Schedule make_schedule(const ScheduleRequest& req) {
   return s;
 }
 
-Algorithm choose_algorithm(CollectiveKind kind, int nranks, int64_t bytes, int nodes,
-                           bool equal_ranks_per_node) {
+Algorithm choose_algorithm(CollectiveKind kind, int nranks, int64_t bytes, int nodes, bool equal_ranks_per_node) {
   switch (kind) {
     case CollectiveKind::all_to_all:
     case CollectiveKind::gather:
     case CollectiveKind::scatter:
-      return nranks > 64 ? (kind == CollectiveKind::all_to_all ? Algorithm::ring : Algorithm::tree)
-                         : Algorithm::direct;
-    case CollectiveKind::barrier: return Algorithm::tree;
-    default: break;
+      return nranks > 64 ? (kind == CollectiveKind::all_to_all ? Algorithm::ring : Algorithm::tree) : Algorithm::direct;
+    case CollectiveKind::barrier:
+      return Algorithm::tree;
+    default:
+      break;
   }
   // Latency-bound sizes and very large groups (where a ring's 2(n-1) steps dominate): trees.
   if (bytes <= 64 * 1024 || nranks > 512) {
-    if (nodes > 1 && equal_ranks_per_node && nranks > 512 && bytes > 64 * 1024)
-      return Algorithm::hierarchical;
+    if (nodes > 1 && equal_ranks_per_node && nranks > 512 && bytes > 64 * 1024) return Algorithm::hierarchical;
     return Algorithm::tree;
   }
   if (nodes > 1 && equal_ranks_per_node) return Algorithm::hierarchical;

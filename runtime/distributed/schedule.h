@@ -39,7 +39,7 @@ struct Schedule {
   CollectiveKind kind = CollectiveKind::barrier;
   Algorithm algorithm = Algorithm::ring;
   int nranks = 1;
-  int64_t buffer_elems = 0;       // working buffer size per rank (all_to_all: largest in+out)
+  int64_t buffer_elems = 0;  // working buffer size per rank (all_to_all: largest in+out)
   std::vector<Step> steps;
   int64_t moved_elems() const;  // sum of move counts (a rough size of the traffic)
 };
@@ -52,7 +52,6 @@ Schedule make_schedule(const ScheduleRequest& req);
 // nodes: tree for small messages (latency-bound) and for very large groups, ring for large
 // messages within a node, hierarchical for large messages across several nodes with equal ranks
 // per node, direct for all-to-all, gather and scatter.
-Algorithm choose_algorithm(CollectiveKind kind, int nranks, int64_t bytes, int nodes,
-                           bool equal_ranks_per_node);
+Algorithm choose_algorithm(CollectiveKind kind, int nranks, int64_t bytes, int nodes, bool equal_ranks_per_node);
 
 }  // namespace ranksim::runtime

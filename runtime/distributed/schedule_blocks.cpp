@@ -36,8 +36,7 @@ struct Folding {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
-void add(Step& st, int src, int dst, int64_t src_off, int64_t dst_off, int64_t count,
-         bool reduce) {
+void add(Step& st, int src, int dst, int64_t src_off, int64_t dst_off, int64_t count, bool reduce) {
   st.moves.push_back(Move{src, dst, src_off, dst_off, count, reduce});
 }
 void add(Step& st, int src, int dst, int64_t off, int64_t count, bool reduce) {
@@ -49,8 +48,7 @@ Steps zip(const std::vector<Steps>& parts) {
   for (const Steps& p : parts) len = std::max(len, p.size());
   Steps out(len);
   for (const Steps& p : parts)
-    for (size_t t = 0; t < p.size(); ++t)
-      out[t].moves.insert(out[t].moves.end(), p[t].moves.begin(), p[t].moves.end());
+    for (size_t t = 0; t < p.size(); ++t) out[t].moves.insert(out[t].moves.end(), p[t].moves.begin(), p[t].moves.end());
   return out;
 }
 
@@ -86,7 +84,6 @@ Steps ring_all_gather(const Members& m, Split sp, int shift) {
   return out;
 }
 
-
 Steps halving_reduce_scatter(const Members& m, const Pieces& pieces, bool unfold) {
   const int k = static_cast<int>(m.size());
   Steps out;
@@ -97,8 +94,7 @@ Steps halving_reduce_scatter(const Members& m, const Pieces& pieces, bool unfold
   const int64_t total_end = pieces.back().first + pieces.back().second;
   if (r > 0) {
     Step st;
-    for (int v = 0; v < r; ++v)
-      add(st, m[2 * v + 1], m[2 * v], total_begin, total_end - total_begin, true);
+    for (int v = 0; v < r; ++v) add(st, m[2 * v + 1], m[2 * v], total_begin, total_end - total_begin, true);
     out.push_back(std::move(st));
   }
   // Each virtual rank's current segment of virtual pieces [lo, hi).
@@ -233,9 +229,8 @@ std::vector<Members> node_layout(const ScheduleRequest& req) {
   for (const Members& n : nodes) {
     if (n.size() != nodes.front().size()) {
       throw Error(std::string("hierarchical ") + to_string(req.kind) +
-                  " needs the same number of group ranks on every node (found " +
-                  std::to_string(nodes.front().size()) + " and " + std::to_string(n.size()) +
-                  "); use algorithm ring or tree for this group");
+                  " needs the same number of group ranks on every node (found " + std::to_string(nodes.front().size()) +
+                  " and " + std::to_string(n.size()) + "); use algorithm ring or tree for this group");
     }
   }
   return nodes;

@@ -8,15 +8,24 @@ namespace ranksim::runtime {
 
 const char* to_string(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::broadcast: return "broadcast";
-    case CollectiveKind::reduce: return "reduce";
-    case CollectiveKind::all_gather: return "all_gather";
-    case CollectiveKind::reduce_scatter: return "reduce_scatter";
-    case CollectiveKind::gather: return "gather";
-    case CollectiveKind::scatter: return "scatter";
-    case CollectiveKind::all_to_all: return "all_to_all";
-    case CollectiveKind::barrier: return "barrier";
+    case CollectiveKind::all_reduce:
+      return "all_reduce";
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::reduce:
+      return "reduce";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+    case CollectiveKind::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveKind::gather:
+      return "gather";
+    case CollectiveKind::scatter:
+      return "scatter";
+    case CollectiveKind::all_to_all:
+      return "all_to_all";
+    case CollectiveKind::barrier:
+      return "barrier";
   }
   return "?";
 }
@@ -31,18 +40,23 @@ std::optional<CollectiveKind> parse_collective_kind(std::string_view name) {
 
 const char* to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::automatic: return "auto";
-    case Algorithm::ring: return "ring";
-    case Algorithm::tree: return "tree";
-    case Algorithm::direct: return "direct";
-    case Algorithm::hierarchical: return "hierarchical";
+    case Algorithm::automatic:
+      return "auto";
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::tree:
+      return "tree";
+    case Algorithm::direct:
+      return "direct";
+    case Algorithm::hierarchical:
+      return "hierarchical";
   }
   return "?";
 }
 
 Algorithm parse_algorithm(std::string_view name) {
-  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct,
-                      Algorithm::hierarchical}) {
+  for (Algorithm a :
+       {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct, Algorithm::hierarchical}) {
     if (name == to_string(a)) return a;
   }
   throw Error("unknown collective algorithm '" + std::string(name) +

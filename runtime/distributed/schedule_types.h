@@ -16,7 +16,15 @@
 namespace ranksim::runtime {
 
 enum class CollectiveKind : uint8_t {
-  all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather, scatter, all_to_all, barrier
+  all_reduce,
+  broadcast,
+  reduce,
+  all_gather,
+  reduce_scatter,
+  gather,
+  scatter,
+  all_to_all,
+  barrier
 };
 // The collective's torch.distributed-style name ("all_reduce", "all_gather", ...), and back: the
 // one mapping between names and kinds that the CLI, scenarios and reports share. The parser

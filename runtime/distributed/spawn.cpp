@@ -19,7 +19,9 @@ sim::Topology ideal_topology(int devices) {
       "    memory: 64 GiB\n"
       "    launch_overhead: 0 us\n"
       "node:\n"
-      "  devices: " + std::to_string(devices) + "\n"
+      "  devices: " +
+      std::to_string(devices) +
+      "\n"
       "  kind: ideal\n"
       "  fabric:\n"
       "    type: switch\n"
@@ -38,8 +40,7 @@ RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const Spawn
   }
   if (nprocs > topo->num_devices()) {
     throw Error("spawn: " + std::to_string(nprocs) + " ranks need " + std::to_string(nprocs) +
-                " devices but topology '" + topo->name() + "' has " +
-                std::to_string(topo->num_devices()) +
+                " devices but topology '" + topo->name() + "' has " + std::to_string(topo->num_devices()) +
                 "; use fewer ranks or a bigger topology (e.g. --set nodes=N)");
   }
   return detail::launcher(opts.backend)(fn, nprocs, opts, *topo);

@@ -35,8 +35,8 @@ void run_gemm(Device& dev, const GemmArgs& g) {
   ++dev.stats().gemms;
 }
 
-GemmArgs gemm_args(const void* a, bool ta, i64 sa, const void* b, bool tb, i64 sb, void* c, i64 sc,
-                   DType dt, i64 batch, i64 m, i64 n, i64 kk) {
+GemmArgs gemm_args(const void* a, bool ta, i64 sa, const void* b, bool tb, i64 sb, void* c, i64 sc, DType dt, i64 batch,
+                   i64 m, i64 n, i64 kk) {
   return GemmArgs{a, b, c, dt, batch, m, n, kk, ta, tb, sa, sb, sc};
 }
 
@@ -51,14 +51,14 @@ Tensor matmul(Device& dev, const Tensor& a, const Tensor& b, bool ta, bool tb, c
   if (!s.batched_b && !ta) {
     run_gemm(dev, gemm_args(A.get(), false, 0, B.get(), tb, 0, C.ptr, 0, dt, 1, s.L * s.M, s.N, s.K));
   } else {
-    run_gemm(dev, gemm_args(A.get(), ta, s.M * s.K, B.get(), tb, s.batched_b ? s.K * s.N : 0, C.ptr,
-                            s.M * s.N, dt, s.L, s.M, s.N, s.K));
+    run_gemm(dev, gemm_args(A.get(), ta, s.M * s.K, B.get(), tb, s.batched_b ? s.K * s.N : 0, C.ptr, s.M * s.N, dt, s.L,
+                            s.M, s.N, s.K));
   }
   return C.t;
 }
 
-MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, const Tensor& b, bool ta,
-                            bool tb, const MatmulShape& s) {
+MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, const Tensor& b, bool ta, bool tb,
+                            const MatmulShape& s) {
   In dC(dev, dc), A(dev, a), B(dev, b);
   Out dA(dev, a.shape(), a.dtype()), dB(dev, b.shape(), b.dtype());
   const DType dt = a.dtype();
@@ -75,11 +75,9 @@ MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, cons
   // dB: dB [K, N] = op(A)^T dC, or dB [N, K] = dC^T op(A) when b is stored transposed.
   auto db = [&](const void* opa, bool a_stored_t, i64 sa, i64 batch, i64 rows) {
     if (tb) {
-      run_gemm(dev, gemm_args(dC.get(), true, rows * N, opa, a_stored_t, sa, dB.ptr, N * K, dt, batch,
-                              N, K, rows));
+      run_gemm(dev, gemm_args(dC.get(), true, rows * N, opa, a_stored_t, sa, dB.ptr, N * K, dt, batch, N, K, rows));
     } else {
-      run_gemm(dev, gemm_args(opa, !a_stored_t, sa, dC.get(), false, rows * N, dB.ptr, K * N, dt,
-                              batch, K, N, rows));
+      run_gemm(dev, gemm_args(opa, !a_stored_t, sa, dC.get(), false, rows * N, dB.ptr, K * N, dt, batch, K, N, rows));
     }
   };
   if (s.batched_b) {
@@ -147,34 +145,31 @@ Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x) {
 
 // --- rows -----------------------------------------------------------------------------------
 
-LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           double eps) {
+LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   In X(dev, x), W(dev, weight), B(dev, bias);
   const i64 H = x.size(-1);
   const Shape stat(x.shape().begin(), x.shape().end() - 1);
   Out Y(dev, x.shape(), x.dtype()), Mean(dev, stat, DType::f32), Rstd(dev, stat, DType::f32);
   run(dev,
-      k::LayerNormKernel{X.get(), W.get(), B.get(), Y.ptr, Mean.as<float>(), Rstd.as<float>(),
-                         x.dtype(), H, static_cast<float>(eps)},
+      k::LayerNormKernel{X.get(), W.get(), B.get(), Y.ptr, Mean.as<float>(), Rstd.as<float>(), x.dtype(), H,
+                         static_cast<float>(eps)},
       H == 0 ? 0 : shape_numel(stat));
   return {Y.t, Mean.t, Rstd.t};
 }
 
-LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x,
-                                   const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd) {
   // The saved statistics are f32 (layer_norm's); others are converted on the way in.
   const Tensor mean32 = mean.to(DType::f32), rstd32 = rstd.to(DType::f32);
   In DY(dev, dy), X(dev, x), W(dev, weight), Mu(dev, mean32), Rs(dev, rstd32);
   const i64 H = x.size(-1);
   const i64 rows = H == 0 ? 0 : x.numel() / H;
   Out DX(dev, x.shape(), x.dtype()), DW(dev, {H}, weight.dtype()), DB(dev, {H}, weight.dtype());
-  run(dev,
-      k::LayerNormBackwardKernel{DY.get(), X.get(), W.get(), Mu.as<float>(), Rs.as<float>(), DX.ptr,
-                                 x.dtype(), H},
+  run(dev, k::LayerNormBackwardKernel{DY.get(), X.get(), W.get(), Mu.as<float>(), Rs.as<float>(), DX.ptr, x.dtype(), H},
       rows);
   run(dev,
-      k::LayerNormParamGradKernel{DY.get(), X.get(), Mu.as<float>(), Rs.as<float>(), DW.ptr, DB.ptr,
-                                  x.dtype(), rows, H},
+      k::LayerNormParamGradKernel{DY.get(), X.get(), Mu.as<float>(), Rs.as<float>(), DW.ptr, DB.ptr, x.dtype(), rows,
+                                  H},
       H);
   return {DX.t, DW.t, DB.t};
 }
@@ -191,8 +186,7 @@ Tensor softmax_backward(Device& dev, const Tensor& dy, const Tensor& y) {
   In DY(dev, dy), Y(dev, y);
   Out DX(dev, y.shape(), y.dtype());
   const i64 V = y.size(-1);
-  run(dev, k::SoftmaxBackwardKernel{DY.get(), Y.get(), DX.ptr, y.dtype(), V},
-      V == 0 ? 0 : y.numel() / V);
+  run(dev, k::SoftmaxBackwardKernel{DY.get(), Y.get(), DX.ptr, y.dtype(), V}, V == 0 ? 0 : y.numel() / V);
   return DX.t;
 }
 
@@ -209,8 +203,7 @@ Tensor embedding(Device& dev, const Tensor& ids, const Tensor& weight) {
   return O.t;
 }
 
-Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids,
-                          std::int64_t num_embeddings) {
+Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids, std::int64_t num_embeddings) {
   Ids I(dev, ids);
   In DY(dev, dy);
   const i64 H = dy.size(-1);
@@ -218,8 +211,7 @@ Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids,
   // Sums in f32, rounded once into dy's dtype (as the CPU op's compute-type buffer).
   Out Acc(dev, w_shape, DType::f32);
   dev.zero(Acc.ptr, static_cast<std::size_t>(num_embeddings * H) * sizeof(float));
-  run(dev, k::EmbeddingBackwardKernel{DY.get(), I.get(), Acc.as<float>(), dy.dtype(), ids.numel(), H},
-      H);
+  run(dev, k::EmbeddingBackwardKernel{DY.get(), I.get(), Acc.as<float>(), dy.dtype(), ids.numel(), H}, H);
   if (dy.dtype() == DType::f32) return Acc.t;
   Out DW(dev, w_shape, dy.dtype());
   k::CopyKernel c{};
@@ -237,8 +229,7 @@ Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids,
 
 // --- cross-entropy --------------------------------------------------------------------------
 
-CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor& targets,
-                                 std::int64_t ignore_index) {
+CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
   In X(dev, logits);
   Ids Tg(dev, targets);
   const i64 V = logits.size(-1);
@@ -246,19 +237,15 @@ CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor
   Out Lse(dev, targets.shape(), DType::f32), RowLoss(dev, targets.shape(), DType::f32);
   Out Loss(dev, {}, logits.dtype());
   run(dev,
-      k::CrossEntropyRowKernel{X.get(), Tg.get(), Lse.as<float>(), RowLoss.as<float>(),
-                               logits.dtype(), V, ignore_index},
+      k::CrossEntropyRowKernel{X.get(), Tg.get(), Lse.as<float>(), RowLoss.as<float>(), logits.dtype(), V,
+                               ignore_index},
       rows);
-  run(dev,
-      k::CrossEntropyMeanKernel{RowLoss.as<float>(), Tg.get(), Loss.ptr, logits.dtype(), rows,
-                                ignore_index},
-      1);
+  run(dev, k::CrossEntropyMeanKernel{RowLoss.as<float>(), Tg.get(), Loss.ptr, logits.dtype(), rows, ignore_index}, 1);
   return {Loss.t, Lse.t};
 }
 
-Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
-                              const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
-                              std::int64_t count) {
+Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, std::int64_t ignore_index, std::int64_t count) {
   const Tensor lse32 = lse.to(DType::f32);
   In X(dev, logits), Lse(dev, lse32);
   Ids Tg(dev, targets);
@@ -271,8 +258,7 @@ Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& lo
   // The scale as the CPU op computes it: dloss rounded to f32, divided by the count in f32.
   const float g = static_cast<float>(dloss.item()) / static_cast<float>(count);
   run(dev,
-      k::CrossEntropyBackwardKernel{X.get(), Lse.as<float>(), Tg.get(), DX.ptr, logits.dtype(), V,
-                                    ignore_index, g},
+      k::CrossEntropyBackwardKernel{X.get(), Lse.as<float>(), Tg.get(), DX.ptr, logits.dtype(), V, ignore_index, g},
       logits.numel());
   return DX.t;
 }

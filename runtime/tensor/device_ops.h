@@ -24,32 +24,29 @@ struct MatmulShape {
   Shape out;
 };
 Tensor matmul(Device& dev, const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulShape& s);
-MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, const Tensor& b, bool ta,
-                            bool tb, const MatmulShape& s);
+MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, const Tensor& b, bool ta, bool tb,
+                            const MatmulShape& s);
 Tensor add(Device& dev, const Tensor& a, const Tensor& b);
 Tensor column_sum(Device& dev, const Tensor& dc, const Shape& b_shape);
 Tensor scale(Device& dev, const Tensor& x, double alpha);
-LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           double eps);
-LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x,
-                                   const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
 Tensor gelu(Device& dev, const Tensor& x);
 Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x);
 Tensor softmax(Device& dev, const Tensor& x);
 Tensor softmax_backward(Device& dev, const Tensor& dy, const Tensor& y);
 Tensor embedding(Device& dev, const Tensor& ids, const Tensor& weight);
-Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids,
-                          std::int64_t num_embeddings);
-CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor& targets,
-                                 std::int64_t ignore_index);
+Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids, std::int64_t num_embeddings);
+CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor& targets, std::int64_t ignore_index);
 // count: the targets that are not ignore_index (counted on the host by the caller).
-Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits,
-                              const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,
-                              std::int64_t count);
+Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, std::int64_t ignore_index, std::int64_t count);
 // Tensor copies (runtime/tensor/tensor_copy.cpp) on the device: the device when it is installed, every tensor
 // has data in a device dtype and at most kernels::kMaxDims dims, and one of them (need_resident)
 // already lives there; else nullptr (the copy runs on the host).
-Device* device_for_copy(std::initializer_list<const Tensor*> tensors, std::initializer_list<const Tensor*> need_resident);
+Device* device_for_copy(std::initializer_list<const Tensor*> tensors,
+                        std::initializer_list<const Tensor*> need_resident);
 // A new contiguous device tensor of src's shape in dtype (clone, contiguous, to).
 Tensor copy_to_new(Device& dev, const Tensor& src, DType dtype);
 // dst = src, elementwise with conversion, dst any view (REQUIRES: equal shapes, no shared storage).

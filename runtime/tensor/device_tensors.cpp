@@ -25,8 +25,8 @@ class DeviceMirror final : public StorageMirror {
 
   void download(void* host, std::size_t nbytes) override {
     if (nbytes != nbytes_) {
-      throw Error(device_.name() + ": a storage of " + std::to_string(nbytes) +
-                  " bytes has a device copy of " + std::to_string(nbytes_));
+      throw Error(device_.name() + ": a storage of " + std::to_string(nbytes) + " bytes has a device copy of " +
+                  std::to_string(nbytes_));
     }
     if (nbytes == 0) return;
     device_.download(host, ptr_, nbytes);
@@ -52,8 +52,7 @@ DeviceMirror* mirror_on(const Device& device, const Tensor& t) {
 }
 
 std::byte* element(void* base, const Tensor& t) {
-  return static_cast<std::byte*>(base) +
-         static_cast<std::size_t>(t.storage_offset()) * dtype_size(t.dtype());
+  return static_cast<std::byte*>(base) + static_cast<std::size_t>(t.storage_offset()) * dtype_size(t.dtype());
 }
 
 }  // namespace
@@ -114,8 +113,7 @@ Tensor device_tensor(Device& device, const Shape& shape, DType dtype, void** ptr
 void mark_device_written(Device& device, const Tensor& t) {
   DeviceMirror* m = mirror_on(device, t);
   if (!m || !m->valid || m->version != t.host_version()) {
-    throw Error(device.name() + ": tensor " + t.str() +
-                " was written on the device without an up-to-date device copy");
+    throw Error(device.name() + ": tensor " + t.str() + " was written on the device without an up-to-date device copy");
   }
   t.mark_host_stale();
 }
@@ -129,7 +127,7 @@ DeviceInput::DeviceInput(Device& dev, const Tensor& t) {
   }
   if (t.dim() > kernels::kMaxDims) {
     ScopedCostSink quiet(nullptr);  // part of the op's traffic, charged by the op
-    keep_ = t.contiguous();  // on the host: more dims than the device's gather takes
+    keep_ = t.contiguous();         // on the host: more dims than the device's gather takes
     ptr_ = device_pointer(dev, keep_);
     return;
   }

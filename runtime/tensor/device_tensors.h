@@ -81,8 +81,7 @@ class DeviceIndices {
 
 // A kernel output: a new device-resident tensor t and its device address.
 struct DeviceOutput {
-  DeviceOutput(Device& device, const Shape& shape, DType dtype)
-      : t(device_tensor(device, shape, dtype, &ptr)) {}
+  DeviceOutput(Device& device, const Shape& shape, DType dtype) : t(device_tensor(device, shape, dtype, &ptr)) {}
   template <class T>
   T* as() const {
     return static_cast<T*>(ptr);

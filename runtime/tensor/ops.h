@@ -49,8 +49,8 @@ struct MatmulGrads {
   Tensor db;  // shape and dtype of b (summed over leading dims when b is shared)
 };
 // Flops 4*L*M*N*K; bytes count dc twice (it feeds both products).
-MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b,
-                            bool transpose_a = false, bool transpose_b = false);
+MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_a = false,
+                            bool transpose_b = false);
 
 // --- add: a + b. b has a's shape, or a's trailing dims (a bias broadcast over leading dims).
 // Flops numel(a).
@@ -75,14 +75,13 @@ struct LayerNormResult {
   Tensor rstd;  // same shape and dtype as mean
 };
 // Flops 8*numel(x).
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           double eps = 1e-5);
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;  // shapes and dtypes of x, weight, bias
 };
 // Flops 14*numel(x).
-LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& mean, const Tensor& rstd);
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd);
 
 // --- GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // Flops 9*numel (tanh counted as one).
@@ -110,24 +109,21 @@ struct CrossEntropyResult {
   Tensor lse;   // [...] logsumexp of each row, f32 (f64 for f64 logits): saved for backward
 };
 // Flops 4*numel(logits).
-CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
-                                 std::int64_t ignore_index = -100);
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
 // dloss: 0-d, the gradient of the loss (any floating dtype). Returns dlogits, logits' shape and
 // dtype: (softmax(row) - onehot(target)) * dloss / count, zero on ignored rows. Flops 3*numel.
-Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, std::int64_t ignore_index = -100);
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              std::int64_t ignore_index = -100);
 
 // --- concatenation and splitting along dimension dim (negative counts from the end); any dtype.
 // cat: REQUIRES: a non-empty list; same dtype and rank, equal sizes except along dim.
 // Result is a new contiguous tensor. Flops 0, bytes 2*bytes(result).
 Tensor cat(const std::vector<Tensor>& xs, std::int64_t dim);
 // The pieces of dy of the given sizes along dim: views, free. REQUIRES: sizes sum to dy.size(dim).
-std::vector<Tensor> cat_backward(const Tensor& dy, const std::vector<std::int64_t>& sizes,
-                                 std::int64_t dim);
+std::vector<Tensor> cat_backward(const Tensor& dy, const std::vector<std::int64_t>& sizes, std::int64_t dim);
 // Views of x, pieces of the given sizes along dim (torch.split with a size list): free.
 // REQUIRES: sizes are >= 0 and sum to x.size(dim).
-std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
-                          std::int64_t dim);
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim);
 // The gradient of x: the pieces' gradients concatenated. Charged as cat.
 Tensor split_backward(const std::vector<Tensor>& dys, std::int64_t dim);
 

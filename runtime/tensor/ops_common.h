@@ -48,8 +48,7 @@ inline void require_floating(const char* op, const Tensor& t, const char* name) 
   }
 }
 
-inline void require_same_dtype(const char* op, const Tensor& a, const char* an, const Tensor& b,
-                               const char* bn) {
+inline void require_same_dtype(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
   require_floating(op, a, an);
   require_floating(op, b, bn);
   if (a.dtype() != b.dtype()) {
@@ -129,8 +128,7 @@ class Out {
   T* get() { return ptr_; }
   T& operator[](i64 i) { return ptr_[i]; }
   Tensor finish() {
-    if (!buf_.empty())
-      convert_elements(buf_.data(), dtype_of<T>, t_.raw_data(), t_.dtype(), buf_.size());
+    if (!buf_.empty()) convert_elements(buf_.data(), dtype_of<T>, t_.raw_data(), t_.dtype(), buf_.size());
     return t_;
   }
 

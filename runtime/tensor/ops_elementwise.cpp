@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <cstddef>
+#include <string>
 
 #include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_ops.h"
@@ -20,8 +20,7 @@ using namespace ops_common;  // ops_common.h: the argument checks and dtype plum
 namespace {
 // True when b's shape is a's, or a's trailing dims.
 bool is_suffix(const Shape& b, const Shape& a) {
-  return b.size() <= a.size() &&
-         std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(b.size()));
+  return b.size() <= a.size() && std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(b.size()));
 }
 }  // namespace
 
@@ -58,8 +57,7 @@ AddGrads add_backward(const Tensor& dc, const Shape& b_shape) {
   const char* op = "add_backward";
   require_floating(op, dc, "dc");
   if (!is_suffix(b_shape, dc.shape())) {
-    fail(op, "b's shape " + shape_str(b_shape) +
-                 " must be dc's shape or its trailing dims; dc is " + dc.str());
+    fail(op, "b's shape " + shape_str(b_shape) + " must be dc's shape or its trailing dims; dc is " + dc.str());
   }
   if (b_shape == dc.shape()) {
     charge({op, 0.0, 0.0, dc.dtype()});
@@ -111,9 +109,7 @@ Tensor scale_impl(const char* op, const Tensor& x, double alpha) {
 }  // namespace
 
 Tensor scale(const Tensor& x, double alpha) { return scale_impl("scale", x, alpha); }
-Tensor scale_backward(const Tensor& dy, double alpha) {
-  return scale_impl("scale_backward", dy, alpha);
-}
+Tensor scale_backward(const Tensor& dy, double alpha) { return scale_impl("scale_backward", dy, alpha); }
 
 // --- GELU -----------------------------------------------------------------------------------
 

@@ -24,8 +24,8 @@ namespace {
 void check_ids(const char* op, const std::int64_t* ids, i64 n, i64 V) {
   for (i64 i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= V) {
-      fail(op, "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                   " is outside the table of " + std::to_string(V) + " rows");
+      fail(op, "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is outside the table of " +
+                   std::to_string(V) + " rows");
     }
   }
 }
@@ -61,8 +61,8 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
     auto* dst = static_cast<std::byte*>(out.raw_data());
     for (i64 i = 0; i < ids.numel(); ++i) {
       if (row_bytes) {
-        std::memcpy(dst + static_cast<std::size_t>(i) * row_bytes,
-                    src + static_cast<std::size_t>(I[i]) * row_bytes, row_bytes);
+        std::memcpy(dst + static_cast<std::size_t>(i) * row_bytes, src + static_cast<std::size_t>(I[i]) * row_bytes,
+                    row_bytes);
       }
     }
   }
@@ -116,14 +116,13 @@ void check_ce_shapes(const char* op, const Tensor& logits, const Tensor& targets
 
 void check_target(const char* op, std::int64_t t, i64 row, i64 V) {
   if (t < 0 || t >= V) {
-    fail(op, "target " + std::to_string(t) + " of row " + std::to_string(row) + " is outside [0, " +
-                 std::to_string(V) + ") and is not the ignore_index");
+    fail(op, "target " + std::to_string(t) + " of row " + std::to_string(row) + " is outside [0, " + std::to_string(V) +
+                 ") and is not the ignore_index");
   }
 }
 }  // namespace
 
-CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
-                                 std::int64_t ignore_index) {
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
   const char* op = "cross_entropy";
   check_ce_shapes(op, logits, targets);
   const Shape row_shape = targets.shape();
@@ -169,13 +168,13 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
       r.lse = Lse.finish();
     });
   }
-  charge({op, 4.0 * count(logits.numel()),
-          bytes(logits) + bytes(targets) + bytes(r.lse) + bytes(r.loss), logits.dtype()});
+  charge(
+      {op, 4.0 * count(logits.numel()), bytes(logits) + bytes(targets) + bytes(r.lse) + bytes(r.loss), logits.dtype()});
   return r;
 }
 
-Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, std::int64_t ignore_index) {
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              std::int64_t ignore_index) {
   const char* op = "cross_entropy_backward";
   check_ce_shapes(op, logits, targets);
   require_floating(op, dloss, "dloss");
@@ -222,8 +221,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
       return DX.finish();
     });
   }
-  charge({op, 3.0 * count(logits.numel()), bytes(logits) + bytes(targets) + bytes(lse) + bytes(dx),
-          logits.dtype()});
+  charge({op, 3.0 * count(logits.numel()), bytes(logits) + bytes(targets) + bytes(lse) + bytes(dx), logits.dtype()});
   return dx;
 }
 

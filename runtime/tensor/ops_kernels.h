@@ -70,8 +70,7 @@ struct GeluBackwardKernel {
     const float v = load(x, dtype, i);
     const float t = tanh_f(kGeluC * (v + kGeluA * v * v * v));
     const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    store(dx, dtype, i,
-          load(dy, dtype, i) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
+    store(dx, dtype, i, load(dy, dtype, i) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
   }
 };
 

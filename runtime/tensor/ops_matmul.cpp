@@ -120,8 +120,7 @@ void gemm(i64 M, i64 N, i64 K, Strided<T> a, Strided<T> b, T* c) {
           for (i64 j = 0; j < w; ++j)
             for (i64 k = 0; k < kc; ++k) dst[k * NR + j] = src[j * b.cs + k * b.rs];
         }
-        for (i64 k = 0; k < kc && w < NR; ++k)
-          std::fill(dst + k * NR + w, dst + (k + 1) * NR, T(0));
+        for (i64 k = 0; k < kc && w < NR; ++k) std::fill(dst + k * NR + w, dst + (k + 1) * NR, T(0));
       }
       for (i64 i0 = 0; i0 < M; i0 += kRows) {
         const i64 mc = std::min(kRows, M - i0);
@@ -146,8 +145,7 @@ void gemm(i64 M, i64 N, i64 K, Strided<T> a, Strided<T> b, T* c) {
               micro_kernel<T>(kc, ap, bp, ct, N, first);
               continue;
             }
-            for (i64 r = 0; r < h && !first; ++r)
-              std::copy(ct + r * N, ct + r * N + w, edge + r * NR);
+            for (i64 r = 0; r < h && !first; ++r) std::copy(ct + r * N, ct + r * N + w, edge + r * NR);
             micro_kernel<T>(kc, ap, bp, edge, NR, first);
             for (i64 r = 0; r < h; ++r) std::copy(edge + r * NR, edge + r * NR + w, ct + r * N);
           }
@@ -178,16 +176,15 @@ MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta
   d.K = tb ? b.size(-1) : b.size(-2);
   d.N = tb ? b.size(-2) : b.size(-1);
   if (ka != d.K) {
-    fail(op, "inner dimensions differ: a " + a.str() + (ta ? " (transposed)" : "") +
-                 " has K=" + std::to_string(ka) + ", b " + b.str() + (tb ? " (transposed)" : "") +
-                 " has K=" + std::to_string(d.K));
+    fail(op, "inner dimensions differ: a " + a.str() + (ta ? " (transposed)" : "") + " has K=" + std::to_string(ka) +
+                 ", b " + b.str() + (tb ? " (transposed)" : "") + " has K=" + std::to_string(d.K));
   }
   d.out = leading(leading(a.shape()));
   d.L = shape_numel(d.out);
   d.batched_b = b.dim() > 2;
   if (d.batched_b && leading(leading(b.shape())) != d.out) {
-    fail(op, "b " + b.str() + " must be 2-d (shared) or have a's leading dims " + shape_str(d.out) +
-                 "; a is " + a.str());
+    fail(op,
+         "b " + b.str() + " must be 2-d (shared) or have a's leading dims " + shape_str(d.out) + "; a is " + a.str());
   }
   d.out.push_back(d.M);
   d.out.push_back(d.N);
@@ -227,8 +224,7 @@ void matmul_kernel(const MatmulDims& d, const T* A, const T* B, bool ta, bool tb
 // its gradient is computed as the transposed product, dA = op(B) dC^T (dB = dC^T op(A)): the
 // same products (a*b == b*a exactly) summed in the same order, written in the stored layout.
 template <class T>
-void matmul_backward_kernel(const MatmulDims& d, const T* dC, const T* A, const T* B, bool ta,
-                            bool tb, T* dA, T* dB) {
+void matmul_backward_kernel(const MatmulDims& d, const T* dC, const T* A, const T* B, bool ta, bool tb, T* dA, T* dB) {
   const i64 M = d.M, N = d.N, K = d.K, MK = M * K, MN = M * N;
   auto dc = [&](i64 l) { return Strided<T>{dC + l * MN, N, 1}; };  // dC_l (i, j)
   if (!d.batched_b && !ta) {
@@ -283,13 +279,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
       return C.finish();
     });
   }
-  charge({op, 2.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K),
-          bytes(a) + bytes(b) + bytes(c), a.dtype()});
+  charge({op, 2.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K), bytes(a) + bytes(b) + bytes(c), a.dtype()});
   return c;
 }
 
-MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_a,
-                            bool transpose_b) {
+MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   const char* op = "matmul_backward";
   const MatmulDims d = matmul_dims(op, a, b, transpose_a, transpose_b);
   require_same_dtype(op, dc, "dc", a, "a");
@@ -305,8 +299,7 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
       using T = decltype(tag);
       In<T> dC(dc), A(a), B(b);
       Out<T> dA(a.shape(), a.dtype()), dB(b.shape(), b.dtype());
-      matmul_backward_kernel<T>(d, dC.get(), A.get(), B.get(), transpose_a, transpose_b, dA.get(),
-                                dB.get());
+      matmul_backward_kernel<T>(d, dC.get(), A.get(), B.get(), transpose_a, transpose_b, dA.get(), dB.get());
       g.da = dA.finish();
       g.db = dB.finish();
     });

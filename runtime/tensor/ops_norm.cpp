@@ -58,13 +58,12 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
     });
   }
   charge({op, 8.0 * count(x.numel()),
-          bytes(x) + bytes(weight) + bytes(bias) + bytes(r.y) + bytes(r.mean) + bytes(r.rstd),
-          x.dtype()});
+          bytes(x) + bytes(weight) + bytes(bias) + bytes(r.y) + bytes(r.mean) + bytes(r.rstd), x.dtype()});
   return r;
 }
 
-LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& mean, const Tensor& rstd) {
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd) {
   const char* op = "layer_norm_backward";
   require_same_dtype(op, dy, "dy", x, "x");
   require_same_dtype(op, x, "x", weight, "weight");
@@ -116,8 +115,8 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
     });
   }
   charge({op, 14.0 * count(x.numel()),
-          bytes(dy) + bytes(x) + bytes(weight) + bytes(mean) + bytes(rstd) + bytes(g.dx) +
-              bytes(g.dweight) + bytes(g.dbias),
+          bytes(dy) + bytes(x) + bytes(weight) + bytes(mean) + bytes(rstd) + bytes(g.dx) + bytes(g.dweight) +
+              bytes(g.dbias),
           x.dtype()});
   return g;
 }

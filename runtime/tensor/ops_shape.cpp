@@ -36,14 +36,13 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& xs, i64 dim) {
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
     if (x.dtype() != first.dtype() || x.dim() != first.dim()) {
-      fail(op, "input " + std::to_string(i) + " " + x.str() + " differs in dtype or rank from " +
-                   first.str());
+      fail(op, "input " + std::to_string(i) + " " + x.str() + " differs in dtype or rank from " + first.str());
     }
     Shape s = x.shape();
     s[static_cast<std::size_t>(d)] = 0;
     if (s != out_shape) {
-      fail(op, "input " + std::to_string(i) + " " + x.str() + " differs from " + first.str() +
-                   " outside dimension " + std::to_string(d));
+      fail(op, "input " + std::to_string(i) + " " + x.str() + " differs from " + first.str() + " outside dimension " +
+                   std::to_string(d));
     }
     data = data && x.has_data();
   }
@@ -81,8 +80,7 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& xs, i64 dim) {
 
 Tensor cat(const std::vector<Tensor>& xs, std::int64_t dim) { return cat_impl("cat", xs, dim); }
 
-std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
-                          std::int64_t dim) {
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
   const char* op = "split";
   require_defined(op, x, "x");
   const i64 d = wrap(op, x, dim);
@@ -92,8 +90,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
     total += s;
   }
   if (total != x.size(d)) {
-    fail(op, "piece sizes sum to " + std::to_string(total) + " but dimension " + std::to_string(d) +
-                 " of " + x.str() + " has " + std::to_string(x.size(d)));
+    fail(op, "piece sizes sum to " + std::to_string(total) + " but dimension " + std::to_string(d) + " of " + x.str() +
+                 " has " + std::to_string(x.size(d)));
   }
   std::vector<Tensor> pieces;
   pieces.reserve(sizes.size());
@@ -105,13 +103,10 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
   return pieces;
 }
 
-std::vector<Tensor> cat_backward(const Tensor& dy, const std::vector<std::int64_t>& sizes,
-                                 std::int64_t dim) {
+std::vector<Tensor> cat_backward(const Tensor& dy, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
   return split(dy, sizes, dim);
 }
 
-Tensor split_backward(const std::vector<Tensor>& dys, std::int64_t dim) {
-  return cat_impl("split_backward", dys, dim);
-}
+Tensor split_backward(const std::vector<Tensor>& dys, std::int64_t dim) { return cat_impl("split_backward", dys, dim); }
 
 }  // namespace ranksim::runtime

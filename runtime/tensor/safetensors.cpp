@@ -47,12 +47,18 @@ struct JsonMember {
 
 const char* kind_name(Json::Kind k) {
   switch (k) {
-    case Json::Kind::kNull: return "null";
-    case Json::Kind::kBool: return "a boolean";
-    case Json::Kind::kNumber: return "a number";
-    case Json::Kind::kString: return "a string";
-    case Json::Kind::kArray: return "an array";
-    case Json::Kind::kObject: return "an object";
+    case Json::Kind::kNull:
+      return "null";
+    case Json::Kind::kBool:
+      return "a boolean";
+    case Json::Kind::kNumber:
+      return "a number";
+    case Json::Kind::kString:
+      return "a string";
+    case Json::Kind::kArray:
+      return "an array";
+    case Json::Kind::kObject:
+      return "an object";
   }
   return "?";
 }
@@ -79,12 +85,10 @@ class JsonParser {
   static constexpr int kMaxDepth = 64;
 
   [[noreturn]] void error(const std::string& what) const {
-    throw JsonError{"bad JSON header at byte " + std::to_string(pos_ + 8) +
-                    " of the file: " + what};
+    throw JsonError{"bad JSON header at byte " + std::to_string(pos_ + 8) + " of the file: " + what};
   }
   void skip_ws() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -255,14 +259,30 @@ class JsonParser {
       const char e = peek();
       ++pos_;
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           unsigned cp = hex4();
           if (cp >= 0xD800 && cp < 0xDC00) {  // a high surrogate must pair with a low one
@@ -279,7 +299,9 @@ class JsonParser {
           append_utf8(out, cp);
           break;
         }
-        default: --pos_; error("bad escape in string");
+        default:
+          --pos_;
+          error("bad escape in string");
       }
     }
   }
@@ -320,9 +342,7 @@ void append_json_string(std::string& out, const std::string& s) {
 
 std::string prefix(const std::string& path) { return "safetensors file '" + path + "': "; }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw Error(prefix(path) + what);
-}
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw Error(prefix(path) + what); }
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -395,28 +415,20 @@ std::uint64_t as_uint(const std::string& path, const Json& v, const std::string&
   return x;
 }
 
-Entry parse_entry(const std::string& path, const std::string& name, const Json& v,
-                  std::size_t order) {
+Entry parse_entry(const std::string& path, const std::string& name, const Json& v, std::size_t order) {
   const std::string who = "tensor '" + name + "'";
-  if (v.kind != Json::Kind::kObject)
-    fail(path, who + " must be an object, not " + kind_name(v.kind));
+  if (v.kind != Json::Kind::kObject) fail(path, who + " must be an object, not " + kind_name(v.kind));
   const Json* dtype = nullptr;
   const Json* shape = nullptr;
   const Json* offsets = nullptr;
   for (const auto& [key, field] : v.members) {
-    const Json** slot = key == "dtype"          ? &dtype
-                        : key == "shape"        ? &shape
-                        : key == "data_offsets" ? &offsets
-                                                : nullptr;
+    const Json** slot = key == "dtype" ? &dtype : key == "shape" ? &shape : key == "data_offsets" ? &offsets : nullptr;
     if (slot == nullptr) fail(path, who + " has an unknown field '" + key + "'");
     if (*slot != nullptr) fail(path, who + " has the field '" + key + "' twice");
     *slot = &field;
   }
   if (!dtype || !shape || !offsets) {
-    fail(path, who + " lacks " +
-                   std::string(!dtype   ? "\"dtype\""
-                               : !shape ? "\"shape\""
-                                        : "\"data_offsets\""));
+    fail(path, who + " lacks " + std::string(!dtype ? "\"dtype\"" : !shape ? "\"shape\"" : "\"data_offsets\""));
   }
   Entry e{name, DType::f32, {}, 0, 0, order};
   if (dtype->kind != Json::Kind::kString) fail(path, who + ": dtype must be a string");
@@ -443,15 +455,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   e.begin = as_uint(path, offsets->items[0], who + ": data_offsets begin");
   e.end = as_uint(path, offsets->items[1], who + ": data_offsets end");
   if (e.begin > e.end) {
-    fail(path, who + " has data_offsets [" + std::to_string(e.begin) + ", " +
-                   std::to_string(e.end) + "] with begin after end");
+    fail(path, who + " has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                   "] with begin after end");
   }
   const std::uint64_t want = numel * dtype_size(e.dtype);
   if (e.end - e.begin != want) {
-    fail(path, who + " is " + std::string(safetensors_name(e.dtype)) + shape_str(e.shape) +
-                   ", which needs " + std::to_string(want) + " bytes, but its data_offsets [" +
-                   std::to_string(e.begin) + ", " + std::to_string(e.end) + "] span " +
-                   std::to_string(e.end - e.begin));
+    fail(path, who + " is " + std::string(safetensors_name(e.dtype)) + shape_str(e.shape) + ", which needs " +
+                   std::to_string(want) + " bytes, but its data_offsets [" + std::to_string(e.begin) + ", " +
+                   std::to_string(e.end) + "] span " + std::to_string(e.end - e.begin));
   }
   return e;
 }
@@ -461,8 +472,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
 // --- Public API -------------------------------------------------------------------------------
 
 bool SafetensorsFile::contains(const std::string& name) const {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [&](const auto& nt) { return nt.first == name; });
+  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& nt) { return nt.first == name; });
 }
 
 const Tensor& SafetensorsFile::at(const std::string& name) const {
@@ -480,14 +490,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (!S_ISREG(st.st_mode)) fail(path, "is not a regular file");
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   if (file_size < 8) {
-    fail(path, "is truncated: " + std::to_string(file_size) +
-                   " bytes, shorter than the 8-byte header length");
+    fail(path, "is truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
   }
   std::uint64_t header_len = 0;
   read_exact(path, fd.get(), &header_len, 8, 0);
   if (header_len > file_size - 8) {
-    fail(path, "header length " + std::to_string(header_len) + " exceeds the " +
-                   std::to_string(file_size - 8) +
+    fail(path, "header length " + std::to_string(header_len) + " exceeds the " + std::to_string(file_size - 8) +
                    " bytes after it (truncated, or not a safetensors file)");
   }
   std::string header(static_cast<std::size_t>(header_len), '\0');
@@ -525,43 +533,39 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
   // The byte ranges must tile the data section exactly: sorted by begin, each starting where the
   // previous ended, the last ending at the end of the file.
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   const std::uint64_t data_start = 8 + header_len;
   const std::uint64_t data_size = file_size - data_start;
   std::uint64_t cursor = 0;
   for (const Entry& e : entries) {
     const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
     if (e.begin < cursor) {
-      fail(path, "tensor '" + e.name + "' data_offsets " + range +
-                     " overlap the previous tensor, which ends at " + std::to_string(cursor));
+      fail(path, "tensor '" + e.name + "' data_offsets " + range + " overlap the previous tensor, which ends at " +
+                     std::to_string(cursor));
     }
     if (e.begin > cursor) {
       fail(path, "bytes [" + std::to_string(cursor) + ", " + std::to_string(e.begin) +
                      ") of the data belong to no tensor (before tensor '" + e.name + "')");
     }
     if (e.end > data_size) {
-      fail(path, "tensor '" + e.name + "' data_offsets " + range + " run past the " +
-                     std::to_string(data_size) + " data bytes in the file (truncated?)");
+      fail(path, "tensor '" + e.name + "' data_offsets " + range + " run past the " + std::to_string(data_size) +
+                     " data bytes in the file (truncated?)");
     }
     cursor = e.end;
   }
   if (cursor != data_size) {
-    fail(path,
-         "the last " + std::to_string(data_size - cursor) + " data bytes belong to no tensor");
+    fail(path, "the last " + std::to_string(data_size - cursor) + " data bytes belong to no tensor");
   }
 
   for (const Entry& e : entries) {
     Tensor t = Tensor::zeros(e.shape, e.dtype);
-    read_exact(path, fd.get(), t.raw_data(), static_cast<std::size_t>(e.end - e.begin),
-               data_start + e.begin);
+    read_exact(path, fd.get(), t.raw_data(), static_cast<std::size_t>(e.end - e.begin), data_start + e.begin);
     file.tensors.emplace_back(e.name, std::move(t));
   }
   return file;
 }
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   std::vector<Tensor> data;
   data.reserve(tensors.size());

@@ -38,8 +38,7 @@ struct SafetensorsFile {
 };
 
 // REQUIRES: every tensor has data; names are distinct and not "__metadata__".
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 SafetensorsFile load_safetensors(const std::string& path);

@@ -21,7 +21,7 @@ std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& sh
 // Copies a strided source layout (element offset soff) into a strided destination layout of the
 // same shape (element offset doff), converting from sdt to ddt.
 void convert(const std::byte* src, DType sdt, const std::vector<std::int64_t>& shape,
-             const std::vector<std::int64_t>& src_strides, std::int64_t soff, std::byte* dst,
-             DType ddt, const std::vector<std::int64_t>& dst_strides, std::int64_t doff);
+             const std::vector<std::int64_t>& src_strides, std::int64_t soff, std::byte* dst, DType ddt,
+             const std::vector<std::int64_t>& dst_strides, std::int64_t doff);
 
 }  // namespace ranksim::runtime::strided

@@ -41,7 +41,7 @@ namespace {
 // time in page faults). Keeping freed memory in the heap makes buffers reusable. Values only,
 // never results: arithmetic does not depend on where a buffer lives.
 const bool kHeapKeepsFreedMemory = [] {
-  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);   // the largest glibc allows
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);    // the largest glibc allows
   mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);  // return memory to the OS only past 1 GiB free
   return true;
 }();
@@ -160,9 +160,8 @@ template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DType dtype) {
   const std::int64_t n = shape_numel(shape);
   if (static_cast<std::int64_t>(values.size()) != n) {
-    throw Error("Tensor::from_vector: " + std::to_string(values.size()) +
-                " values do not fill shape " + shape_str(shape) + " (" + std::to_string(n) +
-                " elements)");
+    throw Error("Tensor::from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
+                shape_str(shape) + " (" + std::to_string(n) + " elements)");
   }
   Tensor t = zeros(shape, dtype);
   convert_elements(values.data(), dtype_of<T>, t.storage_->host(), dtype, values.size());
@@ -181,8 +180,7 @@ RANKSIM_INSTANTIATE(std::int64_t)
 RANKSIM_INSTANTIATE(std::int32_t)
 #undef RANKSIM_INSTANTIATE
 
-Tensor Tensor::uniform(const Shape& shape, std::uint64_t seed, double low, double high,
-                       DType dtype) {
+Tensor Tensor::uniform(const Shape& shape, std::uint64_t seed, double low, double high, DType dtype) {
   if (!is_floating(dtype)) {
     throw Error(std::string("Tensor::uniform: dtype ") + dtype_name(dtype) +
                 " is not floating; draw f32 values and convert them instead");
@@ -194,8 +192,7 @@ Tensor Tensor::uniform(const Shape& shape, std::uint64_t seed, double low, doubl
   return from_vector(v, shape, dtype);
 }
 
-Tensor Tensor::randn(const Shape& shape, std::uint64_t seed, double mean, double stddev,
-                     DType dtype) {
+Tensor Tensor::randn(const Shape& shape, std::uint64_t seed, double mean, double stddev, DType dtype) {
   if (!is_floating(dtype)) {
     throw Error(std::string("Tensor::randn: dtype ") + dtype_name(dtype) +
                 " is not floating; draw f32 values and convert them instead");
@@ -225,9 +222,8 @@ Tensor Tensor::shape_only(const Shape& shape, DType dtype) {
 Tensor Tensor::from_bytes(const Shape& shape, DType dtype, const void* bytes, std::size_t nbytes) {
   const std::size_t expected = checked_nbytes(shape, dtype);
   if (nbytes != expected) {
-    throw Error("Tensor::from_bytes: " + std::to_string(nbytes) + " bytes given for " +
-                std::string(dtype_name(dtype)) + shape_str(shape) + ", which needs " +
-                std::to_string(expected));
+    throw Error("Tensor::from_bytes: " + std::to_string(nbytes) + " bytes given for " + std::string(dtype_name(dtype)) +
+                shape_str(shape) + ", which needs " + std::to_string(expected));
   }
   Tensor t = zeros(shape, dtype);
   if (nbytes) std::memcpy(t.storage_->host(), bytes, nbytes);
@@ -241,8 +237,8 @@ bool Tensor::has_data() const { return storage_ && storage_->has_data; }
 std::int64_t Tensor::wrap_dim(std::int64_t d, const char* what) const {
   const std::int64_t nd = dim();
   if (d < -nd || d >= nd) {
-    throw Error(std::string(what) + ": dimension " + std::to_string(d) + " is out of range for " +
-                str() + " (valid: " + std::to_string(-nd) + " to " + std::to_string(nd - 1) + ")");
+    throw Error(std::string(what) + ": dimension " + std::to_string(d) + " is out of range for " + str() +
+                " (valid: " + std::to_string(-nd) + " to " + std::to_string(nd - 1) + ")");
   }
   return d < 0 ? d + nd : d;
 }
@@ -270,23 +266,21 @@ std::string Tensor::str() const {
 
 void Tensor::check_dtype(DType expected) const {
   if (dtype_ != expected) {
-    throw Error("Tensor::data<" + std::string(dtype_name(expected)) + ">() called on " + str() +
-                "; convert with to(" + dtype_name(expected) + ") first");
+    throw Error("Tensor::data<" + std::string(dtype_name(expected)) + ">() called on " + str() + "; convert with to(" +
+                dtype_name(expected) + ") first");
   }
 }
 
 void Tensor::require_data(const char* what) const {
   if (!defined()) throw Error(std::string(what) + ": the tensor is undefined");
   if (!storage_->has_data) {
-    throw Error(std::string(what) + ": " + str() +
-                " has no data; run with real tensors to read values");
+    throw Error(std::string(what) + ": " + str() + " has no data; run with real tensors to read values");
   }
 }
 
 // --- Views ----------------------------------------------------------------------------------
 
-Tensor Tensor::with_layout(Shape shape, std::vector<std::int64_t> strides,
-                           std::int64_t offset) const {
+Tensor Tensor::with_layout(Shape shape, std::vector<std::int64_t> strides, std::int64_t offset) const {
   Tensor t = *this;
   t.numel_ = shape_numel(shape);
   t.shape_ = std::move(shape);
@@ -298,8 +292,8 @@ Tensor Tensor::with_layout(Shape shape, std::vector<std::int64_t> strides,
 Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) const {
   const auto i = static_cast<std::size_t>(wrap_dim(d, "Tensor::narrow"));
   if (start < 0 || length < 0 || start > shape_[i] - length) {
-    throw Error("Tensor::narrow(" + std::to_string(d) + ", " + std::to_string(start) + ", " +
-                std::to_string(length) + ") is out of range for " + str());
+    throw Error("Tensor::narrow(" + std::to_string(d) + ", " + std::to_string(start) + ", " + std::to_string(length) +
+                ") is out of range for " + str());
   }
   Shape shape = shape_;
   shape[i] = length;
@@ -309,8 +303,8 @@ Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) c
 Tensor Tensor::select(std::int64_t d, std::int64_t index) const {
   const auto i = static_cast<std::size_t>(wrap_dim(d, "Tensor::select"));
   if (index < 0 || index >= shape_[i]) {
-    throw Error("Tensor::select(" + std::to_string(d) + ", " + std::to_string(index) +
-                ") is out of range for " + str());
+    throw Error("Tensor::select(" + std::to_string(d) + ", " + std::to_string(index) + ") is out of range for " +
+                str());
   }
   Shape shape = shape_;
   std::vector<std::int64_t> strides = strides_;
@@ -371,8 +365,7 @@ Tensor Tensor::view(const Shape& shape) const {
     out[infer] = numel_ / known;
   }
   if (shape_numel(out) != numel_) {
-    throw Error("Tensor::view" + shape_str(shape) + ": " + str() + " has " +
-                std::to_string(numel_) + " elements");
+    throw Error("Tensor::view" + shape_str(shape) + ": " + str() + " has " + std::to_string(numel_) + " elements");
   }
   auto strides = strided::contiguous_strides(out);
   return with_layout(std::move(out), std::move(strides), offset_);
@@ -380,18 +373,16 @@ Tensor Tensor::view(const Shape& shape) const {
 
 // --- Element access -------------------------------------------------------------------------
 
-std::int64_t Tensor::element_offset(std::initializer_list<std::int64_t> index,
-                                    const char* what) const {
+std::int64_t Tensor::element_offset(std::initializer_list<std::int64_t> index, const char* what) const {
   if (static_cast<std::int64_t>(index.size()) != dim()) {
-    throw Error(std::string(what) + ": " + std::to_string(index.size()) + " indices given for " +
-                str());
+    throw Error(std::string(what) + ": " + std::to_string(index.size()) + " indices given for " + str());
   }
   std::int64_t off = offset_;
   std::size_t d = 0;
   for (std::int64_t i : index) {
     if (i < 0 || i >= shape_[d]) {
-      throw Error(std::string(what) + ": index " + std::to_string(i) + " is out of range for dim " +
-                  std::to_string(d) + " of " + str());
+      throw Error(std::string(what) + ": index " + std::to_string(i) + " is out of range for dim " + std::to_string(d) +
+                  " of " + str());
     }
     off += i * strides_[d];
     ++d;
@@ -410,8 +401,7 @@ double Tensor::at(std::initializer_list<std::int64_t> index) const {
   const std::int64_t off = element_offset(index, "Tensor::at");
   wait_pending();
   double v = 0.0;
-  convert_elements(storage_->host() + off * static_cast<std::int64_t>(dtype_size(dtype_)),
-                   dtype_, &v, DType::f64, 1);
+  convert_elements(storage_->host() + off * static_cast<std::int64_t>(dtype_size(dtype_)), dtype_, &v, DType::f64, 1);
   return v;
 }
 
@@ -420,9 +410,8 @@ void Tensor::set(std::initializer_list<std::int64_t> index, double value) const 
   const std::int64_t off = element_offset(index, "Tensor::set");
   wait_pending();
   ++storage_->host_version;
-  convert_elements(&value, DType::f64,
-                   storage_->host() + off * static_cast<std::int64_t>(dtype_size(dtype_)),
-                   dtype_, 1);
+  convert_elements(&value, DType::f64, storage_->host() + off * static_cast<std::int64_t>(dtype_size(dtype_)), dtype_,
+                   1);
 }
 
 template <class T>
@@ -430,9 +419,8 @@ std::vector<T> Tensor::to_vector() const {
   require_data("Tensor::to_vector");
   wait_pending();
   std::vector<T> out(static_cast<std::size_t>(numel_));
-  strided::convert(storage_->host(), dtype_, shape_, strides_, offset_,
-                   reinterpret_cast<std::byte*>(out.data()), dtype_of<T>,
-                   strided::contiguous_strides(shape_), 0);
+  strided::convert(storage_->host(), dtype_, shape_, strides_, offset_, reinterpret_cast<std::byte*>(out.data()),
+                   dtype_of<T>, strided::contiguous_strides(shape_), 0);
   return out;
 }
 
@@ -461,9 +449,7 @@ void Tensor::set_pending_write(std::shared_ptr<PendingWrite> pending) const {
   storage_->pending.push_back(std::move(pending));
 }
 
-std::shared_ptr<StorageMirror> Tensor::mirror() const {
-  return storage_ ? storage_->mirror : nullptr;
-}
+std::shared_ptr<StorageMirror> Tensor::mirror() const { return storage_ ? storage_->mirror : nullptr; }
 
 void Tensor::set_mirror(std::shared_ptr<StorageMirror> mirror) const {
   if (!defined()) throw Error("Tensor::set_mirror: the tensor is undefined");
@@ -520,12 +506,18 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   }
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   switch (a.dtype()) {
-    case DType::f32: return same_elements<float>(a, b);
-    case DType::f64: return same_elements<double>(a, b);
-    case DType::bf16: return same_elements<BFloat16>(a, b);
-    case DType::f16: return same_elements<Half>(a, b);
-    case DType::i64: return same_elements<std::int64_t>(a, b);
-    case DType::i32: return same_elements<std::int32_t>(a, b);
+    case DType::f32:
+      return same_elements<float>(a, b);
+    case DType::f64:
+      return same_elements<double>(a, b);
+    case DType::bf16:
+      return same_elements<BFloat16>(a, b);
+    case DType::f16:
+      return same_elements<Half>(a, b);
+    case DType::i64:
+      return same_elements<std::int64_t>(a, b);
+    case DType::i32:
+      return same_elements<std::int32_t>(a, b);
   }
   return false;
 }

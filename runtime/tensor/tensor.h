@@ -94,8 +94,8 @@ class Tensor {
   // randn: normal with the given mean and standard deviation (Marsaglia's polar method, computed
   // with IEEE basic operations only, so the bits are the same everywhere). REQUIRES: floating
   // dtype.
-  static Tensor randn(const Shape& shape, std::uint64_t seed, double mean = 0.0,
-                      double stddev = 1.0, DType dtype = DType::f32);
+  static Tensor randn(const Shape& shape, std::uint64_t seed, double mean = 0.0, double stddev = 1.0,
+                      DType dtype = DType::f32);
   // A tensor with shape and dtype but no storage.
   static Tensor shape_only(const Shape& shape, DType dtype = DType::f32);
   // A tensor whose bytes are being produced elsewhere (a device): it has data, but its host bytes

@@ -15,9 +15,7 @@
 
 namespace ranksim::runtime {
 
-Tensor Tensor::reshape(const Shape& shape) const {
-  return is_contiguous() ? view(shape) : contiguous().view(shape);
-}
+Tensor Tensor::reshape(const Shape& shape) const { return is_contiguous() ? view(shape) : contiguous().view(shape); }
 
 Tensor Tensor::contiguous() const {
   if (!defined()) throw Error("Tensor::contiguous: the tensor is undefined");
@@ -34,8 +32,7 @@ Tensor Tensor::clone() const {
   charge({"copy", 0.0, 2.0 * static_cast<double>(nbytes()), dtype_});
   if (!has_data()) return shape_only(shape_, dtype_);
   Tensor out = zeros(shape_, dtype_);
-  strided::convert(host_bytes(), dtype_, shape_, strides_, offset_,
-                   out.host_bytes(), dtype_, out.strides_, 0);
+  strided::convert(host_bytes(), dtype_, shape_, strides_, offset_, out.host_bytes(), dtype_, out.strides_, 0);
   return out;
 }
 
@@ -43,8 +40,7 @@ Tensor Tensor::to(DType dtype) const {
   if (!defined()) throw Error("Tensor::to: the tensor is undefined");
   if (dtype == dtype_) return *this;
   const OpCost cost{"convert", static_cast<double>(numel_),
-                    static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(dtype)),
-                    dtype_};
+                    static_cast<double>(numel_) * static_cast<double>(dtype_size(dtype_) + dtype_size(dtype)), dtype_};
   if (Device* dev = dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16
                         ? device_ops::device_for_copy({this}, {this})
                         : nullptr) {
@@ -55,8 +51,7 @@ Tensor Tensor::to(DType dtype) const {
   charge(cost);
   if (!has_data()) return shape_only(shape_, dtype);
   Tensor out = zeros(shape_, dtype);
-  strided::convert(host_bytes(), dtype_, shape_, strides_, offset_,
-                   out.host_bytes(), dtype, out.strides_, 0);
+  strided::convert(host_bytes(), dtype_, shape_, strides_, offset_, out.host_bytes(), dtype, out.strides_, 0);
   return out;
 }
 
@@ -83,11 +78,11 @@ void Tensor::copy_(const Tensor& src) const {
   Tensor from = src;
   if (shares_storage(src)) {
     from = zeros(shape_, src.dtype_);
-    strided::convert(src.host_bytes(), src.dtype_, shape_, src.strides_, src.offset_,
-                     from.host_bytes(), src.dtype_, from.strides_, 0);
+    strided::convert(src.host_bytes(), src.dtype_, shape_, src.strides_, src.offset_, from.host_bytes(), src.dtype_,
+                     from.strides_, 0);
   }
-  strided::convert(from.host_bytes(), from.dtype_, shape_, from.strides_, from.offset_,
-                   host_bytes(), dtype_, strides_, offset_);
+  strided::convert(from.host_bytes(), from.dtype_, shape_, from.strides_, from.offset_, host_bytes(), dtype_, strides_,
+                   offset_);
 }
 
 void Tensor::fill_(double value) const {
@@ -101,8 +96,7 @@ void Tensor::fill_(double value) const {
   const std::size_t sz = dtype_size(dtype_);
   Tensor one = from_bytes({}, dtype_, element, sz);
   std::vector<std::int64_t> zero_strides(shape_.size(), 0);
-  strided::convert(one.host_bytes(), dtype_, shape_, zero_strides, 0, host_bytes(),
-                   dtype_, strides_, offset_);
+  strided::convert(one.host_bytes(), dtype_, shape_, zero_strides, 0, host_bytes(), dtype_, strides_, offset_);
 }
 
 }  // namespace ranksim::runtime

@@ -45,8 +45,8 @@ TEST(Cli, DemoRunsEveryDeviceOfTheDgx) {
 TEST(Cli, DemoWritesATraceWholeAndOverridesNodes) {
   const auto path = std::filesystem::temp_directory_path() / "ranksim_cli_demo_trace.json";
   std::filesystem::remove(path);
-  const Result r = run({"demo", "-t", topo("h100-cluster.yaml"), "--set", "nodes=3", "--ranks", "24",
-                        "--trace", path.string()});
+  const Result r =
+      run({"demo", "-t", topo("h100-cluster.yaml"), "--set", "nodes=3", "--ranks", "24", "--trace", path.string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("24 ranks on h100-cluster (3 nodes"));
   std::ifstream in(path);
@@ -59,8 +59,8 @@ TEST(Cli, DemoWritesATraceWholeAndOverridesNodes) {
 
 TEST(Cli, BenchCollectivesChecksEveryRankAndPrintsTheNcclTable) {
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv"}) {
-    const Result r = run({"bench", "collectives", "-t", topo("ring4.yaml"), "--op", op, "--sizes",
-                          "64B:4KiB", "--check"});
+    const Result r =
+        run({"bench", "collectives", "-t", topo("ring4.yaml"), "--op", op, "--sizes", "64B:4KiB", "--check"});
     ASSERT_EQ(r.code, 0) << op << ": " << r.err << r.out;
     EXPECT_THAT(r.out, HasSubstr("all results correct")) << op;
     EXPECT_THAT(r.out, HasSubstr("#wrong")) << op;
@@ -71,8 +71,7 @@ TEST(Cli, BenchCollectivesChecksEveryRankAndPrintsTheNcclTable) {
 TEST(Cli, BenchBusBandwidthApproachesTheLinkSpeedForLargeMessages) {
   // dgx-h100: 450 GB/s per GPU each way through NVSwitch; a 1 GiB ring all-reduce reaches
   // close to it (bus bandwidth is defined to make this comparison).
-  const Result r = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "1GiB",
-                        "--algo", "ring"});
+  const Result r = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "1GiB", "--algo", "ring"});
   ASSERT_EQ(r.code, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;

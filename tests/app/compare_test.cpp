@@ -5,9 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
-#include <cctype>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -112,7 +112,8 @@ TEST(Compare, RatiosPerRankAndPerCollective) {
 TEST(Compare, FilesThatCannotBeComparedAreErrors) {
   const fs::path d = dir();
   std::string out, err;
-  ASSERT_EQ(cli({"run", kRoot + "/scenarios/quickstart.yaml", "--json", (d / "q.json").string()}, &out, &err), 0) << err;
+  ASSERT_EQ(cli({"run", kRoot + "/scenarios/quickstart.yaml", "--json", (d / "q.json").string()}, &out, &err), 0)
+      << err;
   ASSERT_EQ(cli({"run", kRoot + "/scenarios/multimodal-fan-out-dgx-h100.yaml", "--set", "train.steps=1", "--json",
                  (d / "f.json").string()},
                 &out, &err),

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "app/devices.h"
 #include "app/cli.h"
+#include "app/devices.h"
 #include "runtime/device/device.h"
 
 namespace ranksim::app {
@@ -62,9 +62,10 @@ TEST_P(DeviceRun, EmulatedDeviceWritesTheCpuRunsBytes) {
   std::string dumps[2], summaries[2];
   const char* devices[2] = {"cpu", "emulated"};
   for (int i = 0; i < 2; ++i) {
-    const fs::path dump = dir / (std::string(devices[i]) + ".safetensors"), json = dir / (std::string(devices[i]) + ".json");
-    std::vector<std::string> cmd = {"run", scenario(args[0]), "--device", devices[i], "--json", json.string(),
-                                    "--set", "dump=" + dump.string()};
+    const fs::path dump = dir / (std::string(devices[i]) + ".safetensors"),
+                   json = dir / (std::string(devices[i]) + ".json");
+    std::vector<std::string> cmd = {"run",    scenario(args[0]), "--device", devices[i],
+                                    "--json", json.string(),     "--set",    "dump=" + dump.string()};
     for (std::size_t j = 1; j < args.size(); ++j) cmd.insert(cmd.end(), {"--set", args[j]});
     const Result r = run(cmd);
     ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -82,15 +83,16 @@ TEST_P(DeviceRun, EmulatedDeviceWritesTheCpuRunsBytes) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Scenarios, DeviceRun,
-    ::testing::Values(std::vector<std::string>{"cp-validation-bshd.yaml"}, std::vector<std::string>{"cp-validation-thd.yaml"},
-                      std::vector<std::string>{"train-tp2-cp2-dp2-dgx-h100.yaml", "train.steps=2"}),
-    [](const auto& p) {
-      std::string n = fs::path(p.param[0]).stem().string();
-      for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Scenarios, DeviceRun,
+                         ::testing::Values(std::vector<std::string>{"cp-validation-bshd.yaml"},
+                                           std::vector<std::string>{"cp-validation-thd.yaml"},
+                                           std::vector<std::string>{"train-tp2-cp2-dp2-dgx-h100.yaml",
+                                                                    "train.steps=2"}),
+                         [](const auto& p) {
+                           std::string n = fs::path(p.param[0]).stem().string();
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 TEST(DeviceRunErrors, AGpuThatIsNotThereIsAClearErrorAndWritesNothing) {
   const fs::path dump = fs::temp_directory_path() / "ranksim_device_itest_nogpu.safetensors";
@@ -101,7 +103,8 @@ TEST(DeviceRunErrors, AGpuThatIsNotThereIsAClearErrorAndWritesNothing) {
   } catch (const std::exception&) {
   }
   if (gpu) GTEST_SKIP() << "this machine has a GPU (" << gpu->name() << ")";
-  const Result r = run({"run", scenario("cp-validation-thd.yaml"), "--device", "gpu", "--set", "dump=" + dump.string()});
+  const Result r =
+      run({"run", scenario("cp-validation-thd.yaml"), "--device", "gpu", "--set", "dump=" + dump.string()});
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.err, HasSubstr("--device gpu"));
   EXPECT_THAT(r.err, HasSubstr("--device cpu"));

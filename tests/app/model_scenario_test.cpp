@@ -136,20 +136,24 @@ TEST(ModelScenario, BatchAndWeightsFilesAreUsed) {
                            "parallel: {tp: 1, cp: 2}\n"
                            "model: {kind: transformer, format: thd, mask: padding, weights: ../weights.safetensors}\n"
                            "batch: ../batch.safetensors\n"
-                           "dump: " + (dir / "a.safetensors").string() + "\n";
+                           "dump: " +
+                           (dir / "a.safetensors").string() + "\n";
   const RunResult a = run(write_scenario(body));
   ASSERT_EQ(a.code, 0) << a.out << a.error;
   // the same weights from the seed
-  const RunResult b = run(write_scenario(body), {"model.weights=", "model.seed=5", "dump=" + (dir / "b.safetensors").string()});
+  const RunResult b =
+      run(write_scenario(body), {"model.weights=", "model.seed=5", "dump=" + (dir / "b.safetensors").string()});
   ASSERT_EQ(b.code, 0) << b.out << b.error;
   const runtime::SafetensorsFile fa = runtime::load_safetensors((dir / "a.safetensors").string());
   const runtime::SafetensorsFile fb = runtime::load_safetensors((dir / "b.safetensors").string());
   EXPECT_EQ(fa.at("logits").shape(), (runtime::Shape{14, 33}));
   for (const auto& [name, t] : fa.tensors) EXPECT_TRUE(runtime::bitwise_equal(t, fb.at(name))) << name;
   // A different seed gives different numbers: the file was really used.
-  const RunResult c = run(write_scenario(body), {"model.weights=", "model.seed=6", "dump=" + (dir / "c.safetensors").string()});
+  const RunResult c =
+      run(write_scenario(body), {"model.weights=", "model.seed=6", "dump=" + (dir / "c.safetensors").string()});
   ASSERT_EQ(c.code, 0);
-  EXPECT_FALSE(runtime::bitwise_equal(fa.at("logits"), runtime::load_safetensors((dir / "c.safetensors").string()).at("logits")));
+  EXPECT_FALSE(runtime::bitwise_equal(fa.at("logits"),
+                                      runtime::load_safetensors((dir / "c.safetensors").string()).at("logits")));
 }
 
 TEST(ModelScenario, BadInputNamesTheFileAndWhatToDo) {
@@ -164,18 +168,18 @@ TEST(ModelScenario, BadInputNamesTheFileAndWhatToDo) {
               HasSubstr("a causal mask takes a right window of 0"));
   EXPECT_THAT(load_error(kHead + "parallel: {tp: 3}\n" + model),
               HasSubstr("20 attention heads are not divisible by tp=3"));
-  EXPECT_THAT(load_error(kHead + "parallel: {cp: 8, cp_comm: a2a}\n" + model),
-              HasSubstr("20"));
+  EXPECT_THAT(load_error(kHead + "parallel: {cp: 8, cp_comm: a2a}\n" + model), HasSubstr("20"));
   EXPECT_THAT(load_error(kHead + "parallel: {tp: 4, cp: 4}\n" + model),
               HasSubstr("16 ranks need 16 devices but topology 'dgx-h100' has 8"));
-  EXPECT_THAT(load_error(kHead + "data: shape_only\ndump: x.safetensors\n" + model),
-              HasSubstr("dump needs real data"));
-  EXPECT_THAT(load_error(kHead + model + "workload: {steps: {do: [wait: {}]}}\n"),
-              HasSubstr("model and workload"));
+  EXPECT_THAT(load_error(kHead + "data: shape_only\ndump: x.safetensors\n" + model), HasSubstr("dump needs real data"));
+  EXPECT_THAT(load_error(kHead + model + "workload: {steps: {do: [wait: {}]}}\n"), HasSubstr("model and workload"));
   EXPECT_THAT(load_error(kHead + model + "batch: ../nope.safetensors\n"), HasSubstr("nope.safetensors"));
-  EXPECT_THAT(load_error(kHead + "model: {kind: transformer, format: bshd}\nbatch: {rows: 2, seq_len: 30}\nparallel: {cp: 4}\n"),
-              HasSubstr("not a multiple of 2*cp = 8"));
-  EXPECT_THAT(load_error(kHead + "model: {kind: gpt}\n"), HasSubstr("model.kind is 'gpt'; expected one of transformer"));
+  EXPECT_THAT(
+      load_error(kHead +
+                 "model: {kind: transformer, format: bshd}\nbatch: {rows: 2, seq_len: 30}\nparallel: {cp: 4}\n"),
+      HasSubstr("not a multiple of 2*cp = 8"));
+  EXPECT_THAT(load_error(kHead + "model: {kind: gpt}\n"),
+              HasSubstr("model.kind is 'gpt'; expected one of transformer"));
   // A batch file whose cu_seqlens decrease.
   const fs::path dir = scratch();
   runtime::save_safetensors((dir / "bad.safetensors").string(),
@@ -192,11 +196,12 @@ TEST(ModelScenario, BadInputNamesTheFileAndWhatToDo) {
 
 TEST(ModelScenario, TrainingDumpsLossesAndParamsAndResumesFromItsCheckpoint) {
   const fs::path dir = scratch();
-  const std::string text = kHead +
-                           "parallel: {tp: 2, cp: 2, dp: 2}\n"
-                           "model: {kind: transformer, format: thd, mask: causal, layers: 2, hidden: 64, heads: 4, ffn: 128}\n"
-                           "batch: {lengths: [9, 14, 6, 11]}\n"
-                           "train: {steps: 4, micro_batches: 2, optimizer: {lr: 0.01, eps: 1.0e-4}, zero: 1}\n";
+  const std::string text =
+      kHead +
+      "parallel: {tp: 2, cp: 2, dp: 2}\n"
+      "model: {kind: transformer, format: thd, mask: causal, layers: 2, hidden: 64, heads: 4, ffn: 128}\n"
+      "batch: {lengths: [9, 14, 6, 11]}\n"
+      "train: {steps: 4, micro_batches: 2, optimizer: {lr: 0.01, eps: 1.0e-4}, zero: 1}\n";
   const std::string path = write_scenario(text);
   const RunResult full = run(path, {"dump=" + (dir / "full.safetensors").string()});
   ASSERT_EQ(full.code, 0) << full.out << full.error;
@@ -221,13 +226,13 @@ TEST(ModelScenario, TrainingDumpsLossesAndParamsAndResumesFromItsCheckpoint) {
   const runtime::SafetensorsFile jn = runtime::load_safetensors(joined);
   for (const auto& [name, t] : ck.tensors) EXPECT_TRUE(runtime::bitwise_equal(t, jn.at(name))) << name;
   const RunResult second = run(path, {"train.steps=2", "train.zero=0", "parallel.pp=2", "parallel.dp=1",
-                                      "model.weights=" + joined,
-                                      "dump=" + (dir / "second.safetensors").string()});
+                                      "model.weights=" + joined, "dump=" + (dir / "second.safetensors").string()});
   ASSERT_EQ(second.code, 0) << second.out << second.error;
   EXPECT_THAT(second.out, HasSubstr("pipeline: time blocked in stage-to-stage receives"));
   EXPECT_THAT(first.out, Not(HasSubstr("pipeline:")));  // pp = 1 has no pipeline
   const std::vector<float> a = f.at("losses").to_vector<float>();
-  const std::vector<float> b = runtime::load_safetensors((dir / "second.safetensors").string()).at("losses").to_vector<float>();
+  const std::vector<float> b =
+      runtime::load_safetensors((dir / "second.safetensors").string()).at("losses").to_vector<float>();
   EXPECT_NEAR(b[0], a[2], 1e-5 * a[2]);
   EXPECT_NEAR(b[1], a[3], 1e-5 * a[3]);
 }
@@ -237,12 +242,15 @@ TEST(ModelScenario, TrainingErrors) {
   EXPECT_THAT(load_error(kHead + "parallel: {pp: 2}\n" + model), HasSubstr("pipeline stages need a train: section"));
   EXPECT_THAT(load_error(kHead + "parallel: {pp: 2}\nmodel: {kind: transformer, layers: 3}\ntrain: {steps: 1}\n"),
               HasSubstr("3 layers cannot be split evenly over pp=2"));
-  EXPECT_THAT(load_error(kHead + model + "train: {steps: 1}\nvalidate: {}\n"), HasSubstr("validate compares one forward"));
+  EXPECT_THAT(load_error(kHead + model + "train: {steps: 1}\nvalidate: {}\n"),
+              HasSubstr("validate compares one forward"));
   EXPECT_THAT(load_error(kHead + model + "train: {micro_batches: 2}\n"),
               HasSubstr("3 sequences, which train.micro_batches=2 does not divide"));
-  EXPECT_THAT(load_error(kHead + model + "train: {optimizer: {betas: [0.9, 1.5]}}\n"), HasSubstr("beta2 must be in [0, 1)"));
+  EXPECT_THAT(load_error(kHead + model + "train: {optimizer: {betas: [0.9, 1.5]}}\n"),
+              HasSubstr("beta2 must be in [0, 1)"));
   EXPECT_THAT(load_error(kHead + model + "train: {stpes: 3}\n"), HasSubstr("did you mean 'steps'?"));
-  EXPECT_THAT(load_error(kHead + "workload: {steps: {do: [wait: {}]}}\ntrain: {steps: 1}\n"), HasSubstr("train belongs to the model workload"));
+  EXPECT_THAT(load_error(kHead + "workload: {steps: {do: [wait: {}]}}\ntrain: {steps: 1}\n"),
+              HasSubstr("train belongs to the model workload"));
 }
 
 TEST(ModelScenario, TwoNodeTpCpDpTimingRun) {
@@ -263,8 +271,9 @@ TEST(ModelScenario, ShippedMultimodalScenariosMatchTheirCp1Layout) {
     const char* gather;
     std::vector<std::string> cp1;  // the same source layout, destination cp = 1
   };
-  for (const Shipped& s : {Shipped{"multimodal-fan-in-dgx-h100.yaml", "bridge.fan_in", {"parallel.cp=1", "parallel.dp=4"}},
-                           Shipped{"multimodal-fan-out-dgx-h100.yaml", "bridge.fan_out", {"parallel.cp=1", "parallel.dp=8"}}}) {
+  for (const Shipped& s :
+       {Shipped{"multimodal-fan-in-dgx-h100.yaml", "bridge.fan_in", {"parallel.cp=1", "parallel.dp=4"}},
+        Shipped{"multimodal-fan-out-dgx-h100.yaml", "bridge.fan_out", {"parallel.cp=1", "parallel.dp=8"}}}) {
     const fs::path dir = scratch();
     const std::string path = kRoot + "/scenarios/" + s.file;
     std::vector<std::string> sets = {"train.steps=1", "dump=" + (dir / "cp2.safetensors").string()};
@@ -328,18 +337,21 @@ TEST(ModelScenario, MultimodalBatchAndWeightsFiles) {
   e.features = 8;
   e.ffn = 16;
   const models::MultimodalBatch mb = models::synthetic_multimodal_batch(c, e, 4, 16, 3);
-  runtime::save_safetensors((dir / "mm.safetensors").string(), {{"input_ids", mb.tokens.input_ids},
-                                                                 {"labels", mb.tokens.labels},
-                                                                 {"features", mb.features}});
+  runtime::save_safetensors(
+      (dir / "mm.safetensors").string(),
+      {{"input_ids", mb.tokens.input_ids}, {"labels", mb.tokens.labels}, {"features", mb.features}});
   const models::Weights w = models::seeded_multimodal_weights(c, e, 9);
-  runtime::save_safetensors((dir / "w.safetensors").string(), std::vector<std::pair<std::string, Tensor>>(w.begin(), w.end()));
-  const std::string text = kHead +
-                           "parallel: {tp: 1, cp: 2, dp: 2}\n"
-                           "model: {kind: transformer, format: bshd, hidden: 64, heads: 4, ffn: 128, weights: ../w.safetensors}\n"
-                           "encoder: {tp: 2, dp: 2, features: 8, ffn: 16}\n"
-                           "batch: ../mm.safetensors\n"
-                           "train: {steps: 2, optimizer: {lr: 0.01}}\n"
-                           "dump: " + (dir / "d.safetensors").string() + "\n";
+  runtime::save_safetensors((dir / "w.safetensors").string(),
+                            std::vector<std::pair<std::string, Tensor>>(w.begin(), w.end()));
+  const std::string text =
+      kHead +
+      "parallel: {tp: 1, cp: 2, dp: 2}\n"
+      "model: {kind: transformer, format: bshd, hidden: 64, heads: 4, ffn: 128, weights: ../w.safetensors}\n"
+      "encoder: {tp: 2, dp: 2, features: 8, ffn: 16}\n"
+      "batch: ../mm.safetensors\n"
+      "train: {steps: 2, optimizer: {lr: 0.01}}\n"
+      "dump: " +
+      (dir / "d.safetensors").string() + "\n";
   const RunResult r = run(write_scenario(text));
   ASSERT_EQ(r.code, 0) << r.out << r.error;
   EXPECT_THAT(r.out, HasSubstr("identity"));
@@ -360,17 +372,18 @@ TEST(ModelScenario, MultimodalBatchAndWeightsFiles) {
   const runtime::SafetensorsFile d = runtime::load_safetensors((dir / "d.safetensors").string());
   for (const auto& [name, t] : ref.params) EXPECT_TRUE(runtime::bitwise_equal(t, d.at("param/" + name))) << name;
   // a batch without features names the file
-  runtime::save_safetensors((dir / "nofeat.safetensors").string(), {{"input_ids", mb.tokens.input_ids}, {"labels", mb.tokens.labels}});
+  runtime::save_safetensors((dir / "nofeat.safetensors").string(),
+                            {{"input_ids", mb.tokens.input_ids}, {"labels", mb.tokens.labels}});
   std::string bad = text;
   bad.replace(bad.find("../mm.safetensors"), 17, "../nofeat.safetensors");
   EXPECT_THAT(load_error(bad), AllOf(HasSubstr("nofeat.safetensors"), HasSubstr("no 'features' tensor")));
 }
 
 TEST(ModelScenario, MultimodalShapeOnlyTimesALargeBf16Layout) {
-  const RunResult r = run(kRoot + "/scenarios/multimodal-fan-in-dgx-h100.yaml",
-                          {"data=shape_only", "model.dtype=bf16", "model.hidden=1024", "model.heads=8", "model.head_dim=128",
-                           "model.ffn=4096", "encoder.features=256", "encoder.ffn=1024", "batch.seq_len=512",
-                           "train.steps=1"});
+  const RunResult r =
+      run(kRoot + "/scenarios/multimodal-fan-in-dgx-h100.yaml",
+          {"data=shape_only", "model.dtype=bf16", "model.hidden=1024", "model.heads=8", "model.head_dim=128",
+           "model.ffn=4096", "encoder.features=256", "encoder.ffn=1024", "batch.seq_len=512", "train.steps=1"});
   ASSERT_EQ(r.code, 0) << r.out << r.error;
   EXPECT_THAT(r.out, HasSubstr("shape-only: timing only"));
   // the bridge moves bf16 activations: each of 2 source replicas' 2 rows x 512 tokens x 1024 x
@@ -390,16 +403,23 @@ TEST(ModelScenario, MultimodalErrors) {
               HasSubstr("orders dp before cp"));
   EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, cp: 2, dp: 2, order: [tp, cp, pp]}\n" + model + enc),
               HasSubstr("parallel.order"));
-  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, cp: 2, order: [tp, cp, dp]}\n" + model), HasSubstr("beside an encoder"));
-  EXPECT_THAT(load_error(kHead + lm + "model: {kind: transformer, format: thd, hidden: 64, heads: 4, ffn: 128}\n" + enc),
-              HasSubstr("format must be bshd"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, cp: 2, order: [tp, cp, dp]}\n" + model),
+              HasSubstr("beside an encoder"));
+  EXPECT_THAT(
+      load_error(kHead + lm + "model: {kind: transformer, format: thd, hidden: 64, heads: 4, ffn: 128}\n" + enc),
+      HasSubstr("format must be bshd"));
   EXPECT_THAT(load_error(kHead + lm + model + enc + "train: {steps: 2, micro_batches: 2}\n"),
               HasSubstr("train takes steps and optimizer only"));
-  EXPECT_THAT(load_error(kHead + lm + model + enc + "validate: {}\n"), HasSubstr("validate runs the transformer alone"));
-  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 4, dp: 2, ffn: 30}\n"), HasSubstr("encoder.ffn 30 is not divisible"));
-  EXPECT_THAT(load_error(kHead + lm + model + enc + "batch: {rows: 6, seq_len: 16}\n"), HasSubstr("do not split over dp=4"));
-  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 2, dp: 4, feature: 3}\n"), HasSubstr("did you mean 'features'?"));
-  EXPECT_THAT(load_error(kHead + "workload: {steps: {do: [wait: {}]}}\n" + enc), HasSubstr("encoder belongs to the model workload"));
+  EXPECT_THAT(load_error(kHead + lm + model + enc + "validate: {}\n"),
+              HasSubstr("validate runs the transformer alone"));
+  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 4, dp: 2, ffn: 30}\n"),
+              HasSubstr("encoder.ffn 30 is not divisible"));
+  EXPECT_THAT(load_error(kHead + lm + model + enc + "batch: {rows: 6, seq_len: 16}\n"),
+              HasSubstr("do not split over dp=4"));
+  EXPECT_THAT(load_error(kHead + lm + model + "encoder: {tp: 2, dp: 4, feature: 3}\n"),
+              HasSubstr("did you mean 'features'?"));
+  EXPECT_THAT(load_error(kHead + "workload: {steps: {do: [wait: {}]}}\n" + enc),
+              HasSubstr("encoder belongs to the model workload"));
 }
 
 }  // namespace

@@ -43,7 +43,8 @@ std::string browser(const std::string& args, const fs::path& profile) {
   return std::string(chromium()) +
          " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
          "--disable-background-networking --disable-component-update --disable-sync "
-         "--user-data-dir=" + profile.string() + " " + args + " 2>/dev/null";
+         "--user-data-dir=" +
+         profile.string() + " " + args + " 2>/dev/null";
 }
 
 fs::path scratch() {

@@ -31,9 +31,7 @@ const std::string kRoot = RANKSIM_SOURCE_DIR;
 
 // A scratch scenario next to the shipped topologies' relative path (../topologies/...).
 // ctest runs tests in parallel processes: each process gets its own folder.
-fs::path scratch_root() {
-  return fs::temp_directory_path() / ("ranksim_scenario_test_" + std::to_string(::getpid()));
-}
+fs::path scratch_root() { return fs::temp_directory_path() / ("ranksim_scenario_test_" + std::to_string(::getpid())); }
 
 struct TempScenario {
   fs::path dir = scratch_root() / "scenarios";
@@ -111,16 +109,15 @@ TEST(Scenario, OverridesChangeKeysByDottedPath) {
   EXPECT_EQ(sc.tp, 2);
   EXPECT_EQ(sc.dp, 2);
   EXPECT_EQ(sc.repeat, 3);
-  const Scenario big = load_scenario(kRoot + "/scenarios/tp-dp-cluster.yaml",
-                                     {"topology.nodes=4", "parallel.dp=4"});
+  const Scenario big = load_scenario(kRoot + "/scenarios/tp-dp-cluster.yaml", {"topology.nodes=4", "parallel.dp=4"});
   EXPECT_EQ(big.ranks, 32);
 }
 
 TEST(Scenario, OverridesIndexListsLikeTopologyOverrides) {
   TempScenario s(std::string(kGood) + "checks: [{max_time: 1 s}]\n");
-  const Scenario sc = load_scenario(s.path.string(), {"workload.steps.do.1.all_reduce.bytes=4 MiB",
-                                                      "workload.steps.do.1.all_reduce.group=tp",
-                                                      "checks.0.max_time=2 s"});
+  const Scenario sc =
+      load_scenario(s.path.string(), {"workload.steps.do.1.all_reduce.bytes=4 MiB",
+                                      "workload.steps.do.1.all_reduce.group=tp", "checks.0.max_time=2 s"});
   ASSERT_EQ(sc.steps.size(), 2u);
   EXPECT_EQ(sc.steps[1].bytes, 4.0 * 1024 * 1024);
   EXPECT_EQ(sc.steps[1].group, "tp");
@@ -280,10 +277,9 @@ TEST(Scenario, CpAttentionStepTimesExactlyLikeADirectRunForEveryCommType) {
     cp::CommType type;
     const char* collective;  // a line the summary must show, or "" for the p2p ring
   };
-  for (const Case& c : {Case{"p2p", cp::CommType::p2p, ""},
-                        Case{"all_gather", cp::CommType::all_gather, "reduce_scatter"},
-                        Case{"a2a", cp::CommType::a2a, "all_to_all"},
-                        Case{"a2a+p2p", cp::CommType::a2a_p2p, "all_to_all"}}) {
+  for (const Case& c :
+       {Case{"p2p", cp::CommType::p2p, ""}, Case{"all_gather", cp::CommType::all_gather, "reduce_scatter"},
+        Case{"a2a", cp::CommType::a2a, "all_to_all"}, Case{"a2a+p2p", cp::CommType::a2a_p2p, "all_to_all"}}) {
     SCOPED_TRACE(c.comm);
     const StepRun r = run_text(std::string(kCpHead) + "      - cp_attention: {comm: " + c.comm +
                                ", seq_len: 64, heads: 4, head_dim: 8, dtype: f32}\n");
@@ -293,8 +289,10 @@ TEST(Scenario, CpAttentionStepTimesExactlyLikeADirectRunForEveryCommType) {
     d.lengths = {64};
     EXPECT_EQ(json_virtual_time(r.json), direct_virtual_time(d, 4)) << r.out;
     EXPECT_NE(json_virtual_time(r.json), "0.000000");
-    if (*c.collective) EXPECT_THAT(r.json, HasSubstr(std::string("\"op\": \"") + c.collective + "\""));
-    else EXPECT_THAT(r.json, HasSubstr("\"collectives\": [\n  ]"));  // the ring is point-to-point only
+    if (*c.collective)
+      EXPECT_THAT(r.json, HasSubstr(std::string("\"op\": \"") + c.collective + "\""));
+    else
+      EXPECT_THAT(r.json, HasSubstr("\"collectives\": [\n  ]"));  // the ring is point-to-point only
   }
 }
 
@@ -356,12 +354,13 @@ TEST(Scenario, CpAttentionWithRealDataTimesLikeShapeOnly) {
 }
 
 TEST(Scenario, CpAttentionCommTypeAndHierarchicalSizesDefaultFromTheLayout) {
-  TempScenario s("name: t\ntopology: ../topologies/dgx-h100.yaml\n"
-                 "parallel: {cp: 8, cp_comm: a2a+p2p, hierarchical_cp: [4, 2]}\n"
-                 "workload:\n  steps:\n    do:\n"
-                 "      - cp_attention: {seq_len: 64, heads: 8, head_dim: 8}\n"
-                 "      - cp_attention: {seq_len: 64, heads: 8, head_dim: 8, hierarchical: [2, 4]}\n"
-                 "      - cp_attention: {comm: a2a, seq_len: 64, heads: 8, head_dim: 8}\n");
+  TempScenario s(
+      "name: t\ntopology: ../topologies/dgx-h100.yaml\n"
+      "parallel: {cp: 8, cp_comm: a2a+p2p, hierarchical_cp: [4, 2]}\n"
+      "workload:\n  steps:\n    do:\n"
+      "      - cp_attention: {seq_len: 64, heads: 8, head_dim: 8}\n"
+      "      - cp_attention: {seq_len: 64, heads: 8, head_dim: 8, hierarchical: [2, 4]}\n"
+      "      - cp_attention: {comm: a2a, seq_len: 64, heads: 8, head_dim: 8}\n");
   const Scenario sc = load_scenario(s.path.string());
   ASSERT_EQ(sc.steps.size(), 3u);
   EXPECT_EQ(sc.steps[0].cp_comm, "a2a+p2p");
@@ -382,11 +381,13 @@ TEST(Scenario, CpAttentionCommTypeAndHierarchicalSizesDefaultFromTheLayout) {
                          {"parallel.cp_comm=all_gather"}),
               HasSubstr("cp_attention.hierarchical applies to comm a2a+p2p only; this step's comm is all_gather"));
   // Without parallel.cp_comm the default is p2p; without hierarchical_cp a2a+p2p splits [2, cp/2].
-  TempScenario u("name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8}\n"
-                 "workload: {steps: {do: [cp_attention: {seq_len: 64, heads: 8, head_dim: 8}]}}\n");
+  TempScenario u(
+      "name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8}\n"
+      "workload: {steps: {do: [cp_attention: {seq_len: 64, heads: 8, head_dim: 8}]}}\n");
   EXPECT_EQ(load_scenario(u.path.string()).steps[0].cp_comm, "p2p");
-  TempScenario t("name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8}\n"
-                 "workload: {steps: {do: [cp_attention: {comm: a2a+p2p, seq_len: 64, heads: 8, head_dim: 8}]}}\n");
+  TempScenario t(
+      "name: t\ntopology: ../topologies/dgx-h100.yaml\nparallel: {cp: 8}\n"
+      "workload: {steps: {do: [cp_attention: {comm: a2a+p2p, seq_len: 64, heads: 8, head_dim: 8}]}}\n");
   const Scenario split = load_scenario(t.path.string());
   EXPECT_EQ(split.steps[0].a2a_size, 2);
   EXPECT_EQ(split.steps[0].p2p_size, 4);
@@ -395,9 +396,10 @@ TEST(Scenario, CpAttentionCommTypeAndHierarchicalSizesDefaultFromTheLayout) {
 
 TEST(Scenario, CpAttentionSplitsHeadsOverTp) {
   // tp=2 x cp=2 on ring4: each TP rank runs heads/2; a2a moves [S/cp, heads/tp, d] per rank.
-  const StepRun r = run_text("name: t\ntopology: ../topologies/ring4.yaml\nparallel: {tp: 2, cp: 2}\n"
-                             "workload: {steps: {do: [cp_attention: {comm: a2a, seq_len: 32, heads: 8, "
-                             "head_dim: 4, dtype: f32, backward: false}]}}\n");
+  const StepRun r = run_text(
+      "name: t\ntopology: ../topologies/ring4.yaml\nparallel: {tp: 2, cp: 2}\n"
+      "workload: {steps: {do: [cp_attention: {comm: a2a, seq_len: 32, heads: 8, "
+      "head_dim: 4, dtype: f32, backward: false}]}}\n");
   ASSERT_EQ(r.code, 0) << r.out;
   // Two all-to-alls in the forward (q, k, v packed or not: every one moves 16 x 4 x 4 x 4 bytes).
   EXPECT_THAT(r.json, HasSubstr("\"op\": \"all_to_all\", \"group_size\": 2, \"dtype\": \"f32\", \"bytes\": 1024"));
@@ -472,11 +474,11 @@ TEST(Scenario, ShippedCpAttentionScenariosRunEachCommType) {
     const char* file;
     const char* shows;  // a collective of that comm type, or the ring's absence of any
   };
-  for (const Shipped& s : {Shipped{"cp-attention-p2p-dgx-h100.yaml", "\"collectives\": [\n  ]"},
-                           Shipped{"cp-attention-all-gather-dgx-h100.yaml", "\"op\": \"reduce_scatter\""},
-                           Shipped{"cp-attention-a2a-dgx-h100.yaml", "\"op\": \"all_to_all\", \"group_size\": 8"},
-                           Shipped{"cp-attention-a2a-p2p-dgx-h100.yaml",
-                                   "\"op\": \"all_to_all\", \"group_size\": 2"}}) {
+  for (const Shipped& s :
+       {Shipped{"cp-attention-p2p-dgx-h100.yaml", "\"collectives\": [\n  ]"},
+        Shipped{"cp-attention-all-gather-dgx-h100.yaml", "\"op\": \"reduce_scatter\""},
+        Shipped{"cp-attention-a2a-dgx-h100.yaml", "\"op\": \"all_to_all\", \"group_size\": 8"},
+        Shipped{"cp-attention-a2a-p2p-dgx-h100.yaml", "\"op\": \"all_to_all\", \"group_size\": 2"}}) {
     SCOPED_TRACE(s.file);
     const fs::path dir = scratch_root() / "cp-shipped";
     fs::create_directories(dir);

@@ -13,8 +13,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string report(const std::string& file, const std::vector<std::string>& overrides = {}) {
-  const sim::Topology t =
-      sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + file, overrides);
+  const sim::Topology t = sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + file, overrides);
   std::ostringstream out;
   print_topology(t, out);
   return out.str();
@@ -79,8 +78,7 @@ TEST(PrintTopology, SixteenThousandGpusAreSummarised) {
 TEST(PrintTopology, PartialGroupsShowABandwidthRange) {
   // 40 nodes: SU 0 has 32 nodes per rail leaf, SU 1 only 8.
   const std::string r = report("h100-cluster.yaml", {"nodes=40"});
-  EXPECT_EQ(row(r, "leaf-spine up"),
-            "leaf-spine up 16 400 GB/s - 1.6 TB/s 130 ns leaf -> spine");
+  EXPECT_EQ(row(r, "leaf-spine up"), "leaf-spine up 16 400 GB/s - 1.6 TB/s 130 ns leaf -> spine");
 }
 
 TEST(PrintTopology, OversubscriptionIsShown) {

@@ -27,18 +27,15 @@ TEST(AttentionDeterminism, RowsDoNotDependOnBlocking) {
   const AttentionResult full = attention_forward(q, k, v, tokens, tokens, opts);
   const AttentionResult again = attention_forward(q, k, v, tokens, tokens, opts);
   EXPECT_TRUE(runtime::bitwise_equal(full.out, again.out));
-  const AttentionResult sub =
-      attention_forward(q.narrow(0, 5, 40), k, v, tokens.slice(5, 40), tokens, opts);
+  const AttentionResult sub = attention_forward(q.narrow(0, 5, 40), k, v, tokens.slice(5, 40), tokens, opts);
   EXPECT_TRUE(runtime::bitwise_equal(sub.out, full.out.narrow(0, 5, 40).contiguous()));
   EXPECT_TRUE(runtime::bitwise_equal(sub.lse, full.lse.narrow(1, 5, 40).contiguous()));
-  const AttentionGrads g =
-      attention_backward(dout, q, k, v, full.out, full.lse, tokens, tokens, opts);
+  const AttentionGrads g = attention_backward(dout, q, k, v, full.out, full.lse, tokens, tokens, opts);
   const AttentionGrads gs =
       attention_backward(dout.narrow(0, 5, 40), q.narrow(0, 5, 40), k, v, full.out.narrow(0, 5, 40),
                          full.lse.narrow(1, 5, 40), tokens.slice(5, 40), tokens, opts);
   EXPECT_TRUE(runtime::bitwise_equal(gs.dq, g.dq.narrow(0, 5, 40).contiguous()));
-  const AttentionGrads g2 =
-      attention_backward(dout, q, k, v, full.out, full.lse, tokens, tokens, opts);
+  const AttentionGrads g2 = attention_backward(dout, q, k, v, full.out, full.lse, tokens, tokens, opts);
   EXPECT_TRUE(runtime::bitwise_equal(g.dk, g2.dk));
 }
 
@@ -53,23 +50,20 @@ TEST(AttentionOutputDtype, F32PartialsFromBf16Inputs) {
   const AttentionResult narrow = attention_forward(q, k, v, tokens, tokens);
   // The bf16 output is the f32 one rounded once.
   EXPECT_TRUE(runtime::bitwise_equal(narrow.out, wide.out.to(DType::bf16)));
-  const AttentionGrads g =
-      attention_backward(wide.out, q, k, v, wide.out, wide.lse, tokens, tokens, opts);
+  const AttentionGrads g = attention_backward(wide.out, q, k, v, wide.out, wide.lse, tokens, tokens, opts);
   EXPECT_EQ(g.dq.dtype(), DType::f32);
   EXPECT_EQ(g.dk.dtype(), DType::f32);
 }
 
 TEST(AttentionErrors, NameTheProblem) {
   const TokenInfo t4 = TokenInfo::sequence(4);
-  const Tensor q = Tensor::zeros({4, 6, 8}), k = Tensor::zeros({4, 4, 8}),
-               v = Tensor::zeros({4, 4, 8});
+  const Tensor q = Tensor::zeros({4, 6, 8}), k = Tensor::zeros({4, 4, 8}), v = Tensor::zeros({4, 4, 8});
   EXPECT_THAT(error_of([&] { attention_forward(q, k, v, t4, t4); }),
               HasSubstr("hq = 6 query heads are not a multiple of hkv = 4"));
   const Tensor k2 = Tensor::zeros({4, 2, 8}), v2 = Tensor::zeros({4, 2, 8});
   EXPECT_THAT(error_of([&] { attention_forward(q, k2, v2, TokenInfo::sequence(3), t4); }),
               HasSubstr("q_tokens describes 3 tokens, expected 4"));
-  EXPECT_THAT(error_of([&] { attention_forward(q, k2.to(DType::bf16), v2, t4, t4); }),
-              HasSubstr("share one dtype"));
+  EXPECT_THAT(error_of([&] { attention_forward(q, k2.to(DType::bf16), v2, t4, t4); }), HasSubstr("share one dtype"));
   EXPECT_THAT(error_of([&] {
                 attention_forward(q, Tensor::zeros({4, 2, 7}), v2, t4, t4);
               }),

@@ -67,22 +67,18 @@ TEST(AttentionCost, ChargesAndShapeOnlyMatch) {
   ASSERT_EQ(sink.charges.size(), 1u);
   EXPECT_STREQ(sink.charges[0].op, "attention");
   EXPECT_EQ(sink.charges[0].flops, 4.0 * tq * tk * hq * d);  // the dense block
-  EXPECT_EQ(sink.charges[0].bytes,
-            2.0 * (tq * hq * d + 2 * tk * hkv * d + tq * hq * d) + 4.0 * hq * tq);
+  EXPECT_EQ(sink.charges[0].bytes, 2.0 * (tq * hq * d + 2 * tk * hkv * d + tq * hq * d) + 4.0 * hq * tq);
   EXPECT_EQ(sink.charges[0].dtype, DType::bf16);
 
   // Shape-only: same charges, shape-only results of the right shapes and dtypes.
-  const Tensor qs = Tensor::shape_only(q.shape(), DType::bf16),
-               ks = Tensor::shape_only(k.shape(), DType::bf16),
+  const Tensor qs = Tensor::shape_only(q.shape(), DType::bf16), ks = Tensor::shape_only(k.shape(), DType::bf16),
                vs = Tensor::shape_only(v.shape(), DType::bf16);
   for (const AttentionOptions& opts : {dense, causal}) {
     sink.charges.clear();
     const AttentionResult a = attention_forward(q, k, v, tokens, tokens, opts);
-    const AttentionGrads ga =
-        attention_backward(a.out, q, k, v, a.out, a.lse, tokens, tokens, opts);
+    const AttentionGrads ga = attention_backward(a.out, q, k, v, a.out, a.lse, tokens, tokens, opts);
     const AttentionResult b = attention_forward(qs, ks, vs, tokens, tokens, opts);
-    const AttentionGrads gb =
-        attention_backward(b.out, qs, ks, vs, b.out, b.lse, tokens, tokens, opts);
+    const AttentionGrads gb = attention_backward(b.out, qs, ks, vs, b.out, b.lse, tokens, tokens, opts);
     ASSERT_EQ(sink.charges.size(), 4u);
     for (int i = 0; i < 2; ++i) {
       EXPECT_STREQ(sink.charges[size_t(i)].op, sink.charges[size_t(i + 2)].op);

@@ -47,15 +47,14 @@ TEST_P(KeyBlocks, MergedForwardAndSummedBackwardEqualFull) {
   const Tensor q = rnd({t, hq, d}, 31, DType::f64), k = rnd({t, hkv, d}, 32, DType::f64),
                v = rnd({t, hkv, dv}, 33, DType::f64), dout = rnd({t, hq, dv}, 34, DType::f64);
   const AttentionResult full = attention_forward(q, k, v, tokens, tokens, opts);
-  const AttentionGrads gfull =
-      attention_backward(dout, q, k, v, full.out, full.lse, tokens, tokens, opts);
+  const AttentionGrads gfull = attention_backward(dout, q, k, v, full.out, full.lse, tokens, tokens, opts);
 
   // Uneven blocks, the last of which many rows see nothing of under a causal mask.
   const std::vector<std::pair<i64, i64>> blocks = {{0, 5}, {5, 12}, {17, 7}};
   std::vector<AttentionResult> parts;
   for (auto [start, len] : blocks) {
-    parts.push_back(attention_forward(q, k.narrow(0, start, len), v.narrow(0, start, len), tokens,
-                                      tokens.slice(start, len), opts));
+    parts.push_back(
+        attention_forward(q, k.narrow(0, start, len), v.narrow(0, start, len), tokens, tokens.slice(start, len), opts));
   }
   const AttentionResult merged = merge_attention(parts);
   expect_close(merged.out, vals(full.out), 1e-13, 0, c.name + " out");
@@ -64,9 +63,8 @@ TEST_P(KeyBlocks, MergedForwardAndSummedBackwardEqualFull) {
   Tensor dq = Tensor::zeros({t, hq, d}, DType::f64);
   std::vector<Tensor> dks, dvs;
   for (auto [start, len] : blocks) {
-    const AttentionGrads g =
-        attention_backward(dout, q, k.narrow(0, start, len), v.narrow(0, start, len), merged.out,
-                           merged.lse, tokens, tokens.slice(start, len), opts);
+    const AttentionGrads g = attention_backward(dout, q, k.narrow(0, start, len), v.narrow(0, start, len), merged.out,
+                                                merged.lse, tokens, tokens.slice(start, len), opts);
     add_rows_(dq, g.dq);
     dks.push_back(g.dk);
     dvs.push_back(g.dv);
@@ -82,9 +80,7 @@ INSTANTIATE_TEST_SUITE_P(Masks, KeyBlocks,
                                            BlockCase{"swa", false, 3, 2, false},
                                            BlockCase{"thd_causal", true, -1, -1, true},
                                            BlockCase{"thd_swa", true, 2, 0, true}),
-                         [](const ::testing::TestParamInfo<BlockCase>& param_info) {
-                           return param_info.param.name;
-                         });
+                         [](const ::testing::TestParamInfo<BlockCase>& param_info) { return param_info.param.name; });
 
 // --- TransformerEngine's p2p causal decomposition (spec B1) -----------------------------------
 
@@ -104,8 +100,7 @@ Tensor rows_of(const Tensor& x, const std::vector<i64>& rows) { return index_sel
 // steps the upper triangle (second half of q x all of KV_s, no mask). LSE: step 0 initialises,
 // lower steps merge every row, upper steps the second-half rows; outputs are corrected afterwards
 // in step order.
-AttentionResult ring_forward(const Ring& ring, i64 r, const AttentionOptions& causal,
-                             const AttentionOptions& none) {
+AttentionResult ring_forward(const Ring& ring, i64 r, const AttentionOptions& causal, const AttentionOptions& none) {
   std::vector<AttentionResult> parts;
   std::vector<Rows> where;
   const TokenInfo& me = ring.tokens[size_t(r)];
@@ -117,12 +112,11 @@ AttentionResult ring_forward(const Ring& ring, i64 r, const AttentionOptions& ca
       where.push_back(Rows::all());
     } else if (i <= r) {
       parts.push_back(attention_forward(ring.q[size_t(r)], rows_of(ring.k[s], ring.first),
-                                        rows_of(ring.v[s], ring.first), me, kv.select(ring.first),
-                                        none));
+                                        rows_of(ring.v[s], ring.first), me, kv.select(ring.first), none));
       where.push_back(Rows::all());
     } else {
-      parts.push_back(attention_forward(rows_of(ring.q[size_t(r)], ring.second), ring.k[s],
-                                        ring.v[s], me.select(ring.second), kv, none));
+      parts.push_back(attention_forward(rows_of(ring.q[size_t(r)], ring.second), ring.k[s], ring.v[s],
+                                        me.select(ring.second), kv, none));
       where.push_back(Rows::list(ring.second));
     }
   }
@@ -140,9 +134,9 @@ AttentionResult ring_forward(const Ring& ring, i64 r, const AttentionOptions& ca
 // diagonal, cp-r-1 <= i < cp-1 the lower triangle (dK/dV only for KV_s's first half), the rest
 // the upper triangle (dQ only for the second half). Each step uses the final out and lse.
 // dKV accumulators start at zero and end on their owner, as TE's ring leaves them.
-void ring_backward(const Ring& ring, const std::vector<AttentionResult>& fwd,
-                   const AttentionOptions& causal, const AttentionOptions& none,
-                   std::vector<Tensor>& dq, std::vector<Tensor>& dk, std::vector<Tensor>& dv) {
+void ring_backward(const Ring& ring, const std::vector<AttentionResult>& fwd, const AttentionOptions& causal,
+                   const AttentionOptions& none, std::vector<Tensor>& dq, std::vector<Tensor>& dk,
+                   std::vector<Tensor>& dv) {
   for (i64 r = 0; r < ring.cp; ++r) {
     dq.push_back(Tensor::zeros(ring.q[size_t(r)].shape(), DType::f64));
     dk.push_back(Tensor::zeros(ring.k[size_t(r)].shape(), DType::f64));
@@ -156,23 +150,22 @@ void ring_backward(const Ring& ring, const std::vector<AttentionResult>& fwd,
       const size_t s = size_t((r + 1 + i) % ring.cp);
       const TokenInfo& kv = ring.tokens[s];
       if (i == ring.cp - 1) {
-        const AttentionGrads g = attention_backward(ring.dout[me], ring.q[me], ring.k[s], ring.v[s],
-                                                    out, lse, mine, kv, causal);
+        const AttentionGrads g =
+            attention_backward(ring.dout[me], ring.q[me], ring.k[s], ring.v[s], out, lse, mine, kv, causal);
         add_rows_(dq[me], g.dq);
         add_rows_(dk[s], g.dk);
         add_rows_(dv[s], g.dv);
       } else if (i >= ring.cp - r - 1) {
-        const AttentionGrads g = attention_backward(
-            ring.dout[me], ring.q[me], rows_of(ring.k[s], ring.first),
-            rows_of(ring.v[s], ring.first), out, lse, mine, kv.select(ring.first), none);
+        const AttentionGrads g =
+            attention_backward(ring.dout[me], ring.q[me], rows_of(ring.k[s], ring.first),
+                               rows_of(ring.v[s], ring.first), out, lse, mine, kv.select(ring.first), none);
         add_rows_(dq[me], g.dq);
         add_rows_(dk[s], g.dk, Rows::list(ring.first));
         add_rows_(dv[s], g.dv, Rows::list(ring.first));
       } else {
         const AttentionGrads g = attention_backward(
-            rows_of(ring.dout[me], ring.second), rows_of(ring.q[me], ring.second), ring.k[s],
-            ring.v[s], rows_of(out, ring.second), index_select(lse, 1, ring.second),
-            mine.select(ring.second), kv, none);
+            rows_of(ring.dout[me], ring.second), rows_of(ring.q[me], ring.second), ring.k[s], ring.v[s],
+            rows_of(out, ring.second), index_select(lse, 1, ring.second), mine.select(ring.second), kv, none);
         add_rows_(dq[me], g.dq, Rows::list(ring.second));
         add_rows_(dk[s], g.dk);
         add_rows_(dv[s], g.dv);
@@ -186,9 +179,7 @@ struct RingCase {
   bool thd;
 };
 
-void PrintTo(const RingCase& c, std::ostream* os) {
-  *os << (c.thd ? "thd" : "bshd") << " cp " << c.cp;
-}
+void PrintTo(const RingCase& c, std::ostream* os) { *os << (c.thd ? "thd" : "bshd") << " cp " << c.cp; }
 
 class P2pCausal : public ::testing::TestWithParam<RingCase> {};
 
@@ -211,13 +202,11 @@ TEST_P(P2pCausal, MatchesFullCausalAttention) {
     global = TokenInfo::sequence(total);
   }
   const Tensor q = rnd({total, hq, d}, 41, DType::f64), k = rnd({total, hkv, d}, 42, DType::f64),
-               v = rnd({total, hkv, dv}, 43, DType::f64),
-               dout = rnd({total, hq, dv}, 44, DType::f64);
+               v = rnd({total, hkv, dv}, 43, DType::f64), dout = rnd({total, hq, dv}, 44, DType::f64);
   AttentionOptions causal, none;
   causal.causal = true;
   const AttentionResult full = attention_forward(q, k, v, global, global, causal);
-  const AttentionGrads gfull =
-      attention_backward(dout, q, k, v, full.out, full.lse, global, global, causal);
+  const AttentionGrads gfull = attention_backward(dout, q, k, v, full.out, full.lse, global, global, causal);
 
   auto part = [&](const Tensor& x, i64 r) {
     return thd ? thd_partition(x, 0, pad, cp, r) : bshd_partition(x, 0, cp, r);
@@ -229,8 +218,7 @@ TEST_P(P2pCausal, MatchesFullCausalAttention) {
     ring.v.push_back(part(v, r));
     ring.dout.push_back(part(dout, r));
     if (thd) {
-      ring.tokens.push_back(
-          TokenInfo{thd_local_positions(pad, cp, r), thd_local_segments(cu, pad, cp, r)});
+      ring.tokens.push_back(TokenInfo{thd_local_positions(pad, cp, r), thd_local_segments(cu, pad, cp, r)});
     } else {
       ring.tokens.push_back(TokenInfo::sequence(6));  // local positions: TE's top-left mask
     }
@@ -247,10 +235,8 @@ TEST_P(P2pCausal, MatchesFullCausalAttention) {
   std::vector<Tensor> outs, lses;
   for (i64 r = 0; r < cp; ++r) {
     fwd.push_back(ring_forward(ring, r, causal, none));
-    expect_close(fwd.back().out, vals(part(full.out, r)), 1e-14, 0,
-                 "out rank " + std::to_string(r));
-    const Tensor want_lse =
-        thd ? thd_partition(full.lse, 1, pad, cp, r) : bshd_partition(full.lse, 1, cp, r);
+    expect_close(fwd.back().out, vals(part(full.out, r)), 1e-14, 0, "out rank " + std::to_string(r));
+    const Tensor want_lse = thd ? thd_partition(full.lse, 1, pad, cp, r) : bshd_partition(full.lse, 1, cp, r);
     expect_close(fwd.back().lse, vals(want_lse), 1e-14, 0, "lse rank " + std::to_string(r));
     outs.push_back(fwd.back().out);
   }
@@ -267,13 +253,11 @@ TEST_P(P2pCausal, MatchesFullCausalAttention) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CpSizes, P2pCausal,
-                         ::testing::Values(RingCase{2, false}, RingCase{4, false},
-                                           RingCase{2, true}, RingCase{4, true}),
-                         [](const ::testing::TestParamInfo<RingCase>& param_info) {
-                           return std::string(param_info.param.thd ? "thd" : "bshd") + "_cp" +
-                                  std::to_string(param_info.param.cp);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    CpSizes, P2pCausal, ::testing::Values(RingCase{2, false}, RingCase{4, false}, RingCase{2, true}, RingCase{4, true}),
+    [](const ::testing::TestParamInfo<RingCase>& param_info) {
+      return std::string(param_info.param.thd ? "thd" : "bshd") + "_cp" + std::to_string(param_info.param.cp);
+    });
 
 }  // namespace
 }  // namespace ranksim::cp

@@ -75,7 +75,7 @@ inline void attention_device_cases(DType dt, const DeviceCheck& check) {
     const Tensor lse0 = rnd({h, n}, 50, DType::f32, -3.0, 3.0), out0 = rnd({n, h, dv}, 51, dt);
     const Tensor part_lse = rnd({h, 4}, 52, DType::f32, -3.0, 3.0), part_out = rnd({4, h, dv}, 53, dt);
     part_lse.set({1, 2}, -std::numeric_limits<double>::infinity());  // a part row that saw nothing
-    lse0.set({0, 5}, -std::numeric_limits<double>::infinity());       // an accumulator row that saw nothing
+    lse0.set({0, 5}, -std::numeric_limits<double>::infinity());      // an accumulator row that saw nothing
     const Tensor acc0 = rnd({n, 2, 3}, 54, dt), rows_part = rnd({4, 2, 3}, 55, dt);
     check(std::string("attention merges ") + dtype_name(dt), [&] {
       // Fresh copies each run: the merges write in place.

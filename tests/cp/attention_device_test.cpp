@@ -23,9 +23,8 @@ class DeviceAttention : public ::testing::TestWithParam<DType> {};
 // Block attention and the in-place merges run as cp/attention_kernels.h on the emulated device
 // and give the CPU's bits and charges.
 TEST_P(DeviceAttention, EveryCaseEqualsTheCpuBitForBit) {
-  testing::attention_device_cases(GetParam(), [](const std::string& what, const testing::OpOutputs& f) {
-    expect_same(what, f);
-  });
+  testing::attention_device_cases(GetParam(),
+                                  [](const std::string& what, const testing::OpOutputs& f) { expect_same(what, f); });
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, DeviceAttention, ::testing::ValuesIn(kDeviceDTypes),

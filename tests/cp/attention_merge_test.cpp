@@ -51,8 +51,7 @@ TEST(AttentionEmptyRows, ZeroOutputMinusInfLseNoNaN) {
   }
   // Merging a block that sees nothing anywhere changes nothing and makes no NaN; two such blocks
   // merge to lse -inf and out 0.
-  const AttentionResult none =
-      attention_forward(q, k, v, qt, TokenInfo{{0, 0, 0, 0}, {9, 9, 9, 9}}, opts);
+  const AttentionResult none = attention_forward(q, k, v, qt, TokenInfo{{0, 0, 0, 0}, {9, 9, 9, 9}}, opts);
   const AttentionResult m = merge_attention({r, none});
   EXPECT_TRUE(runtime::bitwise_equal(m.lse, r.lse));
   EXPECT_TRUE(runtime::bitwise_equal(m.out, r.out));
@@ -63,8 +62,7 @@ TEST(AttentionEmptyRows, ZeroOutputMinusInfLseNoNaN) {
 
 TEST(AttentionEmptyRows, EmptyBlocks) {
   // A rank can hold a key block or a query block with no tokens (THD with empty sequences).
-  const Tensor q = rnd({3, 2, 4}, 25, DType::f32), k = Tensor::zeros({0, 1, 4}),
-               v = Tensor::zeros({0, 1, 2});
+  const Tensor q = rnd({3, 2, 4}, 25, DType::f32), k = Tensor::zeros({0, 1, 4}), v = Tensor::zeros({0, 1, 2});
   const TokenInfo qt = TokenInfo::sequence(3), none = TokenInfo::sequence(0);
   const AttentionResult r = attention_forward(q, k, v, qt, none);
   EXPECT_EQ(r.out.shape(), (Shape{3, 2, 2}));
@@ -73,9 +71,8 @@ TEST(AttentionEmptyRows, EmptyBlocks) {
   const AttentionGrads g = attention_backward(r.out, q, k, v, r.out, r.lse, qt, none);
   EXPECT_EQ(g.dk.shape(), (Shape{0, 1, 4}));
   for (double x : vals(g.dq)) EXPECT_EQ(x, 0.0);
-  const AttentionResult e =
-      attention_forward(Tensor::zeros({0, 2, 4}), rnd({3, 1, 4}, 26, DType::f32),
-                        rnd({3, 1, 2}, 27, DType::f32), none, qt);
+  const AttentionResult e = attention_forward(Tensor::zeros({0, 2, 4}), rnd({3, 1, 4}, 26, DType::f32),
+                                              rnd({3, 1, 2}, 27, DType::f32), none, qt);
   EXPECT_EQ(e.out.shape(), (Shape{0, 2, 2}));
   EXPECT_EQ(e.lse.shape(), (Shape{2, 0}));
 }
@@ -84,12 +81,10 @@ TEST(AttentionEmptyRows, EmptyBlocks) {
 
 TEST(Merge, LseRuleAndRowSubsets) {
   Tensor lse = Tensor::from_vector(std::vector<float>{0.f, 1.f, -INFINITY, 2.f}, {1, 4});
-  merge_lse_(lse, Tensor::from_vector(std::vector<float>{0.f, -INFINITY}, {1, 2}),
-             Rows::range(0, 2));
+  merge_lse_(lse, Tensor::from_vector(std::vector<float>{0.f, -INFINITY}, {1, 2}), Rows::range(0, 2));
   EXPECT_FLOAT_EQ(float(lse.at({0, 0})), std::log(2.f));
   EXPECT_EQ(lse.at({0, 1}), 1.0);
-  merge_lse_(lse, Tensor::from_vector(std::vector<float>{-INFINITY, 5.f}, {1, 2}),
-             Rows::list({2, 3}));
+  merge_lse_(lse, Tensor::from_vector(std::vector<float>{-INFINITY, 5.f}, {1, 2}), Rows::list({2, 3}));
   EXPECT_EQ(lse.at({0, 2}), -kInf);  // both -inf: stays -inf, not NaN
   EXPECT_NEAR(lse.at({0, 3}), 5.0 + std::log1p(std::exp(-3.0)), 1e-6);
 }
@@ -107,10 +102,7 @@ TEST(Merge, CorrectedOutIntoBf16AccumulatorRoundsOnce) {
 TEST(Merge, Errors) {
   const Tensor lse = Tensor::zeros({2, 4});
   EXPECT_THAT(error_of([&] { merge_lse_(lse, Tensor::zeros({2, 3})); }), HasSubstr("part_lse"));
-  EXPECT_THAT(error_of([&] {
-                merge_lse_(lse, Tensor::zeros({2, 2}), Rows::range(3, 2));
-              }),
-              HasSubstr("rows [3, 5)"));
+  EXPECT_THAT(error_of([&] { merge_lse_(lse, Tensor::zeros({2, 2}), Rows::range(3, 2)); }), HasSubstr("rows [3, 5)"));
   EXPECT_THAT(error_of([&] {
                 add_rows_(Tensor::zeros({4, 2}), Tensor::zeros({1, 2}), Rows::list({4}));
               }),

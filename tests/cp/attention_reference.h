@@ -151,8 +151,8 @@ inline double max_abs(const std::vector<double>& v) {
 }
 
 // got vs want element by element: |got - want| <= abs + rel * |want|; -inf must match exactly.
-inline void expect_close(const Tensor& got_t, const std::vector<double>& want, double abs,
-                         double rel, const std::string& what) {
+inline void expect_close(const Tensor& got_t, const std::vector<double>& want, double abs, double rel,
+                         const std::string& what) {
   const std::vector<double> got = vals(got_t);
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {

@@ -78,35 +78,32 @@ TEST_P(AttentionVsReference, ForwardAndBackward) {
   const char* names[] = {" dq", " dk", " dv"};
   for (size_t n = 0; n < grads.size(); ++n) {
     const double scale = std::max(1.0, max_abs(*grads[n].second));
-    const double gabs =
-        f64 ? 1e-12 * scale
-            : f32_bound(double(c.d), double(c.tk + c.tq)) * scale + 2.0 * rel * scale;
+    const double gabs = f64 ? 1e-12 * scale : f32_bound(double(c.d), double(c.tk + c.tq)) * scale + 2.0 * rel * scale;
     expect_close(*grads[n].first, *grads[n].second, gabs, rel, c.name + names[n]);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Masks, AttentionVsReference,
-    ::testing::Values(
-        Case{"no_mask", 24, 24, 2, 2, 8, 8, false, -1, -1, false, DType::f32},
-        Case{"causal", 24, 24, 2, 2, 8, 8, true, -1, -1, false, DType::f32},
-        Case{"causal_f64", 40, 40, 2, 2, 8, 8, true, -1, -1, false, DType::f64},
-        Case{"causal_cross_tq_lt_tk", 9, 24, 2, 2, 8, 8, true, -1, -1, false, DType::f32},
-        Case{"thd_padding", 24, 24, 2, 2, 8, 8, false, -1, -1, true, DType::f32},
-        Case{"thd_padding_causal", 24, 24, 3, 3, 8, 8, true, -1, -1, true, DType::f32},
-        Case{"swa_left_causal", 40, 40, 2, 2, 8, 8, true, 5, 0, false, DType::f32},
-        Case{"swa_left_right", 40, 40, 2, 2, 8, 8, false, 5, 3, false, DType::f32},
-        Case{"swa_right_only", 24, 24, 2, 2, 8, 8, false, -1, 2, false, DType::f32},
-        Case{"swa_thd", 24, 24, 2, 2, 8, 8, false, 2, 1, true, DType::f32},
-        Case{"gqa4_causal", 24, 24, 8, 2, 8, 8, true, -1, -1, false, DType::f32},
-        Case{"gqa2_swa", 24, 24, 4, 2, 8, 8, false, 4, 4, false, DType::f32},
-        Case{"mla_12_8_causal", 24, 24, 2, 2, 12, 8, true, -1, -1, false, DType::f32},
-        Case{"mla_12_8_swa_f64", 24, 24, 2, 2, 12, 8, true, 6, 0, false, DType::f64},
-        Case{"bf16_causal", 40, 40, 2, 2, 16, 16, true, -1, -1, false, DType::bf16},
-        Case{"bf16_gqa_thd", 24, 24, 4, 2, 16, 16, true, -1, -1, true, DType::bf16},
-        Case{"bf16_mla_no_mask", 24, 24, 2, 2, 12, 8, false, -1, -1, false, DType::bf16},
-        Case{"f16_swa", 40, 40, 2, 2, 16, 16, false, 7, 7, false, DType::f16},
-        Case{"more_than_a_tile", 70, 70, 2, 1, 8, 8, true, 20, 0, false, DType::f32}),
+    ::testing::Values(Case{"no_mask", 24, 24, 2, 2, 8, 8, false, -1, -1, false, DType::f32},
+                      Case{"causal", 24, 24, 2, 2, 8, 8, true, -1, -1, false, DType::f32},
+                      Case{"causal_f64", 40, 40, 2, 2, 8, 8, true, -1, -1, false, DType::f64},
+                      Case{"causal_cross_tq_lt_tk", 9, 24, 2, 2, 8, 8, true, -1, -1, false, DType::f32},
+                      Case{"thd_padding", 24, 24, 2, 2, 8, 8, false, -1, -1, true, DType::f32},
+                      Case{"thd_padding_causal", 24, 24, 3, 3, 8, 8, true, -1, -1, true, DType::f32},
+                      Case{"swa_left_causal", 40, 40, 2, 2, 8, 8, true, 5, 0, false, DType::f32},
+                      Case{"swa_left_right", 40, 40, 2, 2, 8, 8, false, 5, 3, false, DType::f32},
+                      Case{"swa_right_only", 24, 24, 2, 2, 8, 8, false, -1, 2, false, DType::f32},
+                      Case{"swa_thd", 24, 24, 2, 2, 8, 8, false, 2, 1, true, DType::f32},
+                      Case{"gqa4_causal", 24, 24, 8, 2, 8, 8, true, -1, -1, false, DType::f32},
+                      Case{"gqa2_swa", 24, 24, 4, 2, 8, 8, false, 4, 4, false, DType::f32},
+                      Case{"mla_12_8_causal", 24, 24, 2, 2, 12, 8, true, -1, -1, false, DType::f32},
+                      Case{"mla_12_8_swa_f64", 24, 24, 2, 2, 12, 8, true, 6, 0, false, DType::f64},
+                      Case{"bf16_causal", 40, 40, 2, 2, 16, 16, true, -1, -1, false, DType::bf16},
+                      Case{"bf16_gqa_thd", 24, 24, 4, 2, 16, 16, true, -1, -1, true, DType::bf16},
+                      Case{"bf16_mla_no_mask", 24, 24, 2, 2, 12, 8, false, -1, -1, false, DType::bf16},
+                      Case{"f16_swa", 40, 40, 2, 2, 16, 16, false, 7, 7, false, DType::f16},
+                      Case{"more_than_a_tile", 70, 70, 2, 1, 8, 8, true, 20, 0, false, DType::f32}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
 
 // --- Finite differences of the kernel in f64 --------------------------------------------------
@@ -135,8 +132,7 @@ TEST(AttentionBackward, MatchesFiniteDifferencesOfTheForward) {
       std::vector<double> plus = base, minus = base;
       plus[i] += h;
       minus[i] -= h;
-      const Tensor xp = Tensor::from_vector(plus, x.shape()),
-                   xm = Tensor::from_vector(minus, x.shape());
+      const Tensor xp = Tensor::from_vector(plus, x.shape()), xm = Tensor::from_vector(minus, x.shape());
       const double lp = which == 0 ? loss(xp, k, v) : which == 1 ? loss(q, xp, v) : loss(q, k, xp);
       const double lm = which == 0 ? loss(xm, k, v) : which == 1 ? loss(q, xm, v) : loss(q, k, xm);
       ASSERT_NEAR(an[i], (lp - lm) / (2 * h), 1e-7) << "input " << which << " element " << i;

@@ -149,8 +149,7 @@ Problem make_problem(const Spec& s) {
     p.dout = thd_pad(rnd({real, p.hq, s.dv}, 4, t), kCu, pad, 0.5);
   }
   p.ref = attention_forward(p.q, p.k, p.v, p.tokens, p.tokens, p.opts);
-  p.gref = attention_backward(p.dout, p.q, p.k, p.v, p.ref.out, p.ref.lse, p.tokens, p.tokens,
-                              p.opts);
+  p.gref = attention_backward(p.dout, p.q, p.k, p.v, p.ref.out, p.ref.lse, p.tokens, p.tokens, p.opts);
   return p;
 }
 
@@ -176,8 +175,7 @@ CpGroups groups_for(CommType comm) {
   return comm == CommType::a2a_p2p ? hierarchical_cp_groups(world) : CpGroups(world);
 }
 
-std::vector<RankResult> run_cp(const Problem& p, const Spec& s,
-                               const runtime::SpawnOptions& so = {}) {
+std::vector<RankResult> run_cp(const Problem& p, const Spec& s, const runtime::SpawnOptions& so = {}) {
   std::vector<RankResult> results(static_cast<std::size_t>(s.cp));
   CpOptions opts;
   opts.comm_type = s.comm;
@@ -185,9 +183,8 @@ std::vector<RankResult> run_cp(const Problem& p, const Spec& s,
   runtime::spawn(
       [&](int rank) {
         const CpGroups groups = groups_for(s.comm);
-        const CpForwardResult f =
-            attention_with_cp_forward(slice(p, p.q, s.cp, rank), slice(p, p.k, s.cp, rank),
-                                      slice(p, p.v, s.cp, rank), p.layout, groups, opts);
+        const CpForwardResult f = attention_with_cp_forward(slice(p, p.q, s.cp, rank), slice(p, p.k, s.cp, rank),
+                                                            slice(p, p.v, s.cp, rank), p.layout, groups, opts);
         const CpGrads g = attention_with_cp_backward(slice(p, p.dout, s.cp, rank), f.ctx);
         results[static_cast<std::size_t>(rank)] = RankResult{f.out, g.dq, g.dk, g.dv};
       },
@@ -195,8 +192,7 @@ std::vector<RankResult> run_cp(const Problem& p, const Spec& s,
   return results;
 }
 
-void expect_close(const Tensor& got_t, const Tensor& want_t, const Spec& s, const Problem& p,
-                  const std::string& what) {
+void expect_close(const Tensor& got_t, const Tensor& want_t, const Spec& s, const Problem& p, const std::string& what) {
   ASSERT_EQ(got_t.shape(), want_t.shape()) << what;
   ASSERT_EQ(got_t.dtype(), want_t.dtype()) << what;
   const std::vector<double> got = got_t.to_vector<double>(), want = want_t.to_vector<double>();
@@ -206,8 +202,7 @@ void expect_close(const Tensor& got_t, const Tensor& want_t, const Spec& s, cons
   } else {
     double scale = 1;
     for (double x : want) scale = std::max(scale, std::fabs(x));
-    atol = 8.0 * (kD * std::sqrt(double(kD)) + 2.0 * double(p.longest) + 8.0 * double(s.cp) + 8) *
-           kU32 * scale;
+    atol = 8.0 * (kD * std::sqrt(double(kD)) + 2.0 * double(p.longest) + 8.0 * double(s.cp) + 8) * kU32 * scale;
   }
   for (std::size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i << " is " << got[i];
@@ -256,9 +251,7 @@ std::vector<Spec> matrix() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CpMatrix, ::testing::ValuesIn(matrix()),
-                         [](const ::testing::TestParamInfo<Spec>& param_info) {
-                           return name_of(param_info.param);
-                         });
+                         [](const ::testing::TestParamInfo<Spec>& param_info) { return name_of(param_info.param); });
 
 // MLA (value head dim 12 != key head dim 8): every buffer and exchange sizes K and V apart.
 std::vector<Spec> mla() {
@@ -279,9 +272,7 @@ std::vector<Spec> mla() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mla, CpMatrix, ::testing::ValuesIn(mla()),
-                         [](const ::testing::TestParamInfo<Spec>& param_info) {
-                           return name_of(param_info.param);
-                         });
+                         [](const ::testing::TestParamInfo<Spec>& param_info) { return name_of(param_info.param); });
 
 // --- Spec E1: a length-7 sequence at cp = 2 keeps all 7 tokens --------------------------------
 
@@ -295,21 +286,17 @@ TEST(CpThd, LengthSevenAtCp2KeepsEveryRealToken) {
                v7 = rnd({7, 2, 8}, 13, DType::f64);
   AttentionOptions causal;
   causal.causal = true;
-  const AttentionResult want =
-      attention_forward(q7, k7, v7, TokenInfo::sequence(7), TokenInfo::sequence(7), causal);
+  const AttentionResult want = attention_forward(q7, k7, v7, TokenInfo::sequence(7), TokenInfo::sequence(7), causal);
   for (CommType c : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
     std::vector<Tensor> outs(2);
     runtime::spawn(
         [&](int rank) {
-          auto part = [&](const Tensor& x) {
-            return thd_partition(thd_pad(x, cu, pad, 3.0), 0, pad, 2, rank);
-          };
+          auto part = [&](const Tensor& x) { return thd_partition(thd_pad(x, cu, pad, 3.0), 0, pad, 2, rank); };
           CpOptions o;
           o.comm_type = c;
           o.attention = causal;
           outs[static_cast<std::size_t>(rank)] =
-              attention_with_cp_forward(part(q7), part(k7), part(v7),
-                                        SequenceLayout::thd(cu, pad), groups_for(c), o)
+              attention_with_cp_forward(part(q7), part(k7), part(v7), SequenceLayout::thd(cu, pad), groups_for(c), o)
                   .out;
         },
         2);
@@ -383,12 +370,12 @@ TEST(CpShapeOnly, SameVirtualTimeAsRealDataAndNoData) {
               const Tensor t = slice(p, x, s.cp, rank);
               return data ? t : Tensor::shape_only(t.shape(), t.dtype());
             };
-            const CpForwardResult f = attention_with_cp_forward(in(p.q), in(p.k), in(p.v),
-                                                                p.layout, groups_for(c), opts);
+            const CpForwardResult f =
+                attention_with_cp_forward(in(p.q), in(p.k), in(p.v), p.layout, groups_for(c), opts);
             const CpGrads g = attention_with_cp_backward(in(p.dout), f.ctx);
-            shapes_ok = shapes_ok && f.out.shape() == in(p.dout).shape() &&
-                        g.dq.shape() == in(p.q).shape() && g.dk.shape() == in(p.k).shape() &&
-                        g.dv.shape() == in(p.v).shape() && g.dk.dtype() == DType::bf16;
+            shapes_ok = shapes_ok && f.out.shape() == in(p.dout).shape() && g.dq.shape() == in(p.q).shape() &&
+                        g.dk.shape() == in(p.k).shape() && g.dv.shape() == in(p.v).shape() &&
+                        g.dk.dtype() == DType::bf16;
             has_data = has_data || f.out.has_data() || g.dq.has_data() || g.dk.has_data();
           },
           4);
@@ -416,9 +403,8 @@ TEST(CpContext, BackwardTwiceGivesTheSameBits) {
           CpOptions o;
           o.comm_type = c;
           o.attention = p.opts;
-          const CpForwardResult f =
-              attention_with_cp_forward(slice(p, p.q, 4, rank), slice(p, p.k, 4, rank),
-                                        slice(p, p.v, 4, rank), p.layout, groups_for(c), o);
+          const CpForwardResult f = attention_with_cp_forward(slice(p, p.q, 4, rank), slice(p, p.k, 4, rank),
+                                                              slice(p, p.v, 4, rank), p.layout, groups_for(c), o);
           const Tensor dout = slice(p, p.dout, 4, rank);
           const CpGrads a = attention_with_cp_backward(dout, f.ctx);
           const CpGrads b = attention_with_cp_backward(dout, f.ctx);
@@ -458,13 +444,9 @@ TEST(CpErrors, HeadsNotDivisibleForHierarchical) {
 }
 
 TEST(CpErrors, HierarchicalSizesMustMultiplyToCp) {
-  const std::string e = run_error(4, [](int) {
-    hierarchical_cp_groups(runtime::new_group({0, 1, 2, 3}), 2, 3);
-  });
+  const std::string e = run_error(4, [](int) { hierarchical_cp_groups(runtime::new_group({0, 1, 2, 3}), 2, 3); });
   EXPECT_THAT(e, HasSubstr("a2a size 2 x p2p size 3 = 6 does not equal the CP size 4"));
-  const std::string odd = run_error(3, [](int) {
-    hierarchical_cp_groups(runtime::new_group({0, 1, 2}));
-  });
+  const std::string odd = run_error(3, [](int) { hierarchical_cp_groups(runtime::new_group({0, 1, 2})); });
   EXPECT_THAT(odd, HasSubstr("needs an even CP size, got cp = 3"));
   // Groups that do not tile the CP group as p2p_rank * a + a2a_rank.
   const std::string tiling = run_error(4, [](int rank) {
@@ -490,14 +472,12 @@ TEST(CpErrors, BshdSequenceNotAMultipleOf2Cp) {
 TEST(CpErrors, CuSeqlensMustNotDecrease) {
   const std::string e = run_error(2, [](int) {
     const Tensor x = Tensor::zeros({8, 2, 8});
-    attention_with_cp_forward(x, x, x, SequenceLayout::thd({0, 7, 5}, {0, 8, 16}),
-                              groups_for(CommType::p2p));
+    attention_with_cp_forward(x, x, x, SequenceLayout::thd({0, 7, 5}, {0, 8, 16}), groups_for(CommType::p2p));
   });
   EXPECT_THAT(e, HasSubstr("cu_seqlens [0, 7, 5] must not decrease: entry 2 = 5 < entry 1 = 7"));
   const std::string pad = run_error(2, [](int) {
     const Tensor x = Tensor::zeros({5, 2, 8});
-    attention_with_cp_forward(x, x, x, SequenceLayout::thd({0, 7}, {0, 10}),
-                              groups_for(CommType::p2p));
+    attention_with_cp_forward(x, x, x, SequenceLayout::thd({0, 7}, {0, 10}), groups_for(CommType::p2p));
   });
   EXPECT_THAT(pad, HasSubstr("sequence 0 has 7 real tokens padded to 10"));
   EXPECT_THAT(pad, HasSubstr("multiple of 2*cp = 4"));

@@ -147,10 +147,8 @@ TEST(ThdPartition, SpecExamplePaddedCu) {
 
 TEST(ThdPartition, SpecExampleIndices) {
   const V pad = thd_padded_cu_seqlens(kCu, 2);
-  EXPECT_THAT(thd_partition_indices(pad, 2, 0),
-              ElementsAre(0, 1, 6, 7, 8, 9, 10, 17, 18, 19, 20, 21, 26, 27));
-  EXPECT_THAT(thd_partition_indices(pad, 2, 1),
-              ElementsAre(2, 3, 4, 5, 11, 12, 13, 14, 15, 16, 22, 23, 24, 25));
+  EXPECT_THAT(thd_partition_indices(pad, 2, 0), ElementsAre(0, 1, 6, 7, 8, 9, 10, 17, 18, 19, 20, 21, 26, 27));
+  EXPECT_THAT(thd_partition_indices(pad, 2, 1), ElementsAre(2, 3, 4, 5, 11, 12, 13, 14, 15, 16, 22, 23, 24, 25));
 }
 
 TEST(ThdPartition, SpecExampleRealCuPerRank) {
@@ -164,9 +162,8 @@ TEST(ThdPartition, SpecExampleRealCuPerRank) {
 
 // Many layouts, zero-length sequences and lengths already divisible included.
 std::vector<V> cu_cases() {
-  std::vector<V> cases = {{0},          {0, 0},           {0, 1},          {0, 7, 18, 23},
-                          {0, 0, 5, 5}, {0, 16, 32},      {0, 3, 3, 3, 4}, {0, 1, 2, 3, 4},
-                          {0, 31, 31},  {0, 8, 9, 40, 41}};
+  std::vector<V> cases = {{0},         {0, 0},          {0, 1},          {0, 7, 18, 23}, {0, 0, 5, 5},
+                          {0, 16, 32}, {0, 3, 3, 3, 4}, {0, 1, 2, 3, 4}, {0, 31, 31},    {0, 8, 9, 40, 41}};
   // A deterministic pseudo-random batch: lengths from a small LCG, zeros included.
   std::uint64_t state = 12345;
   for (int n = 0; n < 20; ++n) {
@@ -258,8 +255,7 @@ TEST(ThdPartition, PositionsCountThroughPadding) {
       EXPECT_EQ(local[t], pos[static_cast<std::size_t>(idx[t])]);
     }
   }
-  EXPECT_THAT(thd_local_positions(pad, 2, 1),
-              ElementsAre(2, 3, 4, 5, 3, 4, 5, 6, 7, 8, 2, 3, 4, 5));
+  EXPECT_THAT(thd_local_positions(pad, 2, 1), ElementsAre(2, 3, 4, 5, 3, 4, 5, 6, 7, 8, 2, 3, 4, 5));
   EXPECT_THAT(thd_local_positions(pad, 2, 0, {100, 0, 50}),
               ElementsAre(100, 101, 106, 107, 0, 1, 2, 9, 10, 11, 50, 51, 56, 57));
   EXPECT_THAT(bshd_local_positions(8, 2, 1), ElementsAre(2, 3, 4, 5));
@@ -276,8 +272,7 @@ TEST(ThdPartition, SegmentIds) {
   for (int i = 0; i < 5; ++i) want.push_back(2);
   for (int i = 0; i < 3; ++i) want.push_back(-1);
   EXPECT_EQ(seg, want);
-  EXPECT_THAT(thd_local_segments(kCu, pad, 2, 0),
-              ElementsAre(0, 0, 0, -1, 1, 1, 1, 1, 1, -1, 2, 2, -1, -1));
+  EXPECT_THAT(thd_local_segments(kCu, pad, 2, 0), ElementsAre(0, 0, 0, -1, 1, 1, 1, 1, 1, -1, 2, 2, -1, -1));
 }
 
 TEST(ThdPartition, PadForCpMatchesTheFrameworkExample) {
@@ -286,8 +281,8 @@ TEST(ThdPartition, PadForCpMatchesTheFrameworkExample) {
     ids[static_cast<std::size_t>(i)] = 4 + i;
     labels[static_cast<std::size_t>(i)] = 100 + i;
   }
-  const ThdPadded p = pad_thd_for_cp(Tensor::from_vector(ids, {23}),
-                                     Tensor::from_vector(labels, {23}), kCu, 2, /*pad_id=*/1);
+  const ThdPadded p =
+      pad_thd_for_cp(Tensor::from_vector(ids, {23}), Tensor::from_vector(labels, {23}), kCu, 2, /*pad_id=*/1);
   EXPECT_THAT(p.cu_seqlens_padded, ElementsAre(0, 8, 20, 28));
   const V got_ids = p.input_ids.to_vector<std::int64_t>();
   const V got_labels = p.labels.to_vector<std::int64_t>();
@@ -307,8 +302,7 @@ TEST(ThdPartition, PadForCpMatchesTheFrameworkExample) {
   }
   EXPECT_EQ(next, 23);
   // Unpadding restores the packed real tokens exactly.
-  EXPECT_THAT(thd_unpad(p.input_ids, kCu, p.cu_seqlens_padded).to_vector<std::int64_t>(),
-              ElementsAreArray(ids));
+  EXPECT_THAT(thd_unpad(p.input_ids, kCu, p.cu_seqlens_padded).to_vector<std::int64_t>(), ElementsAreArray(ids));
 }
 
 TEST(ThdPartition, PadKeepsDtypeAndTrailingDims) {
@@ -349,39 +343,18 @@ TEST(ThdPartition, PartitionAlongALaterDim) {
 
 TEST(ThdPartition, Errors) {
   EXPECT_THAT(error_of([] { thd_padded_cu_seqlens({1, 3}, 2); }), HasSubstr("start with 0"));
-  EXPECT_THAT(error_of([] {
-                thd_padded_cu_seqlens({0, 5, 3}, 2);
-              }),
-              HasSubstr("decreases at index 2"));
+  EXPECT_THAT(error_of([] { thd_padded_cu_seqlens({0, 5, 3}, 2); }), HasSubstr("decreases at index 2"));
   EXPECT_THAT(error_of([] { thd_padded_cu_seqlens({}, 2); }), HasSubstr("start with 0"));
-  EXPECT_THAT(error_of([] {
-                thd_partition_indices({0, 7}, 2, 0);
-              }),
-              HasSubstr("not a multiple of 2*cp = 4"));
-  EXPECT_THAT(error_of([] {
-                thd_cu_seqlens_on_rank({0, 9}, {0, 8}, 2, 0);
-              }),
-              HasSubstr("longer in cu_seqlens"));
+  EXPECT_THAT(error_of([] { thd_partition_indices({0, 7}, 2, 0); }), HasSubstr("not a multiple of 2*cp = 4"));
+  EXPECT_THAT(error_of([] { thd_cu_seqlens_on_rank({0, 9}, {0, 8}, 2, 0); }), HasSubstr("longer in cu_seqlens"));
   EXPECT_THAT(error_of([] {
                 thd_cu_seqlens_on_rank({0, 3}, {0, 4, 8}, 2, 0);
               }),
               HasSubstr("different numbers of sequences"));
-  EXPECT_THAT(error_of([] {
-                thd_partition(Tensor::zeros({9}), 0, {0, 8}, 2, 0);
-              }),
-              HasSubstr("describes 8"));
-  EXPECT_THAT(error_of([] {
-                thd_pad(Tensor::zeros({4}), {0, 3}, {0, 4}, 0);
-              }),
-              HasSubstr("describes 3"));
-  EXPECT_THAT(error_of([] {
-                thd_partition_source_index({0, 8}, 2, 0, 4);
-              }),
-              HasSubstr("local index 4"));
-  EXPECT_THAT(error_of([] {
-                thd_local_positions({0, 4, 8}, 2, 0, {1});
-              }),
-              HasSubstr("start_positions"));
+  EXPECT_THAT(error_of([] { thd_partition(Tensor::zeros({9}), 0, {0, 8}, 2, 0); }), HasSubstr("describes 8"));
+  EXPECT_THAT(error_of([] { thd_pad(Tensor::zeros({4}), {0, 3}, {0, 4}, 0); }), HasSubstr("describes 3"));
+  EXPECT_THAT(error_of([] { thd_partition_source_index({0, 8}, 2, 0, 4); }), HasSubstr("local index 4"));
+  EXPECT_THAT(error_of([] { thd_local_positions({0, 4, 8}, 2, 0, {1}); }), HasSubstr("start_positions"));
   EXPECT_THAT(error_of([] { index_select(Tensor::zeros({3}), 0, {0, 3}); }), HasSubstr("index 3"));
 }
 
@@ -392,8 +365,7 @@ TEST(Gather, IndexSelectAndCost) {
   } sink;
   runtime::ScopedCostSink guard(&sink);
   const Tensor x = Tensor::arange(10, DType::f32);
-  EXPECT_THAT(index_select(x, 0, {3, 4, 5, 0, 9, 8}).to_vector<float>(),
-              ElementsAre(3, 4, 5, 0, 9, 8));
+  EXPECT_THAT(index_select(x, 0, {3, 4, 5, 0, 9, 8}).to_vector<float>(), ElementsAre(3, 4, 5, 0, 9, 8));
   EXPECT_EQ(sink.calls, 1);  // one cat, however many runs
   EXPECT_EQ(index_select(x, 0, {}).numel(), 0);
 }

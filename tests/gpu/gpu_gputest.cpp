@@ -10,35 +10,35 @@
 #include <string>
 #include <vector>
 
+#include "cp/attention_device_cases.h"
 #include "cp/attention_kernels.h"
 #include "models/adamw_kernels.h"
 #include "models/cuda_kernels.h"
-#include "runtime/tensor/ops_kernels.h"
-#include "tp/cross_entropy_kernels.h"
+#include "models/device_cases.h"
 #include "runtime/device/cuda/cuda.h"
 #include "runtime/device/cuda/cuda_device.h"
+#include "runtime/device/device.h"
+#include "runtime/device/device_cases.h"
 #include "runtime/distributed/backends/nccl/device_buffer.h"
 #include "runtime/distributed/backends/nccl/nccl_comm.h"
-#include "runtime/device/device.h"
-#include "cp/attention_device_cases.h"
-#include "models/device_cases.h"
-#include "runtime/device/device_cases.h"
 #include "runtime/tensor/ops.h"
+#include "runtime/tensor/ops_kernels.h"
 #include "runtime/tensor/tensor.h"
 #include "sim/error.h"
+#include "tp/cross_entropy_kernels.h"
 
 namespace ranksim::runtime::gpu {
 namespace {
 
 using ::testing::HasSubstr;
 
-#define REQUIRE_DEVICES(n)                                                                     \
-  do {                                                                                         \
-    const DeviceInfo info_ = device_info();                                                    \
-    if (info_.count < (n)) {                                                                   \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << info_.count    \
-                   << (info_.reason.empty() ? "" : " (" + info_.reason + ")");                 \
-    }                                                                                          \
+#define REQUIRE_DEVICES(n)                                                                   \
+  do {                                                                                       \
+    const DeviceInfo info_ = device_info();                                                  \
+    if (info_.count < (n)) {                                                                 \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << info_.count \
+                   << (info_.reason.empty() ? "" : " (" + info_.reason + ")");               \
+    }                                                                                        \
   } while (0)
 
 // Every kernel the reference models run, as the app registers them (app/devices.cpp).
@@ -77,7 +77,8 @@ TEST(GpuDevices, AMissingDeviceIsAClearError) {
   const int n = device_info().count;
   EXPECT_THAT([&] { set_device(n); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
   EXPECT_THAT([&] { NcclComm::init_all({n}); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
-  EXPECT_THAT([&] { (void)make_cuda_device(n, every_kernel()); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
+  EXPECT_THAT([&] { (void)make_cuda_device(n, every_kernel()); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("does not exist")));
 }
 
 TEST(GpuBuffers, UploadDownloadRoundTripsEveryDtype) {
@@ -178,7 +179,8 @@ TEST(GpuNccl, CollectivesMatchClosedFormSums) {
   NcclComm::group_start();
   for (int r = 0; r < n; ++r) {
     set_device(r);
-    comms[static_cast<std::size_t>(r)].all_gather(ag_out[static_cast<std::size_t>(r)], ag_in[static_cast<std::size_t>(r)]);
+    comms[static_cast<std::size_t>(r)].all_gather(ag_out[static_cast<std::size_t>(r)],
+                                                  ag_in[static_cast<std::size_t>(r)]);
   }
   NcclComm::group_end();
   for (int r = 0; r < n; ++r) {
@@ -187,8 +189,10 @@ TEST(GpuNccl, CollectivesMatchClosedFormSums) {
     comm.synchronize();
     const std::vector<float> sum = ar[static_cast<std::size_t>(r)].download({c}, comm.stream()).to_vector<float>();
     for (float v : sum) ASSERT_EQ(v, static_cast<float>(n * (n + 1) / 2));
-    const std::vector<float> g = ag_out[static_cast<std::size_t>(r)].download({c * n}, comm.stream()).to_vector<float>();
-    for (std::int64_t i = 0; i < c * n; ++i) ASSERT_EQ(g[static_cast<std::size_t>(i)], static_cast<float>(10 * (i / c)));
+    const std::vector<float> g =
+        ag_out[static_cast<std::size_t>(r)].download({c * n}, comm.stream()).to_vector<float>();
+    for (std::int64_t i = 0; i < c * n; ++i)
+      ASSERT_EQ(g[static_cast<std::size_t>(i)], static_cast<float>(10 * (i / c)));
   }
 }
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "mpi/compare.h"
-#include "runtime/distributed/backends/mpi/mpi.h"
 #include "runtime/device/cuda/cuda.h"
+#include "runtime/distributed/backends/mpi/mpi.h"
 #include "runtime/distributed/backends/nccl/nccl_collectives.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"
@@ -32,12 +32,12 @@ bool every_process_has_a_gpu() {
   return gpu::device_info().count > 0;  // one node's processes see the same devices
 }
 
-#define REQUIRE_GPU_PER_PROCESS()                                                                  \
-  do {                                                                                             \
-    if (!every_process_has_a_gpu()) {                                                              \
-      GTEST_SKIP() << "the nccl backend needs a CUDA device per process; this machine has none ("  \
-                   << gpu::device_info().reason << ")";                                            \
-    }                                                                                              \
+#define REQUIRE_GPU_PER_PROCESS()                                                                 \
+  do {                                                                                            \
+    if (!every_process_has_a_gpu()) {                                                             \
+      GTEST_SKIP() << "the nccl backend needs a CUDA device per process; this machine has none (" \
+                   << gpu::device_info().reason << ")";                                           \
+    }                                                                                             \
   } while (0)
 
 TEST(NcclBackend, WithoutAGpuTheBackendSaysSoOnEveryRank) {
@@ -104,7 +104,8 @@ TEST(NcclBackend, DataMovementEqualsSimBitForBit) {
   const auto got = run_on(BackendKind::nccl, program, so);
   ASSERT_EQ(got[static_cast<size_t>(me)].size(), want[static_cast<size_t>(me)].size());
   for (size_t k = 0; k < want[static_cast<size_t>(me)].size(); ++k) {
-    EXPECT_TRUE(got[static_cast<size_t>(me)][k] == want[static_cast<size_t>(me)][k]) << "rank " << me << " output " << k;
+    EXPECT_TRUE(got[static_cast<size_t>(me)][k] == want[static_cast<size_t>(me)][k])
+        << "rank " << me << " output " << k;
   }
 }
 

@@ -60,12 +60,15 @@ TEST(AdamW, MatchesPyTorchsFormulasStepByStep) {
           }
           for (std::int64_t i = 0; i < 64; ++i) {
             std::vector<double> gi;
-            for (int s = 0; s < 4; ++s) gi.push_back(Tensor::from_vector(grads[static_cast<std::size_t>(s)], {64}, dt).at({i}));
-            const std::vector<double> want = torch_adamw(start.to(dt).at({i}), gi, o);  // the bf16 master starts from the rounded value
+            for (int s = 0; s < 4; ++s)
+              gi.push_back(Tensor::from_vector(grads[static_cast<std::size_t>(s)], {64}, dt).at({i}));
+            const std::vector<double> want =
+                torch_adamw(start.to(dt).at({i}), gi, o);  // the bf16 master starts from the rounded value
             for (int s = 0; s < 4; ++s) {
               // f32 master: a few f32 roundings per step; bf16: the value is the master rounded once
               const double tol = dt == DType::f32 ? 1e-6 : 0x1p-8 * std::abs(want[static_cast<std::size_t>(s)]) + 1e-6;
-              EXPECT_NEAR(after[static_cast<std::size_t>(s)].at({i}), want[static_cast<std::size_t>(s)], tol) << i << " step " << s;
+              EXPECT_NEAR(after[static_cast<std::size_t>(s)].at({i}), want[static_cast<std::size_t>(s)], tol)
+                  << i << " step " << s;
             }
           }
         },
@@ -93,7 +96,9 @@ TEST(AdamW, GlobalNormCountsEveryParameterOnceAndClipsLikeTorch) {
             b.grad = gb;
             AdamWOptions o;
             o.lr = 0;  // only the clipping is observed, through the state: m = (1 - b1) * clipped g
-            AdamW opt({{"w", &w}, {"b", &b}}, AdamW::Groups{runtime::ProcessGroup{}, runtime::new_group({rank}), runtime::new_group({rank})}, o, false);
+            AdamW opt({{"w", &w}, {"b", &b}},
+                      AdamW::Groups{runtime::ProcessGroup{}, runtime::new_group({rank}), runtime::new_group({rank})}, o,
+                      false);
             EXPECT_NEAR(opt.step(max_norm), norm, 1e-6 * norm);
             const double coef = std::min(1.0, max_norm / (norm + 1e-6));
             const auto st = opt.shard_state();
@@ -113,7 +118,8 @@ TEST(AdamW, ZeroOneEqualsAdamWOnSummedGradients) {
           [&](int rank) {
             tp::Parameter p;
             p.value = Tensor::uniform({2, n / 2}, 9, -1, 1);
-            AdamW opt({{"p", &p}}, AdamW::Groups{runtime::new_group({rank}), runtime::new_group({rank}), runtime::ProcessGroup{}},
+            AdamW opt({{"p", &p}},
+                      AdamW::Groups{runtime::new_group({rank}), runtime::new_group({rank}), runtime::ProcessGroup{}},
                       AdamWOptions{}, z == 1);
             for (int s = 0; s < 3; ++s) {
               Tensor g = Tensor::uniform({2, n / 2}, 50 + static_cast<std::uint64_t>(10 * s + rank), -1, 1);
@@ -128,7 +134,8 @@ TEST(AdamW, ZeroOneEqualsAdamWOnSummedGradients) {
           dp);
     }
     for (int r = 0; r < dp; ++r) {
-      const auto a = plain[static_cast<std::size_t>(r)].to_vector<float>(), b = zero[static_cast<std::size_t>(r)].to_vector<float>();
+      const auto a = plain[static_cast<std::size_t>(r)].to_vector<float>(),
+                 b = zero[static_cast<std::size_t>(r)].to_vector<float>();
       for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6) << "dp " << dp << " rank " << r;
       EXPECT_EQ(plain[0].to_vector<float>(), plain[static_cast<std::size_t>(r)].to_vector<float>());
     }

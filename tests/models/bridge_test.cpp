@@ -28,9 +28,7 @@ using D = DestCoords;
 constexpr int kWorld = 8;
 
 tp::RankGrid src_grid(int tp, int dp) { return tp::RankGrid({{"tp", tp}, {"dp", dp}}, kWorld); }
-tp::RankGrid dst_grid(int tp, int cp, int dp) {
-  return tp::RankGrid({{"tp", tp}, {"cp", cp}, {"dp", dp}}, kWorld);
-}
+tp::RankGrid dst_grid(int tp, int cp, int dp) { return tp::RankGrid({{"tp", tp}, {"cp", cp}, {"dp", dp}}, kWorld); }
 
 // Every world rank in exactly one group.
 void expect_covers_world(const Lists& groups) {
@@ -85,12 +83,10 @@ Tensor zero_padded(const Tensor& full, int cp_rank, int cp) {
 // Exact-sum values: activation row i of source replica s, and gradient row i of destination
 // replica d.
 double act(int s, std::int64_t i, std::int64_t q, std::int64_t h) {
-  return 1000.0 * s + 100.0 * static_cast<double>(i) + 10.0 * static_cast<double>(q) +
-         static_cast<double>(h) + 1;
+  return 1000.0 * s + 100.0 * static_cast<double>(i) + 10.0 * static_cast<double>(q) + static_cast<double>(h) + 1;
 }
 double grad_val(int d, std::int64_t i, std::int64_t q, std::int64_t h) {
-  return -(5000.0 * d + 100.0 * static_cast<double>(i) + 10.0 * static_cast<double>(q) +
-           static_cast<double>(h) + 1);
+  return -(5000.0 * d + 100.0 * static_cast<double>(i) + 10.0 * static_cast<double>(q) + static_cast<double>(h) + 1);
 }
 
 // --- grid set -------------------------------------------------------------------------------------
@@ -102,12 +98,13 @@ TEST(GridSet, RankAsksItsCoordinatesInEachGrid) {
   EXPECT_EQ(grids.names(), (std::vector<std::string>{"encoder", "llm"}));
   EXPECT_EQ(grids.coords("encoder", 5), (std::map<std::string, int>{{"tp", 1}, {"dp", 2}}));
   EXPECT_EQ(grids.coords("llm", 5), (std::map<std::string, int>{{"tp", 1}, {"cp", 0}, {"dp", 1}}));
-  EXPECT_THAT([&] { grids.add("llm", dst_grid(2, 2, 2)); },
-              ThrowsMessage<Error>(HasSubstr("'llm' exists already")));
-  EXPECT_THAT([&] { grids.add("big", tp::RankGrid({{"tp", 16}}, 16)); },
-              ThrowsMessage<Error>(AllOf(HasSubstr("16 ranks"), HasSubstr("has 8"))));
-  EXPECT_THAT([&] { (void)grids.grid("vision"); },
-              ThrowsMessage<Error>(HasSubstr("no grid named 'vision'")));
+  EXPECT_THAT([&] { grids.add("llm", dst_grid(2, 2, 2)); }, ThrowsMessage<Error>(HasSubstr("'llm' exists already")));
+  EXPECT_THAT(
+      [&] {
+        grids.add("big", tp::RankGrid({{"tp", 16}}, 16));
+      },
+      ThrowsMessage<Error>(AllOf(HasSubstr("16 ranks"), HasSubstr("has 8"))));
+  EXPECT_THAT([&] { (void)grids.grid("vision"); }, ThrowsMessage<Error>(HasSubstr("no grid named 'vision'")));
 }
 
 TEST(GridSet, EachGridCreatesItsOwnGroupsInsideARun) {
@@ -134,8 +131,8 @@ TEST(BridgeMapping, FanInTp2Dp4ToTp2Cp2Dp2) {
   EXPECT_EQ(b.mode(), BridgeMode::fan_in);
   EXPECT_EQ(b.ratio(), 2);
   // (dp, tp, cp) of every destination rank.
-  EXPECT_EQ(dest_table(b), (std::vector<D>{{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1},
-                                           {1, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}}));
+  EXPECT_EQ(dest_table(b),
+            (std::vector<D>{{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1}, {1, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}}));
   EXPECT_EQ(b.feeding_src_dp(0), (std::vector<int>{0, 1}));
   EXPECT_EQ(b.feeding_src_dp(1), (std::vector<int>{2, 3}));
   EXPECT_EQ(slices(b), (std::vector<int>{0, 0, 1, 1, 0, 0, 1, 1}));
@@ -150,8 +147,8 @@ TEST(BridgeMapping, FanInTp2Dp4ToTp4Cp1Dp2) {
   tp::RankGrid src = src_grid(2, 4), dst = dst_grid(4, 1, 2);
   ColocatedBridge b(src, dst);
   EXPECT_EQ(b.mode(), BridgeMode::fan_in);
-  EXPECT_EQ(dest_table(b), (std::vector<D>{{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {0, 3, 0},
-                                           {1, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 3, 0}}));
+  EXPECT_EQ(dest_table(b),
+            (std::vector<D>{{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {0, 3, 0}, {1, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 3, 0}}));
   EXPECT_EQ(slices(b), (std::vector<int>{0, 0, 1, 1, 0, 0, 1, 1}));
   EXPECT_EQ(b.fan_in_groups(), (Lists{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(b.cp_groups(), (Lists{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
@@ -164,8 +161,8 @@ TEST(BridgeMapping, FanOutTp4Dp2ToTp1Cp2Dp4) {
   ColocatedBridge b(src, dst);
   EXPECT_EQ(b.mode(), BridgeMode::fan_out);
   EXPECT_EQ(b.ratio(), 2);
-  EXPECT_EQ(dest_table(b), (std::vector<D>{{0, 0, 0}, {0, 0, 1}, {1, 0, 0}, {1, 0, 1},
-                                           {2, 0, 0}, {2, 0, 1}, {3, 0, 0}, {3, 0, 1}}));
+  EXPECT_EQ(dest_table(b),
+            (std::vector<D>{{0, 0, 0}, {0, 0, 1}, {1, 0, 0}, {1, 0, 1}, {2, 0, 0}, {2, 0, 1}, {3, 0, 0}, {3, 0, 1}}));
   EXPECT_EQ(b.feeding_src_dp(3), (std::vector<int>{1}));
   EXPECT_EQ(slices(b), (std::vector<int>{0, 0, 1, 1, 0, 0, 1, 1}));
   // One group per (source dp, destination tp, cp): the cp=1 ranks get their own groups.
@@ -180,8 +177,8 @@ TEST(BridgeMapping, FanOutTp4Dp2ToTp2Cp1Dp4) {
   tp::RankGrid src = src_grid(4, 2), dst = dst_grid(2, 1, 4);
   ColocatedBridge b(src, dst);
   EXPECT_EQ(b.mode(), BridgeMode::fan_out);
-  EXPECT_EQ(dest_table(b), (std::vector<D>{{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0},
-                                           {2, 0, 0}, {2, 1, 0}, {3, 0, 0}, {3, 1, 0}}));
+  EXPECT_EQ(dest_table(b),
+            (std::vector<D>{{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0}, {2, 0, 0}, {2, 1, 0}, {3, 0, 0}, {3, 1, 0}}));
   EXPECT_EQ(slices(b), (std::vector<int>{0, 0, 1, 1, 0, 0, 1, 1}));
   EXPECT_EQ(b.fan_out_groups(), (Lists{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   expect_covers_world(b.fan_out_groups());
@@ -203,8 +200,7 @@ TEST(BridgeGroups, CreatedGroupsMatchTheTables) {
   struct Case {
     int src_tp, src_dp, dst_tp, dst_cp, dst_dp;
   };
-  for (const Case c : {Case{2, 4, 2, 2, 2}, Case{2, 4, 4, 1, 2}, Case{4, 2, 1, 2, 4},
-                       Case{4, 2, 2, 1, 4}}) {
+  for (const Case c : {Case{2, 4, 2, 2, 2}, Case{2, 4, 4, 1, 2}, Case{4, 2, 1, 2, 4}, Case{4, 2, 2, 1, 4}}) {
     std::vector<std::vector<int>> fan(kWorld), cp(kWorld);
     Lists table;
     runtime::spawn(
@@ -252,12 +248,9 @@ TEST(BridgeData, FanInForwardGathersAndBackwardSumsCpThenNarrows) {
         const DestCoords d = b.dest_coords(rank);
         src_dp[r] = s;
         dst_dp[r] = d.dp;
-        fwd[r] = b.forward(make(kB, kSeq, kHidden, [&](auto i, auto q, auto h) {
-          return act(s, i, q, h);
-        }));
-        const Tensor full = make(2 * kB, kSeq, kHidden, [&](auto i, auto q, auto h) {
-          return grad_val(d.dp, i, q, h);
-        });
+        fwd[r] = b.forward(make(kB, kSeq, kHidden, [&](auto i, auto q, auto h) { return act(s, i, q, h); }));
+        const Tensor full =
+            make(2 * kB, kSeq, kHidden, [&](auto i, auto q, auto h) { return grad_val(d.dp, i, q, h); });
         const Tensor padded = zero_padded(full, d.cp, 2);
         const Tensor padded_copy = padded.clone();
         bwd[r] = b.backward(padded);
@@ -306,12 +299,9 @@ TEST(BridgeData, FanOutForwardNarrowsAndBackwardSumsCpThenGathers) {
         const DestCoords d = b.dest_coords(rank);
         src_dp[r] = s;
         dst_dp[r] = d.dp;
-        fwd[r] = b.forward(make(kB, kSeq, kHidden, [&](auto i, auto q, auto h) {
-          return act(s, i, q, h);
-        }));
-        const Tensor full = make(kB / 2, kSeq, kHidden, [&](auto i, auto q, auto h) {
-          return grad_val(d.dp, i, q, h);
-        });
+        fwd[r] = b.forward(make(kB, kSeq, kHidden, [&](auto i, auto q, auto h) { return act(s, i, q, h); }));
+        const Tensor full =
+            make(kB / 2, kSeq, kHidden, [&](auto i, auto q, auto h) { return grad_val(d.dp, i, q, h); });
         const Tensor padded = zero_padded(full, d.cp, 2);
         bwd[r] = b.backward(padded);
         // A bridge without the CP sum: the same gather of the zero-padded pieces.
@@ -327,8 +317,7 @@ TEST(BridgeData, FanOutForwardNarrowsAndBackwardSumsCpThenGathers) {
     for (std::int64_t i = 0; i < kB; ++i)
       for (std::int64_t q = 0; q < kSeq; ++q)
         for (std::int64_t h = 0; h < kHidden; ++h)
-          if (g.at({i, q, h}) != grad_val(2 * s + static_cast<int>(i / 2), i % 2, q, h))
-            return false;
+          if (g.at({i, q, h}) != grad_val(2 * s + static_cast<int>(i / 2), i % 2, q, h)) return false;
     return true;
   };
   for (int r = 0; r < kWorld; ++r) {
@@ -358,8 +347,7 @@ TEST(BridgeData, IdentityPassesThroughAndSumsCp) {
         dp[r] = d.dp;
         in[r] = make(2, kSeq, kHidden, [&](auto i, auto q, auto h) { return act(d.dp, i, q, h); });
         fwd[r] = b.forward(in[r]);
-        const Tensor full =
-            make(2, kSeq, kHidden, [&](auto i, auto q, auto h) { return grad_val(d.dp, i, q, h); });
+        const Tensor full = make(2, kSeq, kHidden, [&](auto i, auto q, auto h) { return grad_val(d.dp, i, q, h); });
         bwd[r] = b.backward(zero_padded(full, d.cp, 2));
       },
       kWorld);
@@ -367,9 +355,7 @@ TEST(BridgeData, IdentityPassesThroughAndSumsCp) {
     const auto ur = static_cast<std::size_t>(r);
     EXPECT_TRUE(runtime::bitwise_equal(fwd[ur], in[ur]));
     EXPECT_TRUE(runtime::bitwise_equal(
-        bwd[ur], make(2, kSeq, kHidden, [&](auto i, auto q, auto h) {
-          return grad_val(dp[ur], i, q, h);
-        })));
+        bwd[ur], make(2, kSeq, kHidden, [&](auto i, auto q, auto h) { return grad_val(dp[ur], i, q, h); })));
   }
 }
 
@@ -391,17 +377,16 @@ TEST(BridgeData, FanOutBatchMustSplit) {
 
 TEST(BridgeErrors, SourceWithContextParallelismIsRejected) {
   tp::RankGrid src({{"tp", 2}, {"cp", 2}, {"dp", 2}}, kWorld), dst = dst_grid(2, 2, 2);
-  EXPECT_THAT([&] { ColocatedBridge b(src, dst); },
-              ThrowsMessage<Error>(AllOf(HasSubstr("source grid has cp=2"),
-                                         HasSubstr("must not be context-parallel"))));
+  EXPECT_THAT(
+      [&] { ColocatedBridge b(src, dst); },
+      ThrowsMessage<Error>(AllOf(HasSubstr("source grid has cp=2"), HasSubstr("must not be context-parallel"))));
 }
 
 TEST(BridgeErrors, DestinationWithDpBeforeCpIsRejectedWithTheReason) {
   tp::RankGrid src = src_grid(2, 4);
   tp::RankGrid dst({{"tp", 2}, {"dp", 2}, {"cp", 2}}, kWorld);
   EXPECT_THAT([&] { ColocatedBridge b(src, dst); },
-              ThrowsMessage<Error>(AllOf(HasSubstr("orders dp before cp"),
-                                         HasSubstr("cp must vary faster than dp"),
+              ThrowsMessage<Error>(AllOf(HasSubstr("orders dp before cp"), HasSubstr("cp must vary faster than dp"),
                                          HasSubstr("tp=2 x dp=2 x cp=2"))));
 }
 
@@ -410,24 +395,19 @@ TEST(BridgeErrors, WorldSizesThatDisagreeAreRejectedNamingBoth) {
   tp::RankGrid dst({{"tp", 2}, {"cp", 2}, {"dp", 4}}, 16);
   EXPECT_THAT([&] { ColocatedBridge b(src, dst); },
               ThrowsMessage<Error>(AllOf(HasSubstr("world of 8 ranks"), HasSubstr("one of 16"),
-                                         HasSubstr("tp=2 x dp=4"),
-                                         HasSubstr("tp=2 x cp=2 x dp=4"))));
+                                         HasSubstr("tp=2 x dp=4"), HasSubstr("tp=2 x cp=2 x dp=4"))));
 }
 
 TEST(BridgeErrors, OtherBadLayouts) {
   tp::RankGrid src = src_grid(2, 4);
   tp::RankGrid dp3({{"tp", 2}, {"dp", 3}}, 6), dst6({{"tp", 1}, {"cp", 3}, {"dp", 2}}, 6);
-  EXPECT_THAT([&] { ColocatedBridge b(dp3, dst6); },
-              ThrowsMessage<Error>(HasSubstr("not multiples of each other")));
+  EXPECT_THAT([&] { ColocatedBridge b(dp3, dst6); }, ThrowsMessage<Error>(HasSubstr("not multiples of each other")));
   tp::RankGrid src_dp_inner({{"dp", 4}, {"tp", 2}}, kWorld), dst = dst_grid(2, 2, 2);
-  EXPECT_THAT([&] { ColocatedBridge b(src_dp_inner, dst); },
-              ThrowsMessage<Error>(HasSubstr("does not feed")));
+  EXPECT_THAT([&] { ColocatedBridge b(src_dp_inner, dst); }, ThrowsMessage<Error>(HasSubstr("does not feed")));
   tp::RankGrid with_pp({{"tp", 2}, {"cp", 2}, {"dp", 1}, {"pp", 2}}, kWorld);
-  EXPECT_THAT([&] { ColocatedBridge b(src, with_pp); },
-              ThrowsMessage<Error>(HasSubstr("dimension 'pp' has size 2")));
+  EXPECT_THAT([&] { ColocatedBridge b(src, with_pp); }, ThrowsMessage<Error>(HasSubstr("dimension 'pp' has size 2")));
   tp::RankGrid no_dp({{"tp", 8}}, kWorld);
-  EXPECT_THAT([&] { ColocatedBridge b(src, no_dp); },
-              ThrowsMessage<Error>(HasSubstr("no 'dp' dimension")));
+  EXPECT_THAT([&] { ColocatedBridge b(src, no_dp); }, ThrowsMessage<Error>(HasSubstr("no 'dp' dimension")));
 }
 
 }  // namespace

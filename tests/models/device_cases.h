@@ -11,9 +11,9 @@
 
 #include "models/rope.h"
 #include "models/transformer.h"
+#include "runtime/device/device_cases.h"
 #include "runtime/distributed/spawn.h"
 #include "tp/cross_entropy.h"
-#include "runtime/device/device_cases.h"
 
 namespace ranksim::runtime::testing {
 
@@ -24,9 +24,8 @@ inline void model_device_cases(DType dt, const DeviceCheck& check) {
   {  // The losses outside runtime/tensor/ops.h: the model's (f64 rows) and the vocab-parallel one, one rank
     const Tensor logits = rnd({7, 50}, 60, dt, -6.0, 6.0);
     const Tensor labels = Tensor::from_vector<std::int64_t>({3, -100, 49, 0, 17, -100, 22}, {7});
-    check("models::cross_entropy_sum", [&] {
-      return std::vector<Tensor>{models::cross_entropy_sum(logits, labels, 5.0).dlogits};
-    });
+    check("models::cross_entropy_sum",
+          [&] { return std::vector<Tensor>{models::cross_entropy_sum(logits, labels, 5.0).dlogits}; });
     const Tensor targets = Tensor::from_vector<std::int64_t>({3, 8, 49, 0, 17, 31, 22}, {7});
     const Tensor dloss = rnd({7}, 61, dt);
     check("tp::vocab_parallel_cross_entropy on one rank", [&] {

@@ -19,8 +19,8 @@
 namespace ranksim::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_same;
+using ::testing::HasSubstr;
 using testing::kDeviceDTypes;
 using testing::on_cpu_and_emulated;
 using testing::rnd;
@@ -29,9 +29,8 @@ class DeviceModels : public ::testing::TestWithParam<DType> {};
 
 // The models' loss, RoPE and tp's loss on one rank as device kernels give the CPU's bits.
 TEST_P(DeviceModels, EveryCaseEqualsTheCpuBitForBit) {
-  testing::model_device_cases(GetParam(), [](const std::string& what, const testing::OpOutputs& f) {
-    expect_same(what, f);
-  });
+  testing::model_device_cases(GetParam(),
+                              [](const std::string& what, const testing::OpOutputs& f) { expect_same(what, f); });
 }
 
 // The model's loss (models::cross_entropy_sum): f64 rows on the device, added on the host in row
@@ -95,7 +94,7 @@ TEST(DeviceOptimizer, AdamWStepsEqualTheCpuLoop) {
         const auto i = static_cast<std::size_t>(rank);
         EXPECT_EQ(cpu.norms[i], dev.norms[i]) << what;
         EXPECT_GT(cpu.norms[i], 0.5) << what;  // the last step was clipped
-        if (!zero) {  // (ZeRO-1 all-gathers the new values, on the host with the sim backend)
+        if (!zero) {                           // (ZeRO-1 all-gathers the new values, on the host with the sim backend)
           EXPECT_TRUE(dev.out[i][0].host_stale()) << what << ": the parameter was written on the device";
           EXPECT_TRUE(dev.out[i][2].host_stale()) << what << ": the state lives on the device";
         }
@@ -125,7 +124,6 @@ TEST(DeviceErrors, LossLabelsOutsideTheVocabularyAreRefusedOnBothPaths) {
 }
 
 // --- the kernels' conversions ---------------------------------------------------------------
-
 
 INSTANTIATE_TEST_SUITE_P(DTypes, DeviceModels, ::testing::ValuesIn(kDeviceDTypes),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });

@@ -118,9 +118,7 @@ TEST(Multimodal, FanOutTp4Dp2ToTp1Dp4Cp2MatchesCp1ReferenceAndOneRank) {
   expect_same_step({4, 2, 1, 2, 4}, {4, 2, 1, 1, 8});
 }
 
-TEST(Multimodal, IdentityWithCp4MatchesOneRank) {
-  expect_same_step({2, 2, 1, 4, 1}, {2, 2, 1, 1, 4});
-}
+TEST(Multimodal, IdentityWithCp4MatchesOneRank) { expect_same_step({2, 2, 1, 4, 1}, {2, 2, 1, 1, 4}); }
 
 // The encoder's own gradient scale: with CP > 1 in the language model, the encoder's summed
 // gradient must equal the one at CP = 1 element by element (a bridge without the CP sum zeroes

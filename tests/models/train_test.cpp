@@ -60,7 +60,8 @@ TrainSpec base(cp::Format f, i64 layers) {
   s.attention.mask = Mask::causal;
   s.weights = seeded_weights(s.config, 7);
   // 4 sequences / rows so that dp = 2 with 2 micro-batches each divides them
-  s.batch = synthetic_batch(f, s.config.vocab, f == cp::Format::thd ? std::vector<i64>{9, 14, 6, 11} : std::vector<i64>{16, 16, 16, 16}, 3);
+  s.batch = synthetic_batch(
+      f, s.config.vocab, f == cp::Format::thd ? std::vector<i64>{9, 14, 6, 11} : std::vector<i64>{16, 16, 16, 16}, 3);
   s.optimizer.lr = 1e-2;
   // Adam divides by sqrt(v): a gradient that is zero in exact arithmetic (the key bias: adding a
   // constant to every key's score row leaves the softmax unchanged) carries only rounding noise,
@@ -79,7 +80,8 @@ double max_abs(const Tensor& t) {
 
 void expect_same_training(const TrainResult& got, const TrainResult& want, double lr, const std::string& what) {
   ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
-  for (std::size_t i = 0; i < got.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << " step " << i;
+  for (std::size_t i = 0; i < got.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << " step " << i;
   ASSERT_EQ(got.params.size(), want.params.size()) << what;
   const double steps = static_cast<double>(got.losses.size());
   for (std::size_t i = 0; i < got.params.size(); ++i) {
@@ -88,8 +90,7 @@ void expect_same_training(const TrainResult& got, const TrainResult& want, doubl
     const std::vector<double> b = want.params[i].second.to(DType::f64).to_vector<double>();
     double worst = 0;
     for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
-    EXPECT_LE(worst, 2e-5 * steps * lr + 1e-6 * max_abs(want.params[i].second))
-        << what << ": " << got.params[i].first;
+    EXPECT_LE(worst, 2e-5 * steps * lr + 1e-6 * max_abs(want.params[i].second)) << what << ": " << got.params[i].first;
   }
 }
 
@@ -128,17 +129,22 @@ TEST_P(TrainLayouts, ThreeStepsEqualOneRank) {
   s.attention.comm = cp::CommType::p2p;
   const TrainResult got = run_training(s);
   expect_same_training(got, want, one.optimizer.lr, name_of(l));
-  for (std::size_t i = 0; i < got.grad_norms.size(); ++i) EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 1e-5 * want.grad_norms[i]);
+  for (std::size_t i = 0; i < got.grad_norms.size(); ++i)
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 1e-5 * want.grad_norms[i]);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, TrainLayouts,
-    ::testing::Values(Layout{2, 1, 1, 1, 1, 0, false, cp::Format::bshd}, Layout{1, 2, 1, 1, 1, 0, false, cp::Format::thd},
-                      Layout{1, 1, 2, 1, 1, 0, false, cp::Format::thd}, Layout{1, 1, 1, 2, 1, 0, false, cp::Format::bshd},
-                      Layout{1, 1, 1, 1, 4, 0, true, cp::Format::thd}, Layout{1, 1, 2, 1, 2, 1, false, cp::Format::bshd},
-                      Layout{1, 1, 1, 2, 4, 0, false, cp::Format::thd}, Layout{2, 2, 2, 1, 1, 1, true, cp::Format::bshd},
-                      Layout{2, 1, 2, 2, 2, 0, true, cp::Format::thd}, Layout{1, 2, 2, 2, 2, 1, true, cp::Format::bshd}),
-    [](const ::testing::TestParamInfo<Layout>& p) { return name_of(p.param); });
+INSTANTIATE_TEST_SUITE_P(All, TrainLayouts,
+                         ::testing::Values(Layout{2, 1, 1, 1, 1, 0, false, cp::Format::bshd},
+                                           Layout{1, 2, 1, 1, 1, 0, false, cp::Format::thd},
+                                           Layout{1, 1, 2, 1, 1, 0, false, cp::Format::thd},
+                                           Layout{1, 1, 1, 2, 1, 0, false, cp::Format::bshd},
+                                           Layout{1, 1, 1, 1, 4, 0, true, cp::Format::thd},
+                                           Layout{1, 1, 2, 1, 2, 1, false, cp::Format::bshd},
+                                           Layout{1, 1, 1, 2, 4, 0, false, cp::Format::thd},
+                                           Layout{2, 2, 2, 1, 1, 1, true, cp::Format::bshd},
+                                           Layout{2, 1, 2, 2, 2, 0, true, cp::Format::thd},
+                                           Layout{1, 2, 2, 2, 2, 1, true, cp::Format::bshd}),
+                         [](const ::testing::TestParamInfo<Layout>& p) { return name_of(p.param); });
 
 TEST(Train, CheckpointsConsolidateAndReloadIntoAnotherLayout) {
   TrainSpec straight = base(cp::Format::thd, 2);
@@ -151,7 +157,9 @@ TEST(Train, CheckpointsConsolidateAndReloadIntoAnotherLayout) {
   first.dp = 2;
   first.zero = 1;
   const TrainResult half = run_training(first);
-  const std::string path = (std::filesystem::temp_directory_path() / ("ranksim_ckpt_" + std::to_string(::getpid()) + ".safetensors")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ranksim_ckpt_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
   save_checkpoint(path, half);
   auto [weights, state] = load_checkpoint(path, first.config);
   // the checkpoint holds the weights under the contract's names: a model loads them as they are
@@ -180,7 +188,8 @@ TEST(Train, CheckpointsConsolidateAndReloadIntoAnotherLayout) {
 // Per-rank shards (tp2 x pp2 x dp2 with ZeRO-1 write one file per (tp, pp) rank), joined offline,
 // equal the consolidated result bit for bit, and training resumes from them in another layout.
 TEST(Train, PerRankShardsConsolidateOfflineAndResume) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("ranksim_shards_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ranksim_shards_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   TrainSpec straight = base(cp::Format::bshd, 2);
   straight.steps = 4;
@@ -230,7 +239,8 @@ TEST(Train, OverfitsATinyDatasetWithEveryAxisAboveOne) {
   EXPECT_GT(want.losses.front(), 2.0);
   EXPECT_LT(want.losses.back(), 0.05);
   ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (std::size_t i = 0; i < got.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-3 * want.losses[i] + 1e-5) << i;
+  for (std::size_t i = 0; i < got.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-3 * want.losses[i] + 1e-5) << i;
 }
 
 TEST(Train, BadLayoutsGiveClearErrors) {

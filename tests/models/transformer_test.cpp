@@ -16,9 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -123,8 +123,8 @@ std::vector<Token> tokens_of(const Batch& b) {
   } else {
     for (std::size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s) {
       for (i64 t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
-        out.push_back({ids[static_cast<std::size_t>(t)], labels[static_cast<std::size_t>(t)],
-                       t - b.cu_seqlens[s], static_cast<i64>(s)});
+        out.push_back({ids[static_cast<std::size_t>(t)], labels[static_cast<std::size_t>(t)], t - b.cu_seqlens[s],
+                       static_cast<i64>(s)});
       }
     }
   }
@@ -137,7 +137,8 @@ Vec linear(const Vec& x, i64 n, i64 in, const Vec& w, const Vec& b, i64 out) {
   for (i64 r = 0; r < n; ++r) {
     for (i64 o = 0; o < out; ++o) {
       double s = b[static_cast<std::size_t>(o)];
-      for (i64 i = 0; i < in; ++i) s += x[static_cast<std::size_t>(r * in + i)] * w[static_cast<std::size_t>(o * in + i)];
+      for (i64 i = 0; i < in; ++i)
+        s += x[static_cast<std::size_t>(r * in + i)] * w[static_cast<std::size_t>(o * in + i)];
       y[static_cast<std::size_t>(r * out + o)] = s;
     }
   }
@@ -165,22 +166,26 @@ struct RefOut {
   double loss = 0;
 };
 
-RefOut reference(const TransformerConfig& c, const Params& p, const std::vector<Token>& tok,
-                 const AttentionSetup& a) {
+RefOut reference(const TransformerConfig& c, const Params& p, const std::vector<Token>& tok, const AttentionSetup& a) {
   const i64 n = static_cast<i64>(tok.size()), h = c.hidden, d = c.head_dim, nh = c.heads;
   Vec x(static_cast<std::size_t>(n * h));
   for (i64 r = 0; r < n; ++r) {
-    for (i64 j = 0; j < h; ++j) x[static_cast<std::size_t>(r * h + j)] = p.at("embedding.weight")[static_cast<std::size_t>(tok[static_cast<std::size_t>(r)].id * h + j)];
+    for (i64 j = 0; j < h; ++j)
+      x[static_cast<std::size_t>(r * h + j)] =
+          p.at("embedding.weight")[static_cast<std::size_t>(tok[static_cast<std::size_t>(r)].id * h + j)];
   }
   const Vec qkv = linear(layer_norm(x, n, h, p.at("layer.ln1.weight"), p.at("layer.ln1.bias")), n, h,
                          p.at("layer.qkv.weight"), p.at("layer.qkv.bias"), 3 * h);
-  auto at = [&](i64 r, i64 part, i64 head, i64 i) { return qkv[static_cast<std::size_t>(r * 3 * h + part * h + head * d + i)]; };
+  auto at = [&](i64 r, i64 part, i64 head, i64 i) {
+    return qkv[static_cast<std::size_t>(r * 3 * h + part * h + head * d + i)];
+  };
   // rotated q and k: [n, heads, d]
   Vec q(static_cast<std::size_t>(n * h)), k(static_cast<std::size_t>(n * h));
   for (i64 r = 0; r < n; ++r) {
     for (i64 hd = 0; hd < nh; ++hd) {
       for (i64 i = 0; i < d / 2; ++i) {
-        const double th = static_cast<double>(tok[static_cast<std::size_t>(r)].pos) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+        const double th = static_cast<double>(tok[static_cast<std::size_t>(r)].pos) *
+                          std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(d));
         for (int part = 0; part < 2; ++part) {
           Vec& dst = part == 0 ? q : k;
           const double x1 = at(r, part, hd, i), x2 = at(r, part, hd, i + d / 2);
@@ -207,7 +212,8 @@ RefOut reference(const TransformerConfig& c, const Params& p, const std::vector<
       for (i64 j = 0; j < n; ++j) {
         if (!visible(tok[static_cast<std::size_t>(r)], tok[static_cast<std::size_t>(j)])) continue;
         double dot = 0;
-        for (i64 i = 0; i < d; ++i) dot += q[static_cast<std::size_t>(r * h + hd * d + i)] * k[static_cast<std::size_t>(j * h + hd * d + i)];
+        for (i64 i = 0; i < d; ++i)
+          dot += q[static_cast<std::size_t>(r * h + hd * d + i)] * k[static_cast<std::size_t>(j * h + hd * d + i)];
         s[static_cast<std::size_t>(j)] = dot * scale;
         m = std::max(m, dot * scale);
       }
@@ -222,14 +228,14 @@ RefOut reference(const TransformerConfig& c, const Params& p, const std::vector<
   }
   const Vec proj = linear(att, n, h, p.at("layer.proj.weight"), p.at("layer.proj.bias"), h);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-  Vec f1 = linear(layer_norm(x, n, h, p.at("layer.ln2.weight"), p.at("layer.ln2.bias")), n, h,
-                  p.at("layer.fc1.weight"), p.at("layer.fc1.bias"), c.ffn);
+  Vec f1 = linear(layer_norm(x, n, h, p.at("layer.ln2.weight"), p.at("layer.ln2.bias")), n, h, p.at("layer.fc1.weight"),
+                  p.at("layer.fc1.bias"), c.ffn);
   for (double& v : f1) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
   const Vec f2 = linear(f1, n, c.ffn, p.at("layer.fc2.weight"), p.at("layer.fc2.bias"), h);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += f2[i];
   RefOut out;
-  out.logits = linear(layer_norm(x, n, h, p.at("final_ln.weight"), p.at("final_ln.bias")), n, h,
-                      p.at("output.weight"), p.at("output.bias"), c.vocab);
+  out.logits = linear(layer_norm(x, n, h, p.at("final_ln.weight"), p.at("final_ln.bias")), n, h, p.at("output.weight"),
+                      p.at("output.bias"), c.vocab);
   double sum = 0;
   i64 count = 0;
   for (i64 r = 0; r < n; ++r) {
@@ -302,7 +308,8 @@ INSTANTIATE_TEST_SUITE_P(
 // The backward against central differences of the float64 reference, on a small model (every
 // parameter, the largest-gradient elements and a few seeded ones).
 TEST(Transformer, GradientsMatchFiniteDifferencesOfTheFloat64Reference) {
-  for (const RefCase rc : {RefCase{cp::Format::thd, Mask::causal, -1, -1}, RefCase{cp::Format::bshd, Mask::no_mask, 4, 4}}) {
+  for (const RefCase rc :
+       {RefCase{cp::Format::thd, Mask::causal, -1, -1}, RefCase{cp::Format::bshd, Mask::no_mask, 4, 4}}) {
     TransformerRunSpec s;
     s.config.hidden = 32;
     s.config.heads = 4;
@@ -317,7 +324,9 @@ TEST(Transformer, GradientsMatchFiniteDifferencesOfTheFloat64Reference) {
     for (const auto& [name, grad] : got.grads) {
       const Vec g = grad.to(DType::f64).to_vector<double>();
       std::vector<std::size_t> picks;
-      const std::size_t big = static_cast<std::size_t>(std::max_element(g.begin(), g.end(), [](double a, double b) { return std::abs(a) < std::abs(b); }) - g.begin());
+      const std::size_t big = static_cast<std::size_t>(
+          std::max_element(g.begin(), g.end(), [](double a, double b) { return std::abs(a) < std::abs(b); }) -
+          g.begin());
       picks.push_back(big);
       for (std::uint64_t c = 0; c < 3; ++c) picks.push_back(runtime::random_bits(17, c) % g.size());
       const double scale = max_abs(g);
@@ -339,12 +348,12 @@ TEST(Transformer, GradientsMatchFiniteDifferencesOfTheFloat64Reference) {
 TEST(Transformer, ParameterNamesAndShapesAreTheContract) {
   const TransformerConfig c;
   const std::vector<std::pair<std::string, Shape>> want = {
-      {"embedding.weight", {33, 320}}, {"layer.ln1.weight", {320}}, {"layer.ln1.bias", {320}},
-      {"layer.qkv.weight", {960, 320}}, {"layer.qkv.bias", {960}}, {"layer.proj.weight", {320, 320}},
-      {"layer.proj.bias", {320}}, {"layer.ln2.weight", {320}}, {"layer.ln2.bias", {320}},
-      {"layer.fc1.weight", {1280, 320}}, {"layer.fc1.bias", {1280}}, {"layer.fc2.weight", {320, 1280}},
-      {"layer.fc2.bias", {320}}, {"final_ln.weight", {320}}, {"final_ln.bias", {320}},
-      {"output.weight", {33, 320}}, {"output.bias", {33}}};
+      {"embedding.weight", {33, 320}},   {"layer.ln1.weight", {320}}, {"layer.ln1.bias", {320}},
+      {"layer.qkv.weight", {960, 320}},  {"layer.qkv.bias", {960}},   {"layer.proj.weight", {320, 320}},
+      {"layer.proj.bias", {320}},        {"layer.ln2.weight", {320}}, {"layer.ln2.bias", {320}},
+      {"layer.fc1.weight", {1280, 320}}, {"layer.fc1.bias", {1280}},  {"layer.fc2.weight", {320, 1280}},
+      {"layer.fc2.bias", {320}},         {"final_ln.weight", {320}},  {"final_ln.bias", {320}},
+      {"output.weight", {33, 320}},      {"output.bias", {33}}};
   EXPECT_EQ(parameter_shapes(c), want);
   const Weights a = seeded_weights(c, 1), b = seeded_weights(c, 1), d = seeded_weights(c, 2);
   for (const auto& [name, shape] : want) {
@@ -451,9 +460,9 @@ TEST(Transformer, DataParallelLayoutsEqualTheSingleRankRun) {
                          Layout{cp::Format::bshd, Mask::causal, cp::CommType::all_gather, 2, 2}}) {
     TransformerRunSpec one;
     one.weights = seeded_weights(one.config, 11);
-    one.batch = synthetic_batch(l.format, one.config.vocab,
-                                l.format == cp::Format::thd ? std::vector<i64>{7, 11, 5, 9} : std::vector<i64>{16, 16},
-                                21);
+    one.batch =
+        synthetic_batch(l.format, one.config.vocab,
+                        l.format == cp::Format::thd ? std::vector<i64>{7, 11, 5, 9} : std::vector<i64>{16, 16}, 21);
     one.attention = setup(l.format, l.mask, l.comm);
     const TransformerDump want = run_transformer(one);
     TransformerRunSpec s = one;
@@ -464,7 +473,8 @@ TEST(Transformer, DataParallelLayoutsEqualTheSingleRankRun) {
     EXPECT_EQ(got.tokens, want.tokens);
     EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss);
     expect_close(got.logits, want.logits, "logits");
-    for (std::size_t i = 0; i < got.grads.size(); ++i) expect_close(got.grads[i].second, want.grads[i].second, "grad " + got.grads[i].first);
+    for (std::size_t i = 0; i < got.grads.size(); ++i)
+      expect_close(got.grads[i].second, want.grads[i].second, "grad " + got.grads[i].first);
   }
   TransformerRunSpec s;
   s.dp = 2;
@@ -516,13 +526,15 @@ TEST(Transformer, Bf16ContextParallelPassesTheFrameworkThresholds) {
     const TransformerDump got = run_transformer(s);
     const TransformerDump& bf16_one = baseline(l.format, l.mask, -1, -1, DType::bf16);
     const ValidationReport r = compare_dumps(bf16_one, got, ValidationThresholds::for_dtype(DType::bf16));
-    EXPECT_TRUE(r.ok()) << layout_name(l) << ": logits " << r.logits_share << ", loss " << r.loss_rel
-                        << ", grads " << r.grad_max_norm_diff << " / " << r.acceptable_share;
+    EXPECT_TRUE(r.ok()) << layout_name(l) << ": logits " << r.logits_share << ", loss " << r.loss_rel << ", grads "
+                        << r.grad_max_norm_diff << " / " << r.acceptable_share;
     // bf16 against the fp32 single-rank run as well: same thresholds.
-    const ValidationReport f = compare_dumps(baseline(l.format, l.mask, -1, -1), got, ValidationThresholds::for_dtype(DType::bf16));
+    const ValidationReport f =
+        compare_dumps(baseline(l.format, l.mask, -1, -1), got, ValidationThresholds::for_dtype(DType::bf16));
     EXPECT_TRUE(f.ok()) << layout_name(l) << " vs fp32: logits " << f.logits_share << ", loss " << f.loss_rel;
     // But not the fp32 thresholds: bf16 is visibly different, which the fp32 defaults catch.
-    EXPECT_FALSE(compare_dumps(baseline(l.format, l.mask, -1, -1), got, ValidationThresholds::for_dtype(DType::f32)).ok());
+    EXPECT_FALSE(
+        compare_dumps(baseline(l.format, l.mask, -1, -1), got, ValidationThresholds::for_dtype(DType::f32)).ok());
   }
 }
 
@@ -557,8 +569,11 @@ TEST(Transformer, RunsRepeatBitForBitAndDumpsRoundTrip) {
   const TransformerDump a = run_transformer(s), b = run_transformer(s);
   EXPECT_TRUE(runtime::bitwise_equal(a.logits, b.logits));
   EXPECT_EQ(a.loss, b.loss);
-  for (std::size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(runtime::bitwise_equal(a.grads[i].second, b.grads[i].second));
-  const std::string path = (std::filesystem::temp_directory_path() / ("ranksim_dump_" + std::to_string(::getpid()) + ".safetensors")).string();
+  for (std::size_t i = 0; i < a.grads.size(); ++i)
+    EXPECT_TRUE(runtime::bitwise_equal(a.grads[i].second, b.grads[i].second));
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ranksim_dump_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
   write_dump(path, a);
   const runtime::SafetensorsFile f = runtime::load_safetensors(path);
   std::filesystem::remove(path);

@@ -42,7 +42,9 @@ bool offers(CollectiveKind k, Algorithm a) {
 // The collectives of one group; `seed` keeps every input distinct.
 void collectives_on(const ProcessGroup& g, Algorithm algo, DType dt, uint64_t seed, std::vector<Bytes>& out) {
   const int n = g.size(), me = g.rank(), rank = get_rank();
-  auto rnd = [&](Shape s, uint64_t k) { return Tensor::randn(s, seed * 1000 + k * 37 + static_cast<uint64_t>(rank), 0.0, 1.0, dt); };
+  auto rnd = [&](Shape s, uint64_t k) {
+    return Tensor::randn(s, seed * 1000 + k * 37 + static_cast<uint64_t>(rank), 0.0, 1.0, dt);
+  };
   auto algo_for = [&](CollectiveKind k) { return offers(k, algo) ? algo : Algorithm::automatic; };
   for (int64_t c : {int64_t{1000}, int64_t{7}}) {
     for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MAX}) {
@@ -218,14 +220,13 @@ TEST_P(MpiMatchesSim, EveryOutputBitForBit) {
   EXPECT_GT(compared, 40u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, MpiMatchesSim,
-    ::testing::Combine(::testing::Values(Algorithm::automatic, Algorithm::ring, Algorithm::tree,
-                                         Algorithm::direct, Algorithm::hierarchical),
-                       ::testing::Values(DType::bf16, DType::f32, DType::f64)),
-    [](const ::testing::TestParamInfo<Param>& p) {
-      return std::string(to_string(std::get<0>(p.param))) + "_" + dtype_name(std::get<1>(p.param));
-    });
+INSTANTIATE_TEST_SUITE_P(All, MpiMatchesSim,
+                         ::testing::Combine(::testing::Values(Algorithm::automatic, Algorithm::ring, Algorithm::tree,
+                                                              Algorithm::direct, Algorithm::hierarchical),
+                                            ::testing::Values(DType::bf16, DType::f32, DType::f64)),
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           return std::string(to_string(std::get<0>(p.param))) + "_" + dtype_name(std::get<1>(p.param));
+                         });
 
 // Exact-sum inputs against the closed form: the mpi backend on its own, independent of sim.
 TEST(MpiBackend, AllReduceOfRankPlusOneIsTheTriangularNumber) {

@@ -34,8 +34,7 @@ using Program = std::function<void(int rank, std::vector<Bytes>& out)>;
 
 // Runs program on every rank of the job under `backend`; returns each rank's outputs (under
 // mpi, only this process's rank has any).
-inline std::vector<std::vector<Bytes>> run_on(BackendKind backend, const Program& program,
-                                              SpawnOptions so = {}) {
+inline std::vector<std::vector<Bytes>> run_on(BackendKind backend, const Program& program, SpawnOptions so = {}) {
   const int n = mpi::world_size();
   std::vector<std::vector<Bytes>> out(static_cast<size_t>(n));
   so.backend = backend;

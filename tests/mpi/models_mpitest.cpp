@@ -29,24 +29,25 @@ class MlpOnMpi : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
 TEST_P(MlpOnMpi, MatchesSimBitForBit) {
   const auto [dt, sp] = GetParam();
   const int tp = runtime::mpi::world_size();
-  const size_t compared = runtime::mpitest::expect_mpi_matches_sim([&, dt = dt, sp = sp](int rank, std::vector<Bytes>& out) {
-    tp::ParallelState ps = tp::initialize_model_parallel(tp);
-    tp::ParallelMLPOptions o;
-    o.sequence_parallel = sp;
-    o.dtype = dt;
-    tp::ParallelMLP mlp = tp::ParallelMLP::seeded(64, 256, 1234, ps.tp().group, o);
-    const int64_t rows = sp ? 24 / tp : 24;
-    const uint64_t seed = sp ? 77 + static_cast<uint64_t>(rank) : 77;
-    Tensor x = Tensor::randn({rows, 64}, seed, 0.0, 1.0, dt);
-    tp::MLPContext ctx;
-    Tensor y = mlp.forward(x, ctx);
-    Tensor dy = Tensor::randn(y.shape(), seed + 1000, 0.0, 1.0, dt);
-    Tensor dx = mlp.backward(dy, ctx);
-    out.push_back(bytes_of(y));
-    out.push_back(bytes_of(dx));
-    out.push_back(bytes_of(mlp.fc1().weight().grad));
-    out.push_back(bytes_of(mlp.fc2().weight().grad));
-  });
+  const size_t compared =
+      runtime::mpitest::expect_mpi_matches_sim([&, dt = dt, sp = sp](int rank, std::vector<Bytes>& out) {
+        tp::ParallelState ps = tp::initialize_model_parallel(tp);
+        tp::ParallelMLPOptions o;
+        o.sequence_parallel = sp;
+        o.dtype = dt;
+        tp::ParallelMLP mlp = tp::ParallelMLP::seeded(64, 256, 1234, ps.tp().group, o);
+        const int64_t rows = sp ? 24 / tp : 24;
+        const uint64_t seed = sp ? 77 + static_cast<uint64_t>(rank) : 77;
+        Tensor x = Tensor::randn({rows, 64}, seed, 0.0, 1.0, dt);
+        tp::MLPContext ctx;
+        Tensor y = mlp.forward(x, ctx);
+        Tensor dy = Tensor::randn(y.shape(), seed + 1000, 0.0, 1.0, dt);
+        Tensor dx = mlp.backward(dy, ctx);
+        out.push_back(bytes_of(y));
+        out.push_back(bytes_of(dx));
+        out.push_back(bytes_of(mlp.fc1().weight().grad));
+        out.push_back(bytes_of(mlp.fc2().weight().grad));
+      });
   EXPECT_EQ(compared, 4u);
 }
 
@@ -94,23 +95,22 @@ TEST_P(TransformerOnMpi, StepMatchesSimBitForBit) {
 
 // With 4 ranks the 2-rank layouts run with dp = 2 (the gradients reduced over dp x cp); layouts
 // of 4 ranks skip themselves on 2.
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, TransformerOnMpi,
-    ::testing::Values(Layout{1, 2, cp::CommType::p2p, cp::Format::bshd},
-                      Layout{2, 1, cp::CommType::p2p, cp::Format::bshd},
-                      Layout{1, 2, cp::CommType::all_gather, cp::Format::thd},
-                      Layout{1, 2, cp::CommType::a2a, cp::Format::bshd},
-                      Layout{2, 2, cp::CommType::p2p, cp::Format::bshd},
-                      Layout{1, 4, cp::CommType::a2a_p2p, cp::Format::bshd}),
-    [](const ::testing::TestParamInfo<Layout>& p) {
-      const Layout& l = p.param;
-      const char* comm = l.comm == cp::CommType::p2p          ? "p2p"
-                         : l.comm == cp::CommType::all_gather ? "all_gather"
-                         : l.comm == cp::CommType::a2a        ? "a2a"
-                                                              : "a2a_p2p";
-      return "tp" + std::to_string(l.tp) + "_cp" + std::to_string(l.cp) + "_" + std::string(comm) +
-             (l.format == cp::Format::thd ? "_thd" : "_bshd");
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, TransformerOnMpi,
+                         ::testing::Values(Layout{1, 2, cp::CommType::p2p, cp::Format::bshd},
+                                           Layout{2, 1, cp::CommType::p2p, cp::Format::bshd},
+                                           Layout{1, 2, cp::CommType::all_gather, cp::Format::thd},
+                                           Layout{1, 2, cp::CommType::a2a, cp::Format::bshd},
+                                           Layout{2, 2, cp::CommType::p2p, cp::Format::bshd},
+                                           Layout{1, 4, cp::CommType::a2a_p2p, cp::Format::bshd}),
+                         [](const ::testing::TestParamInfo<Layout>& p) {
+                           const Layout& l = p.param;
+                           const char* comm = l.comm == cp::CommType::p2p          ? "p2p"
+                                              : l.comm == cp::CommType::all_gather ? "all_gather"
+                                              : l.comm == cp::CommType::a2a        ? "a2a"
+                                                                                   : "a2a_p2p";
+                           return "tp" + std::to_string(l.tp) + "_cp" + std::to_string(l.cp) + "_" + std::string(comm) +
+                                  (l.format == cp::Format::thd ? "_thd" : "_bshd");
+                         });
 
 }  // namespace
 }  // namespace ranksim

@@ -13,9 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string shipped(const std::string& name) {
-  return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name;
-}
+std::string shipped(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name; }
 
 // ring4's toy device: f32 10 TFLOP/s, bf16 40 TFLOP/s, 500 GB/s, 5 us launch overhead.
 class ToyCompute : public ::testing::Test {
@@ -42,9 +40,7 @@ TEST_F(ToyCompute, TheSlowerSideWinsAtTheRidge) {
   EXPECT_EQ(model.cost(1, 21e9, 1e9, "f32"), Time::us(2100) + Time::us(5));
 }
 
-TEST_F(ToyCompute, AnEmptyKernelStillPaysTheLaunch) {
-  EXPECT_EQ(model.cost(2, 0, 0, "f32"), Time::us(5));
-}
+TEST_F(ToyCompute, AnEmptyKernelStillPaysTheLaunch) { EXPECT_EQ(model.cost(2, 0, 0, "f32"), Time::us(5)); }
 
 TEST_F(ToyCompute, AnUnknownDtypeNamesTheKindAndWhatItHas) {
   try {

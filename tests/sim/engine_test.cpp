@@ -39,8 +39,9 @@ TEST(Engine, SleepOrdersRanksByVirtualTime) {
     this_rank::sleep_for(Time::ns(100));
     log.push_back({r, this_rank::now().picoseconds()});
   });
-  EXPECT_EQ(log, (std::vector<Step>{{3, 10000}, {2, 20000}, {1, 30000}, {0, 40000},
-                                     {3, 110000}, {2, 120000}, {1, 130000}, {0, 140000}}));
+  EXPECT_EQ(log,
+            (std::vector<Step>{
+                {3, 10000}, {2, 20000}, {1, 30000}, {0, 40000}, {3, 110000}, {2, 120000}, {1, 130000}, {0, 140000}}));
   EXPECT_EQ(engine.makespan(), Time::ns(140));
   EXPECT_EQ(engine.clock(3), Time::ns(110));
 }
@@ -122,9 +123,15 @@ std::vector<Step> pseudo_random_program(int nranks) {
       x ^= x >> 7;
       x ^= x << 17;
       switch (x % 3) {
-        case 0: this_rank::yield(); break;
-        case 1: this_rank::sleep_for(Time::ps(static_cast<int64_t>(x % 1000))); break;
-        default: engine.advance(Time::ps(static_cast<int64_t>(x % 777))); break;
+        case 0:
+          this_rank::yield();
+          break;
+        case 1:
+          this_rank::sleep_for(Time::ps(static_cast<int64_t>(x % 1000)));
+          break;
+        default:
+          engine.advance(Time::ps(static_cast<int64_t>(x % 777)));
+          break;
       }
       log.push_back({r, this_rank::now().picoseconds()});
     }
@@ -240,18 +247,17 @@ TEST(Engine, TwoEnginesDoNotInterfereEvenNested) {
       Engine inner;
       inner.run(3, [&](int ir) {
         this_rank::sleep_for(Time::ns(10));
-        log.push_back("inner " + std::to_string(this_rank::rank()) + "/" +
-                      std::to_string(this_rank::world_size()) + " at " + this_rank::now().str());
+        log.push_back("inner " + std::to_string(this_rank::rank()) + "/" + std::to_string(this_rank::world_size()) +
+                      " at " + this_rank::now().str());
         EXPECT_EQ(ir, this_rank::rank());
       });
       EXPECT_EQ(inner.makespan(), Time::ns(10));
     }
-    log.push_back("outer " + std::to_string(this_rank::rank()) + "/" +
-                  std::to_string(this_rank::world_size()) + " at " + this_rank::now().str());
+    log.push_back("outer " + std::to_string(this_rank::rank()) + "/" + std::to_string(this_rank::world_size()) +
+                  " at " + this_rank::now().str());
   });
-  EXPECT_EQ(log, (std::vector<std::string>{"outer 0/2 at 1 us", "inner 0/3 at 10 ns",
-                                           "inner 1/3 at 10 ns", "inner 2/3 at 10 ns",
-                                           "outer 1/2 at 1 us"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"outer 0/2 at 1 us", "inner 0/3 at 10 ns", "inner 1/3 at 10 ns",
+                                           "inner 2/3 at 10 ns", "outer 1/2 at 1 us"}));
 }
 
 TEST(Engine, MisuseIsAClearError) {

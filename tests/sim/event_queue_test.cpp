@@ -42,11 +42,17 @@ TEST(EventQueue, MatchesAReferenceOrderOnPseudoRandomTraffic) {
   // Reference: a stable sort of everything pushed, by time. Pushes interleave with pops and
   // often land at the current time, exercising both the heap and the FIFO.
   EventQueue q;
-  struct Rec { int64_t t; uint64_t seq; };
+  struct Rec {
+    int64_t t;
+    uint64_t seq;
+  };
   std::vector<Rec> pushed;
   std::vector<uint64_t> popped;
   uint64_t x = 12345;
-  auto next = [&x] { x = x * 6364136223846793005ull + 1442695040888963407ull; return x >> 33; };
+  auto next = [&x] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return x >> 33;
+  };
   uint64_t seq = 0;
   for (int i = 0; i < 20000; ++i) {
     const int64_t base = q.now().picoseconds();

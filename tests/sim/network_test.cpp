@@ -18,9 +18,7 @@ namespace {
 
 constexpr uint64_t MB = 1'000'000;
 
-std::string shipped(const std::string& name) {
-  return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name;
-}
+std::string shipped(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name; }
 
 // ring4: links of 50 GB/s and 1 us; device memory 500 GB/s.
 class Ring4 : public ::testing::Test {
@@ -65,9 +63,8 @@ TEST_F(Ring4, WhenTheSmallFlowFinishesTheBigOneSpeedsUp) {
 
 TEST_F(Ring4, FlowsOnDisjointLinksDoNotInteract) {
   // Opposite directions of one cable are separate links (full duplex), and so are other cables.
-  const std::vector<Transfer> ts = {{0, 1, 50 * MB, Time::zero()},
-                                    {1, 0, 50 * MB, Time::zero()},
-                                    {2, 3, 50 * MB, Time::zero()}};
+  const std::vector<Transfer> ts = {
+      {0, 1, 50 * MB, Time::zero()}, {1, 0, 50 * MB, Time::zero()}, {2, 3, 50 * MB, Time::zero()}};
   for (Time t : net.complete(ts)) EXPECT_EQ(t, Time::ms(1) + Time::us(1));
 }
 
@@ -130,8 +127,7 @@ TEST(NetworkModel, TheNicIsSharedAndTheFatTreeIsNot) {
   const Topology topo = Topology::load_file(shipped("h100-cluster.yaml"), {"nodes=3"});
   const NetworkModel net(topo);
   // GPU 0 of node 0 sends to GPU 0 of nodes 1 and 2: its NIC (50 GB/s) is split.
-  const std::vector<Transfer> fan_out = {{0, 8, 50 * MB, Time::zero()},
-                                         {0, 16, 50 * MB, Time::zero()}};
+  const std::vector<Transfer> fan_out = {{0, 8, 50 * MB, Time::zero()}, {0, 16, 50 * MB, Time::zero()}};
   for (Time t : net.complete(fan_out)) EXPECT_EQ(t, Time::ms(2) + Time::ns(1130));
   // Every GPU of node 0 sends to another rail on node 1: all meet at the spine, which is
   // non-blocking, so each gets its whole NIC.
@@ -143,8 +139,7 @@ TEST(NetworkModel, TheNicIsSharedAndTheFatTreeIsNot) {
 TEST(NetworkModel, AnOversubscribedUplinkIsShared) {
   // Rail 0's leaf holds 2 NICs (100 GB/s); at 4:1 its uplink carries 25 GB/s. Two flows leave
   // rail 0 for rail 1: 12.5 GB/s each.
-  const Topology topo = Topology::load_file(shipped("h100-cluster.yaml"),
-                                            {"network.levels.leaf.oversubscription=4"});
+  const Topology topo = Topology::load_file(shipped("h100-cluster.yaml"), {"network.levels.leaf.oversubscription=4"});
   const NetworkModel net(topo);
   const std::vector<Transfer> ts = {{0, 9, 50 * MB, Time::zero()}, {8, 1, 50 * MB, Time::zero()}};
   for (Time t : net.complete(ts)) EXPECT_EQ(t, Time::ms(4) + Time::ns(1390));
@@ -159,7 +154,7 @@ TEST(NetworkModel, ARingStepOverSixteenThousandGpusIsThreeEvents) {
   for (int i = 0; i < n; ++i) ring.push_back({i, (i + 1) % n, 10 * MB, Time::zero()});
   NetworkStats stats;
   const std::vector<Time> done = net.complete(ring, &stats);
-  EXPECT_EQ(stats.events, 3u);  // all starts; the NVSwitch flows finish; the NIC flows finish
+  EXPECT_EQ(stats.events, 3u);   // all starts; the NVSwitch flows finish; the NIC flows finish
   EXPECT_EQ(stats.refills, 1u);  // one progressive filling for all of them
   EXPECT_EQ(stats.rate_changes, static_cast<uint64_t>(n));
   // Inside a node: NVSwitch. Between nodes: GPU 7 -> GPU 0 changes rail (spine), and between
@@ -202,8 +197,10 @@ std::vector<double> reference(const Topology& topo, const std::vector<Transfer>&
           int unfrozen = 0;
           for (size_t j : active) {
             if (std::find(fs[j].links.begin(), fs[j].links.end(), l) == fs[j].links.end()) continue;
-            if (frozen[j]) used += fs[j].rate;
-            else ++unfrozen;
+            if (frozen[j])
+              used += fs[j].rate;
+            else
+              ++unfrozen;
           }
           const double share = (topo.link(l).bandwidth - used) / unfrozen;
           if (share < best) best = share, best_link = l;
@@ -211,8 +208,7 @@ std::vector<double> reference(const Topology& topo, const std::vector<Transfer>&
       }
       for (size_t j : active) {
         if (frozen[j]) continue;
-        if (std::find(fs[j].links.begin(), fs[j].links.end(), best_link) == fs[j].links.end())
-          continue;
+        if (std::find(fs[j].links.begin(), fs[j].links.end(), best_link) == fs[j].links.end()) continue;
         fs[j].rate = best;
         frozen[j] = true;
         --left;
@@ -248,8 +244,8 @@ struct Lcg {
 
 // count random transfers of 1-64 MB starting at random multiples of `step` below steps * step:
 // few distinct starts make many simultaneous starts and finishes, many make a long cascade.
-void expect_matches_reference(const Topology& topo, uint64_t seed, int count,
-                              Time step = Time::us(250), uint64_t steps = 4) {
+void expect_matches_reference(const Topology& topo, uint64_t seed, int count, Time step = Time::us(250),
+                              uint64_t steps = 4) {
   Lcg rng{seed};
   std::vector<Transfer> ts;
   for (int i = 0; i < count; ++i) {
@@ -283,9 +279,8 @@ TEST(NetworkModel, MatchesAGlobalReferenceOnAFatTree) {
 
 TEST(NetworkModel, MatchesAGlobalReferenceWithStaggeredStarts) {
   const Topology ring = Topology::load_file(shipped("ring4.yaml"));
-  const Topology tree = Topology::load_file(
-      shipped("h100-cluster.yaml"),
-      {"nodes=6", "network.levels.leaf.children=2", "network.levels.leaf.oversubscription=4"});
+  const Topology tree = Topology::load_file(shipped("h100-cluster.yaml"), {"nodes=6", "network.levels.leaf.children=2",
+                                                                           "network.levels.leaf.oversubscription=4"});
   for (uint64_t seed = 11; seed <= 14; ++seed) {
     expect_matches_reference(ring, seed, 20, Time::us(1), 2000);
     expect_matches_reference(tree, seed, 60, Time::us(1), 2000);
@@ -319,10 +314,10 @@ node:
 }
 
 TEST(NetworkModel, MatchesAGlobalReferenceOnAnOversubscribedFatTree) {
-  const Topology topo = Topology::load_file(
-      shipped("h100-cluster.yaml"),
-      {"nodes=6", "network.levels.leaf.children=2", "network.levels.leaf.oversubscription=3",
-       "network.levels.spine.oversubscription=1.5"});
+  const Topology topo =
+      Topology::load_file(shipped("h100-cluster.yaml"),
+                          {"nodes=6", "network.levels.leaf.children=2", "network.levels.leaf.oversubscription=3",
+                           "network.levels.spine.oversubscription=1.5"});
   for (uint64_t seed = 1; seed <= 4; ++seed) expect_matches_reference(topo, seed, 40);
 }
 

@@ -14,9 +14,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string shipped(const std::string& name) {
-  return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name;
-}
+std::string shipped(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name; }
 
 std::vector<std::string> link_names(const Topology& t, const Route& r) {
   std::vector<std::string> out;
@@ -73,8 +71,7 @@ TEST(Topology, DgxH100HoldsTheDatasheetFigures) {
 TEST(Topology, NvswitchRouteIsUpAndDownThroughTheNodeSwitch) {
   const Topology t = Topology::load_file(shipped("dgx-h100.yaml"));
   const Route r = t.route(2, 6);
-  EXPECT_THAT(link_names(t, r),
-              ElementsAre("node0.gpu2 -> node0.nvswitch", "node0.nvswitch -> node0.gpu6"));
+  EXPECT_THAT(link_names(t, r), ElementsAre("node0.gpu2 -> node0.nvswitch", "node0.nvswitch -> node0.gpu6"));
   EXPECT_EQ(r.latency, Time::ns(700));
   EXPECT_DOUBLE_EQ(r.bandwidth, 450e9);
 }
@@ -103,10 +100,8 @@ TEST(Topology, Ring4TakesTheShortestWay) {
   EXPECT_THAT(link_names(t, t.route(0, 3)), ElementsAre("node0.dev0 -> node0.dev3"));
   EXPECT_THAT(link_names(t, t.route(3, 0)), ElementsAre("node0.dev3 -> node0.dev0"));
   // Two equal ways round: the one through the lower-numbered neighbour.
-  EXPECT_THAT(link_names(t, t.route(0, 2)),
-              ElementsAre("node0.dev0 -> node0.dev1", "node0.dev1 -> node0.dev2"));
-  EXPECT_THAT(link_names(t, t.route(3, 1)),
-              ElementsAre("node0.dev3 -> node0.dev0", "node0.dev0 -> node0.dev1"));
+  EXPECT_THAT(link_names(t, t.route(0, 2)), ElementsAre("node0.dev0 -> node0.dev1", "node0.dev1 -> node0.dev2"));
+  EXPECT_THAT(link_names(t, t.route(3, 1)), ElementsAre("node0.dev3 -> node0.dev0", "node0.dev0 -> node0.dev1"));
   const Route r = t.route(0, 2);
   EXPECT_EQ(r.latency, Time::us(2));
   EXPECT_DOUBLE_EQ(r.bandwidth, 50e9);
@@ -120,15 +115,13 @@ TEST(Topology, ClusterRoutesFollowRailsThroughTheFatTree) {
   EXPECT_FALSE(t.same_node(7, 8));
   // Same rail: NIC up to the rail's leaf and down again (500 + 130 + 500 ns).
   const Route same_rail = t.route(0, 8);
-  EXPECT_THAT(link_names(t, same_rail),
-              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> node1.gpu0"));
+  EXPECT_THAT(link_names(t, same_rail), ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> node1.gpu0"));
   EXPECT_EQ(same_rail.latency, Time::ns(1130));
   EXPECT_DOUBLE_EQ(same_rail.bandwidth, 50e9);
   // Another rail: the rails meet at the spine (two more switch traversals).
   const Route cross = t.route(0, 11);
-  EXPECT_THAT(link_names(t, cross),
-              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> spine0",
-                          "spine0 -> leaf0.rail3", "leaf0.rail3 -> node1.gpu3"));
+  EXPECT_THAT(link_names(t, cross), ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> spine0",
+                                                "spine0 -> leaf0.rail3", "leaf0.rail3 -> node1.gpu3"));
   EXPECT_EQ(cross.latency, Time::ns(1390));
   // Inside a node the NVSwitch is used, never the NICs.
   EXPECT_EQ(t.route(8, 11).links.size(), 2u);
@@ -143,9 +136,8 @@ TEST(Topology, OneFileServesSixteenThousandGpus) {
   EXPECT_EQ(t.num_links(), 4 * 16384 + 2 * (64 * 8) + 2 * 16);
   const Route far = t.route(0, 16383);
   EXPECT_THAT(link_names(t, far),
-              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> spine0", "spine0 -> core0",
-                          "core0 -> spine15", "spine15 -> leaf63.rail7",
-                          "leaf63.rail7 -> node2047.gpu7"));
+              ElementsAre("node0.gpu0 -> leaf0.rail0", "leaf0.rail0 -> spine0", "spine0 -> core0", "core0 -> spine15",
+                          "spine15 -> leaf63.rail7", "leaf63.rail7 -> node2047.gpu7"));
   EXPECT_EQ(far.latency, Time::ns(500 + 130 * 5 + 500));
   // Node 100 is in SU 3, still in pod 0 (SUs 0-3): up to the spine only.
   EXPECT_EQ(t.route(0, 100 * 8).latency, Time::ns(1390));
@@ -168,25 +160,24 @@ TEST(Topology, FatTreeUplinksCarryTheWholeGroupUnlessOversubscribed) {
   EXPECT_TRUE(su1_down.non_blocking);
   EXPECT_FALSE(t.link(full.links[0]).non_blocking);  // the NIC
 
-  const Topology over = Topology::load_file(
-      shipped("h100-cluster.yaml"), {"nodes=40", "network.levels.leaf.oversubscription=2"});
+  const Topology over =
+      Topology::load_file(shipped("h100-cluster.yaml"), {"nodes=40", "network.levels.leaf.oversubscription=2"});
   const Link& up = over.link(over.route(0, 39 * 8 + 1).links[1]);
   EXPECT_DOUBLE_EQ(up.bandwidth, 16 * 50e9);
   EXPECT_FALSE(up.non_blocking);
 }
 
 TEST(Topology, OverridesChangeValuesBeforeValidation) {
-  const Topology t = Topology::load_file(
-      shipped("h100-cluster.yaml"),
-      {"network.nic_bandwidth=200 Gb/s", "network.levels.leaf.latency=200 ns",
-       "network.levels.2.latency = 1 us", "node.fabric.bandwidth=100 GB/s"});
+  const Topology t = Topology::load_file(shipped("h100-cluster.yaml"),
+                                         {"network.nic_bandwidth=200 Gb/s", "network.levels.leaf.latency=200 ns",
+                                          "network.levels.2.latency = 1 us", "node.fabric.bandwidth=100 GB/s"});
   EXPECT_DOUBLE_EQ(t.route(0, 8).bandwidth, 25e9);
   EXPECT_EQ(t.route(0, 8).latency, Time::ns(1200));
   EXPECT_EQ(t.network().levels[2].latency, Time::us(1));
   EXPECT_DOUBLE_EQ(t.route(0, 1).bandwidth, 100e9);
   // A whole section can be replaced by a YAML value.
-  const Topology mesh = Topology::load_file(
-      shipped("ring4.yaml"), {"node.fabric={type: mesh, bandwidth: 10 GB/s, latency: 2 us}"});
+  const Topology mesh =
+      Topology::load_file(shipped("ring4.yaml"), {"node.fabric={type: mesh, bandwidth: 10 GB/s, latency: 2 us}"});
   EXPECT_EQ(mesh.num_links(), 12);
   EXPECT_EQ(mesh.route(0, 2).links.size(), 1u);
 }
@@ -231,21 +222,19 @@ node:
 )";
   const Topology t = Topology::parse(yaml, "lopsided.yaml");
   const Route r = t.route(0, 2);
-  EXPECT_THAT(link_names(t, r),
-              ElementsAre("node0.dev0 -> node0.dev1", "node0.dev1 -> node0.dev2"));
+  EXPECT_THAT(link_names(t, r), ElementsAre("node0.dev0 -> node0.dev1", "node0.dev1 -> node0.dev2"));
   EXPECT_EQ(r.latency, Time::us(2));
   EXPECT_DOUBLE_EQ(r.bandwidth, 10e9);
   EXPECT_DOUBLE_EQ(t.route(2, 1).bandwidth, 20e9);
 }
 
 TEST(Topology, ExplicitFabricsRepeatOnEveryNode) {
-  const Topology t = Topology::load_file(
-      shipped("ring4.yaml"),
-      {"nodes=3", "network={nic_bandwidth: 100 Gb/s, nic_latency: 1 us, levels: [{name: sw, "
-                  "latency: 100 ns}]}"});
+  const Topology t = Topology::load_file(shipped("ring4.yaml"),
+                                         {"nodes=3",
+                                          "network={nic_bandwidth: 100 Gb/s, nic_latency: 1 us, levels: [{name: sw, "
+                                          "latency: 100 ns}]}"});
   EXPECT_EQ(t.num_devices(), 12);
-  EXPECT_THAT(link_names(t, t.route(8, 10)),
-              ElementsAre("node2.dev0 -> node2.dev1", "node2.dev1 -> node2.dev2"));
+  EXPECT_THAT(link_names(t, t.route(8, 10)), ElementsAre("node2.dev0 -> node2.dev1", "node2.dev1 -> node2.dev2"));
   EXPECT_EQ(t.route(3, 4).links.size(), 2u);  // node 0 -> node 1 through the switch
   for (int a = 0; a < 12; ++a)
     for (int b = 0; b < 12; ++b) expect_well_formed(t, a, b);
@@ -278,9 +267,8 @@ TEST(Topology, LinkKindsGroupLinksForReports) {
   const Topology t = Topology::load_file(shipped("h100-cluster.yaml"));
   std::vector<std::string> kinds;
   for (int k = 0; k < t.num_link_kinds(); ++k) kinds.push_back(t.link_kind(k).name);
-  EXPECT_THAT(kinds, ElementsAre("nvswitch up", "nvswitch down", "nic up", "nic down",
-                                 "leaf-spine up", "leaf-spine down", "spine-core up",
-                                 "spine-core down"));
+  EXPECT_THAT(kinds, ElementsAre("nvswitch up", "nvswitch down", "nic up", "nic down", "leaf-spine up",
+                                 "leaf-spine down", "spine-core up", "spine-core down"));
   EXPECT_EQ(t.link_kind(t.link(t.route(0, 8).links[0]).kind).description, "device -> leaf");
 }
 

@@ -25,8 +25,7 @@ TEST(Trace, FormatsMicrosecondsExactlyFromPicoseconds) {
 TEST(Trace, WritesChromeTraceJsonWithOneTrackPerRank) {
   Trace t;
   t.set_num_ranks(2);
-  t.add({1, SpanKind::comm, Time::ns(1500), Time::us(4), "all_reduce \"tp\"",
-         {{"bytes", "4096"}, {"group", "tp0"}}});
+  t.add({1, SpanKind::comm, Time::ns(1500), Time::us(4), "all_reduce \"tp\"", {{"bytes", "4096"}, {"group", "tp0"}}});
   t.add({0, SpanKind::compute, Time::zero(), Time::ns(1500), "matmul", {}});
   std::ostringstream os;
   t.write_chrome_json(os);

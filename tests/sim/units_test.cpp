@@ -121,8 +121,7 @@ TEST(Units, FormatsHumanUnits) {
 }
 
 TEST(Units, FormatThenParseRoundTrips) {
-  for (double v : {1.0, 450e9, 3.35e12, 12.8e12, 50e9})
-    EXPECT_DOUBLE_EQ(parse_bandwidth(format_bandwidth(v)), v);
+  for (double v : {1.0, 450e9, 3.35e12, 12.8e12, 50e9}) EXPECT_DOUBLE_EQ(parse_bandwidth(format_bandwidth(v)), v);
 }
 
 }  // namespace

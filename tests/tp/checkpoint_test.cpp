@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/distributed/spawn.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/safetensors.h"
-#include "runtime/distributed/spawn.h"
 #include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 #include "tp/attention.h"
@@ -59,8 +59,7 @@ std::vector<std::string> names_of(const runtime::SafetensorsFile& f) {
   return names;
 }
 
-void expect_bitwise(const runtime::SafetensorsFile& f, const std::string& name,
-                    const Tensor& want) {
+void expect_bitwise(const runtime::SafetensorsFile& f, const std::string& name, const Tensor& want) {
   ASSERT_TRUE(f.contains(name)) << name;
   const Tensor& got = f.at(name);
   EXPECT_EQ(got.dtype(), want.dtype()) << name;
@@ -110,8 +109,8 @@ TEST_P(Checkpoint, MlpWritesItsMastersBitForBit) {
       EXPECT_TRUE(fs::exists(path));
     });
     const runtime::SafetensorsFile f = runtime::load_safetensors(path);
-    EXPECT_THAT(names_of(f), ElementsAre("layers.0.mlp.fc1.weight", "layers.0.mlp.fc1.bias",
-                                         "layers.0.mlp.fc2.weight", "layers.0.mlp.fc2.bias"));
+    EXPECT_THAT(names_of(f), ElementsAre("layers.0.mlp.fc1.weight", "layers.0.mlp.fc1.bias", "layers.0.mlp.fc2.weight",
+                                         "layers.0.mlp.fc2.bias"));
     EXPECT_THAT(f.metadata, ElementsAre(Pair("format", "pt")));
     expect_bitwise(f, "layers.0.mlp.fc1.weight", m.w1.to(dtype));
     expect_bitwise(f, "layers.0.mlp.fc1.bias", m.b1.to(dtype));
@@ -166,8 +165,8 @@ TEST_P(Checkpoint, AttentionAndStridedWeightsGoBackInPlace) {
     save_consolidated(path, params, g);
   });
   const runtime::SafetensorsFile f = runtime::load_safetensors(path);
-  EXPECT_THAT(names_of(f), ElementsAre("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
-                                       "attn.proj.bias", "strided.weight", "strided.bias"));
+  EXPECT_THAT(names_of(f), ElementsAre("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+                                       "strided.weight", "strided.bias"));
   expect_bitwise(f, "attn.qkv.weight", wqkv);
   expect_bitwise(f, "attn.qkv.bias", bqkv);
   expect_bitwise(f, "attn.proj.weight", wp);
@@ -204,9 +203,7 @@ TEST_P(Checkpoint, GradientsEqualTheSingleRankGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, Checkpoint, ::testing::Values(2, 4),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return "tp" + std::to_string(i.param);
-                         });
+                         [](const ::testing::TestParamInfo<int>& i) { return "tp" + std::to_string(i.param); });
 
 class CheckpointErrors : public Checkpoint {};
 
@@ -232,17 +229,14 @@ TEST_F(CheckpointErrors, AFailedWriteThrowsOnEveryRankAndKeepsThePreviousFile) {
   });
   EXPECT_EQ(failures.load(), 4);
   EXPECT_THAT(messages[2], HasSubstr("safetensors file '" + bad + "'"));
-  EXPECT_THAT(
-      messages[0],
-      HasSubstr("save_consolidated: the writer (group rank 2) could not write '" + bad + "'"));
+  EXPECT_THAT(messages[0], HasSubstr("save_consolidated: the writer (group rank 2) could not write '" + bad + "'"));
   EXPECT_FALSE(fs::exists(bad));
   const std::string before = read_bytes(good);
   // Invalid requests fail on every rank before anything is gathered or written.
   failures = 0;
   run_tp(2, [&](int, const runtime::ProcessGroup& g) {
     ParallelMLP mlp(m.w1, m.w2, g, {}, m.b1, m.b2);
-    auto fails = [&](const NamedParameters& params, const ConsolidateOptions& c,
-                     const std::string& msg) {
+    auto fails = [&](const NamedParameters& params, const ConsolidateOptions& c, const std::string& msg) {
       try {
         save_consolidated(good, params, g, c);
         ADD_FAILURE() << "no error for: " << msg;
@@ -258,8 +252,7 @@ TEST_F(CheckpointErrors, AFailedWriteThrowsOnEveryRankAndKeepsThePreviousFile) {
     fails({{"w", nullptr}}, {}, "parameter 'w' is null");
     ConsolidateOptions grads;
     grads.gradients = true;
-    fails(mlp.named_parameters(), grads,
-          "parameter 'fc1.weight' has no gradient (run a backward first)");
+    fails(mlp.named_parameters(), grads, "parameter 'fc1.weight' has no gradient (run a backward first)");
     ConsolidateOptions writer;
     writer.writer = 2;
     fails(mlp.named_parameters(), writer, "writer 2 is not a rank of the group of 2");

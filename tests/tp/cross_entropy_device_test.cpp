@@ -16,8 +16,8 @@
 namespace ranksim::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_same;
+using ::testing::HasSubstr;
 using testing::kDeviceDTypes;
 using testing::on_cpu_and_emulated;
 using testing::rnd;
@@ -44,9 +44,10 @@ TEST_P(DeviceVocabCrossEntropy, EveryRankMatchesTheCpuRun) {
     r.report = spawn(
         [&](int rank) {
           tp::CrossEntropyContext c;
-          const Tensor loss = tp::vocab_parallel_cross_entropy(logits.narrow(1, rank * vp, vp), targets,
-                                                               ProcessGroup(), c);
-          r.out[static_cast<std::size_t>(rank)] = {loss, c.softmax, tp::vocab_parallel_cross_entropy_backward(dloss, c)};
+          const Tensor loss =
+              tp::vocab_parallel_cross_entropy(logits.narrow(1, rank * vp, vp), targets, ProcessGroup(), c);
+          r.out[static_cast<std::size_t>(rank)] = {loss, c.softmax,
+                                                   tp::vocab_parallel_cross_entropy_backward(dloss, c)};
         },
         p);
     return r;
@@ -78,7 +79,6 @@ INSTANTIATE_TEST_SUITE_P(TpSizesAndDTypes, DeviceVocabCrossEntropy,
                            return "tp" + std::to_string(std::get<0>(tp_dtype.param)) + "_" +
                                   dtype_name(std::get<1>(tp_dtype.param));
                          });
-
 
 }  // namespace
 }  // namespace ranksim::runtime

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "runtime/distributed/distributed.h"
-#include "runtime/tensor/ops.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/ops.h"
 #include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 #include "tp/cross_entropy.h"
@@ -90,13 +90,12 @@ void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& wh
   for (std::size_t i = 0; i < g.size(); ++i) {
     if (g[i] != w[i] && bad++ == 0) first = i;
   }
-  ADD_FAILURE() << what << ": " << bad << " of " << g.size() << " elements differ; first at "
-                << first << ": " << g[first] << " vs " << w[first];
+  ADD_FAILURE() << what << ": " << bad << " of " << g.size() << " elements differ; first at " << first << ": "
+                << g[first] << " vs " << w[first];
 }
 
 // |got - want| <= tol elementwise; tol has one entry per element.
-void expect_within(const Tensor& got, const Tensor& want, const std::vector<double>& tol,
-                   const std::string& what) {
+void expect_within(const Tensor& got, const Tensor& want, const std::vector<double>& tol, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   ASSERT_EQ(tol.size(), g.size()) << what;
@@ -108,8 +107,8 @@ void expect_within(const Tensor& got, const Tensor& want, const std::vector<doub
     if (err > tol[i]) ++bad;
     if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements outside the bound; worst at " << worst
-                     << ": " << g[worst] << " vs " << w[worst] << " (bound " << tol[worst] << ")";
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements outside the bound; worst at " << worst << ": " << g[worst]
+                     << " vs " << w[worst] << " (bound " << tol[worst] << ")";
 }
 
 std::vector<double> scaled(const std::vector<double>& v, double f, double add = 0) {
@@ -191,11 +190,16 @@ TEST(Mappings, SingleRankIsIdentityAndIndivisibleSplitsAreErrors) {
     EXPECT_TRUE(gather_from_tp(x, g).shares_storage(x));
     EXPECT_TRUE(scatter_to_sp(x, g).shares_storage(x));
   });
-  EXPECT_THAT([] { run_tp(2, [](int, const runtime::ProcessGroup& g) { scatter_to_tp(Tensor::ones({4, 5}), g); }); },
+  EXPECT_THAT([] { run_tp(2, [](int, const runtime::ProcessGroup& g) {
+                     scatter_to_tp(Tensor::ones({4, 5}), g);
+                   }); },
               ThrowsMessage<Error>(HasSubstr("scatter_to_tp: dimension 1 of f32[4, 5] (5) is not "
                                              "divisible by the tensor-parallel size 2")));
-  EXPECT_THAT([] { run_tp(2, [](int, const runtime::ProcessGroup& g) { reduce_scatter_to_sp(Tensor::ones({3, 4}), g); }); },
-              ThrowsMessage<Error>(HasSubstr("(3) is not divisible by the tensor-parallel size 2")));
+  EXPECT_THAT(
+      [] { run_tp(2, [](int, const runtime::ProcessGroup& g) {
+             reduce_scatter_to_sp(Tensor::ones({3, 4}), g);
+           }); },
+      ThrowsMessage<Error>(HasSubstr("(3) is not divisible by the tensor-parallel size 2")));
 }
 
 // --- Column / Row parallel linear against the single-rank layer --------------------------------
@@ -206,8 +210,7 @@ struct Case {
   bool exact;
 };
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return "tp" + std::to_string(info.param.tp) + (info.param.sp ? "_sp" : "") +
-         (info.param.exact ? "_exact" : "_randn");
+  return "tp" + std::to_string(info.param.tp) + (info.param.sp ? "_sp" : "") + (info.param.exact ? "_exact" : "_randn");
 }
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -225,8 +228,7 @@ struct LinearRun {
 
 class ColumnParallel : public ::testing::TestWithParam<Case> {};
 
-LinearRun run_column(int p, bool sp, const Tensor& w, const Tensor& b, const Tensor& x,
-                     const Tensor& dy) {
+LinearRun run_column(int p, bool sp, const Tensor& w, const Tensor& b, const Tensor& x, const Tensor& dy) {
   LinearRun out;
   out.y.resize(static_cast<std::size_t>(p));
   out.dx = out.dw = out.db = out.y;
@@ -274,8 +276,7 @@ INSTANTIATE_TEST_SUITE_P(Tp, ColumnParallel, ::testing::ValuesIn(all_cases()), c
 
 class RowParallel : public ::testing::TestWithParam<Case> {};
 
-LinearRun run_row(int p, bool sp, const Tensor& w, const Tensor& b, const Tensor& x,
-                  const Tensor& dy) {
+LinearRun run_row(int p, bool sp, const Tensor& w, const Tensor& b, const Tensor& x, const Tensor& dy) {
   LinearRun out;
   out.y.resize(static_cast<std::size_t>(p));
   out.dx = out.dw = out.db = out.y;
@@ -504,8 +505,7 @@ TEST_P(VocabCrossEntropy, MatchesFloat64ReferenceAndSingleRank) {
     dl.resize(static_cast<std::size_t>(np));
     run_tp(np, [&](int r, const runtime::ProcessGroup& g) {
       CrossEntropyContext c;
-      loss[static_cast<std::size_t>(r)] =
-          vocab_parallel_cross_entropy(part(logits, 1, np, r), targets, g, c);
+      loss[static_cast<std::size_t>(r)] = vocab_parallel_cross_entropy(part(logits, 1, np, r), targets, g, c);
       dl[static_cast<std::size_t>(r)] = vocab_parallel_cross_entropy_backward(dloss, c);
     });
   };
@@ -567,8 +567,8 @@ TEST(VocabCrossEntropy, TargetOutsideVocabularyIsAnError) {
       [] {
         run_tp(2, [](int, const runtime::ProcessGroup& g) {
           CrossEntropyContext c;
-          vocab_parallel_cross_entropy(Tensor::zeros({2, 4}),
-                                       Tensor::from_vector(std::vector<std::int64_t>{1, 8}, {2}), g, c);
+          vocab_parallel_cross_entropy(Tensor::zeros({2, 4}), Tensor::from_vector(std::vector<std::int64_t>{1, 8}, {2}),
+                                       g, c);
         });
       },
       ThrowsMessage<Error>(HasSubstr("target 8 of row 1 is outside the vocabulary [0, 8)")));
@@ -577,36 +577,53 @@ TEST(VocabCrossEntropy, TargetOutsideVocabularyIsAnError) {
 // --- Layout errors -----------------------------------------------------------------------------
 
 TEST(LayoutErrors, SizesNotDivisibleByTpAreNamed) {
-  auto fails_with = [](int p, const std::function<void(const runtime::ProcessGroup&)>& build,
-                       const std::string& msg) {
+  auto fails_with = [](int p, const std::function<void(const runtime::ProcessGroup&)>& build, const std::string& msg) {
     EXPECT_THAT([&] { run_tp(p, [&](int, const runtime::ProcessGroup& g) { build(g); }); },
                 ThrowsMessage<Error>(HasSubstr(msg)));
   };
-  fails_with(4, [](const auto& g) { ColumnParallelLinear(Tensor::zeros({6, 8}), g); },
-             "ColumnParallelLinear: output size 6 is not divisible by the tensor-parallel size 4");
-  fails_with(4, [](const auto& g) { RowParallelLinear(Tensor::zeros({8, 10}), g); },
-             "RowParallelLinear: input size 10 is not divisible by the tensor-parallel size 4");
-  fails_with(8, [](const auto& g) { VocabParallelEmbedding(Tensor::zeros({50, 4}), g); },
-             "VocabParallelEmbedding: vocabulary size 50 is not divisible by the "
-             "tensor-parallel size 8");
-  fails_with(2, [](const auto& g) {
-               ColumnParallelLinearOptions o;
-               o.sequence_parallel = o.gather_output = true;
-               ColumnParallelLinear(Tensor::zeros({4, 4}), g, o);
-             },
-             "gather_output cannot be combined with sequence_parallel");
-  fails_with(2, [](const auto& g) {
-               RowParallelLinearOptions o;
-               o.sequence_parallel = true;
-               RowParallelLinear(Tensor::zeros({4, 4}), g, o);
-             },
-             "sequence_parallel requires input_is_parallel");
-  fails_with(2, [](const auto& g) {
-               ColumnParallelLinear l(Tensor::zeros({4, 4}), g);
-               LinearContext c;
-               l.forward(Tensor::zeros({3, 5}), c);
-             },
-             "input f32[3, 5] must have 4 features in its last dim");
+  fails_with(
+      4,
+      [](const auto& g) {
+        ColumnParallelLinear(Tensor::zeros({6, 8}), g);
+      },
+      "ColumnParallelLinear: output size 6 is not divisible by the tensor-parallel size 4");
+  fails_with(
+      4,
+      [](const auto& g) {
+        RowParallelLinear(Tensor::zeros({8, 10}), g);
+      },
+      "RowParallelLinear: input size 10 is not divisible by the tensor-parallel size 4");
+  fails_with(
+      8,
+      [](const auto& g) {
+        VocabParallelEmbedding(Tensor::zeros({50, 4}), g);
+      },
+      "VocabParallelEmbedding: vocabulary size 50 is not divisible by the "
+      "tensor-parallel size 8");
+  fails_with(
+      2,
+      [](const auto& g) {
+        ColumnParallelLinearOptions o;
+        o.sequence_parallel = o.gather_output = true;
+        ColumnParallelLinear(Tensor::zeros({4, 4}), g, o);
+      },
+      "gather_output cannot be combined with sequence_parallel");
+  fails_with(
+      2,
+      [](const auto& g) {
+        RowParallelLinearOptions o;
+        o.sequence_parallel = true;
+        RowParallelLinear(Tensor::zeros({4, 4}), g, o);
+      },
+      "sequence_parallel requires input_is_parallel");
+  fails_with(
+      2,
+      [](const auto& g) {
+        ColumnParallelLinear l(Tensor::zeros({4, 4}), g);
+        LinearContext c;
+        l.forward(Tensor::zeros({3, 5}), c);
+      },
+      "input f32[3, 5] must have 4 features in its last dim");
 }
 
 }  // namespace

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "runtime/distributed/distributed.h"
-#include "runtime/tensor/ops.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/ops.h"
 #include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 #include "tp/attention.h"
@@ -35,8 +35,8 @@ using runtime::Tensor;
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
 
-constexpr double kU = 0x1p-24;   // fp32 unit roundoff
-constexpr double kUb = 0x1p-8;   // bf16 unit roundoff (8 significant bits)
+constexpr double kU = 0x1p-24;  // fp32 unit roundoff
+constexpr double kUb = 0x1p-8;  // bf16 unit roundoff (8 significant bits)
 double gamma(double n) { return n * kU / (1.0 - n * kU); }
 
 void run_tp(int tp, const std::function<void(int, const runtime::ProcessGroup&)>& fn) {
@@ -83,12 +83,11 @@ void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& wh
   for (std::size_t i = 0; i < g.size(); ++i) {
     if (g[i] != w[i] && bad++ == 0) first = i;
   }
-  ADD_FAILURE() << what << ": " << bad << " of " << g.size() << " elements differ; first at "
-                << first << ": " << g[first] << " vs " << w[first];
+  ADD_FAILURE() << what << ": " << bad << " of " << g.size() << " elements differ; first at " << first << ": "
+                << g[first] << " vs " << w[first];
 }
 
-void expect_within(const Tensor& got, const Tensor& want, const std::vector<double>& tol,
-                   const std::string& what) {
+void expect_within(const Tensor& got, const Tensor& want, const std::vector<double>& tol, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   ASSERT_EQ(tol.size(), g.size()) << what;
@@ -103,12 +102,11 @@ void expect_within(const Tensor& got, const Tensor& want, const std::vector<doub
       worst = i;
     }
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements outside the bound; worst at " << worst
-                     << ": " << g[worst] << " vs " << w[worst] << " (bound " << tol[worst] << ")";
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements outside the bound; worst at " << worst << ": " << g[worst]
+                     << " vs " << w[worst] << " (bound " << tol[worst] << ")";
 }
 
-std::vector<double> fp32_dot_bound(const std::vector<double>& abs_sum, double k,
-                                   const Tensor& result) {
+std::vector<double> fp32_dot_bound(const std::vector<double>& abs_sum, double k, const Tensor& result) {
   const std::vector<double> y = result.to_vector<double>();
   std::vector<double> tol(abs_sum.size());
   for (std::size_t i = 0; i < tol.size(); ++i) tol[i] = 2 * gamma(k) * abs_sum[i] + 2 * kU * std::fabs(y[i]);
@@ -144,7 +142,7 @@ struct MlpMasters {
 struct MlpRun {
   std::vector<Tensor> y, dx, dw1, db1, dw2, db2;
   std::vector<Tensor> hidden_shards;  // every rank's fc2 input, [s, b, ffn/p] (GELU's output)
-  Tensor pre_act, hidden;  // rank 0's context (the whole thing on a single rank)
+  Tensor pre_act, hidden;             // rank 0's context (the whole thing on a single rank)
 };
 
 MlpRun run_mlp(const MlpMasters& m, int p, bool sp, DType dtype) {
@@ -202,8 +200,7 @@ TEST_P(Mlp, MatchesSingleRankFp32) {
   const MlpRun tp = run_mlp(m, p, sp, DType::f32);
   // The output is fc2's sum over the ffn units; dX is fc1's input gradient, a sum over the ffn
   // units of dZ = gelu'(Z) * (dY W2), recomputed here with the same ops.
-  const std::vector<double> y_tol =
-      fp32_dot_bound(abs_product_bt(ref.hidden, m.w2), static_cast<double>(kF), ref.y[0]);
+  const std::vector<double> y_tol = fp32_dot_bound(abs_product_bt(ref.hidden, m.w2), static_cast<double>(kF), ref.y[0]);
   const Tensor dz = runtime::gelu_backward(runtime::matmul(m.dy, m.w2), ref.pre_act);
   std::vector<double> dx_tol = abs_product_bt(dz, transpose2d(m.w1));
   for (double& t : dx_tol) t *= 2 * gamma(static_cast<double>(kF));
@@ -216,10 +213,9 @@ TEST_P(Mlp, MatchesSingleRankFp32) {
   for (int r = 0; r < p; ++r) {
     const auto ri = static_cast<std::size_t>(r);
     SCOPED_TRACE("rank " + std::to_string(r));
-    expect_within(tp.y[ri], sp ? part(ref.y[0], 0, p, r) : ref.y[0], sp ? slice(y_tol, p, r) : y_tol,
-                  "output");
-    expect_within(tp.dx[ri], sp ? part(ref.dx[0], 0, p, r) : ref.dx[0],
-                  sp ? slice(dx_tol, p, r) : dx_tol, "input grad");
+    expect_within(tp.y[ri], sp ? part(ref.y[0], 0, p, r) : ref.y[0], sp ? slice(y_tol, p, r) : y_tol, "output");
+    expect_within(tp.dx[ri], sp ? part(ref.dx[0], 0, p, r) : ref.dx[0], sp ? slice(dx_tol, p, r) : dx_tol,
+                  "input grad");
     expect_bitwise(tp.dw1[ri], ref.dw1[0], "fc1 weight grad");
     expect_bitwise(tp.db1[ri], ref.db1[0], "fc1 bias grad");
     expect_bitwise(tp.dw2[ri], ref.dw2[0], "fc2 weight grad");
@@ -285,8 +281,7 @@ TEST_P(MlpBf16, MatchesFp32SingleRankWithinBf16Rounding) {
       double prop = 0;
       for (std::size_t k = 0; k < kF; ++k) prop += dh[t * kF + k] * std::fabs(w2[j * kF + k]);
       const std::size_t i = t * kH + j;
-      y_tol[i] = 1.1 * (prop + (p + 2) * kUb * a2[i] + 2 * kUb * std::fabs(b2[j]) +
-                        kUb * std::fabs(y[i]));
+      y_tol[i] = 1.1 * (prop + (p + 2) * kUb * a2[i] + 2 * kUb * std::fabs(b2[j]) + kUb * std::fabs(y[i]));
     }
 
   // fc2's weight gradient: the kernel bound (from the bf16 run's own operands, the same on
@@ -369,7 +364,8 @@ TEST(KernbenchMlp, DeterministicWeightsMatchTheOneRankResultOnEveryRank) {
     std::vector<double> hid(static_cast<std::size_t>(f));
     for (std::int64_t k = 0; k < f; ++k) {
       double z = 0;
-      for (std::int64_t j = 0; j < h; ++j) z += xv[static_cast<std::size_t>(i * h + j)] * w1v[static_cast<std::size_t>(k * h + j)];
+      for (std::int64_t j = 0; j < h; ++j)
+        z += xv[static_cast<std::size_t>(i * h + j)] * w1v[static_cast<std::size_t>(k * h + j)];
       hid[static_cast<std::size_t>(k)] = 0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
     }
     for (std::int64_t j = 0; j < h; ++j) {
@@ -420,8 +416,8 @@ struct AttnCase {
 };
 std::string attn_name(const ::testing::TestParamInfo<AttnCase>& info) {
   const AttnCase& c = info.param;
-  return "tp" + std::to_string(c.tp) + (c.sp ? "_sp" : "") + "_np" + std::to_string(c.heads) +
-         "_ng" + std::to_string(c.groups);
+  return "tp" + std::to_string(c.tp) + (c.sp ? "_sp" : "") + "_np" + std::to_string(c.heads) + "_ng" +
+         std::to_string(c.groups);
 }
 std::vector<AttnCase> attn_cases() {
   std::vector<AttnCase> cases;
@@ -487,8 +483,8 @@ TEST_P(Attention, MatchesSingleRank) {
   const AttnMasters m(c.heads, c.groups);
   const AttnRun ref = run_attention(m, 1, false);
   const AttnRun tp = run_attention(m, p, c.sp);
-  const std::vector<double> y_tol = fp32_dot_bound(abs_product_bt(ref.context, m.wp),
-                                                   static_cast<double>(c.heads * kHn), ref.y[0]);
+  const std::vector<double> y_tol =
+      fp32_dot_bound(abs_product_bt(ref.context, m.wp), static_cast<double>(c.heads * kHn), ref.y[0]);
   std::vector<double> dx_tol = abs_product_bt(ref.dqkv[0], transpose2d(m.wqkv));
   for (double& t : dx_tol) t *= 2 * gamma(static_cast<double>(m.wqkv.size(0)));
   std::vector<double> dbp_tol(static_cast<std::size_t>(kHidden), 0.0);
@@ -500,10 +496,9 @@ TEST_P(Attention, MatchesSingleRank) {
   for (int r = 0; r < p; ++r) {
     const auto ri = static_cast<std::size_t>(r);
     SCOPED_TRACE("rank " + std::to_string(r));
-    expect_within(tp.y[ri], c.sp ? part(ref.y[0], 0, p, r) : ref.y[0],
-                  c.sp ? slice(y_tol, p, r) : y_tol, "output");
-    expect_within(tp.dx[ri], c.sp ? part(ref.dx[0], 0, p, r) : ref.dx[0],
-                  c.sp ? slice(dx_tol, p, r) : dx_tol, "input grad");
+    expect_within(tp.y[ri], c.sp ? part(ref.y[0], 0, p, r) : ref.y[0], c.sp ? slice(y_tol, p, r) : y_tol, "output");
+    expect_within(tp.dx[ri], c.sp ? part(ref.dx[0], 0, p, r) : ref.dx[0], c.sp ? slice(dx_tol, p, r) : dx_tol,
+                  "input grad");
     // Per-head work is the same arithmetic on every rank: this rank's whole KV groups.
     expect_bitwise(tp.dqkv[ri], part(ref.dqkv[0], 2, p, r), "QKV output grad (whole groups)");
     expect_bitwise(tp.dwqkv[ri], ref.dwqkv[0], "QKV weight grad");
@@ -546,12 +541,12 @@ TEST(AttentionLayout, GroupedQueryAttentionMatchesFloat64Reference) {
     });
     (p == 1 ? y1 : y2) = ys[0];
   }
-  const std::vector<double> X = x.to_vector<double>(), Q = wq.to_vector<double>(),
-                            K = wk.to_vector<double>(), V = wv.to_vector<double>(),
-                            P = wp.to_vector<double>();
+  const std::vector<double> X = x.to_vector<double>(), Q = wq.to_vector<double>(), K = wk.to_vector<double>(),
+                            V = wv.to_vector<double>(), P = wp.to_vector<double>();
   auto proj = [&](const std::vector<double>& w, std::int64_t row, std::int64_t t, std::int64_t bb) {
     double acc = 0;
-    for (std::int64_t j = 0; j < kHidden; ++j) acc += X[static_cast<std::size_t>((t * b + bb) * kHidden + j)] * w[static_cast<std::size_t>(row * kHidden + j)];
+    for (std::int64_t j = 0; j < kHidden; ++j)
+      acc += X[static_cast<std::size_t>((t * b + bb) * kHidden + j)] * w[static_cast<std::size_t>(row * kHidden + j)];
     return acc;
   };
   std::vector<double> ref(static_cast<std::size_t>(s * b * kHidden)), tol(ref.size());
@@ -572,11 +567,13 @@ TEST(AttentionLayout, GroupedQueryAttentionMatchesFloat64Reference) {
         for (double& sc : score) z += (sc = std::exp(sc - mx));
         for (std::int64_t u = 0; u <= t; ++u)
           for (std::int64_t e = 0; e < kHn; ++e)
-            ctx[static_cast<std::size_t>(hd * kHn + e)] += score[static_cast<std::size_t>(u)] / z * proj(V, grp * kHn + e, u, bb);
+            ctx[static_cast<std::size_t>(hd * kHn + e)] +=
+                score[static_cast<std::size_t>(u)] / z * proj(V, grp * kHn + e, u, bb);
       }
       for (std::int64_t o = 0; o < kHidden; ++o) {
         double acc = 0;
-        for (std::int64_t k = 0; k < np * kHn; ++k) acc += ctx[static_cast<std::size_t>(k)] * P[static_cast<std::size_t>(o * np * kHn + k)];
+        for (std::int64_t k = 0; k < np * kHn; ++k)
+          acc += ctx[static_cast<std::size_t>(k)] * P[static_cast<std::size_t>(o * np * kHn + k)];
         const auto i = static_cast<std::size_t>((t * b + bb) * kHidden + o);
         ref[i] = acc;
         tol[i] = 1e-4 * (1 + std::fabs(acc));
@@ -602,8 +599,9 @@ TEST(AttentionErrors, HeadsAndGroupsMustSplitIntoWholeGroups) {
         ThrowsMessage<Error>(HasSubstr(msg)));
   };
   fails_with(4, 6, 6, "num_attention_heads 6 is not divisible by the tensor-parallel size 4");
-  fails_with(4, 8, 2, "num_query_groups 2 is not divisible by the tensor-parallel size 4 (each "
-                      "rank needs whole KV groups)");
+  fails_with(4, 8, 2,
+             "num_query_groups 2 is not divisible by the tensor-parallel size 4 (each "
+             "rank needs whole KV groups)");
   fails_with(2, 12, 5, "num_attention_heads 12 is not divisible by num_query_groups 5");
   fails_with(1, 5, 0, "hidden_size 48 is not divisible by num_attention_heads 5");
 }

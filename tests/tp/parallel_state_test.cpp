@@ -49,8 +49,7 @@ TEST(RankGrid, GroupsEnumerateChosenDimsWithOthersFixed) {
   RankGrid g({{"tp", 2}, {"cp", 3}, {"dp", 2}}, 12);
   EXPECT_EQ(g.group_ranks({"cp"}), (Lists{{0, 2, 4}, {1, 3, 5}, {6, 8, 10}, {7, 9, 11}}));
   // Names may come in any order; members are in grid order, which is ascending.
-  EXPECT_EQ(g.group_ranks({"dp", "tp"}),
-            (Lists{{0, 1, 6, 7}, {2, 3, 8, 9}, {4, 5, 10, 11}}));
+  EXPECT_EQ(g.group_ranks({"dp", "tp"}), (Lists{{0, 1, 6, 7}, {2, 3, 8, 9}, {4, 5, 10, 11}}));
   EXPECT_EQ(g.group_ranks({"tp", "cp", "dp"}), (Lists{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}));
   EXPECT_THAT(g.group_of({"cp"}, 9), ElementsAre(7, 9, 11));
 }
@@ -65,21 +64,28 @@ TEST(RankGrid, OffsetGridCoversItsRangeOnly) {
 }
 
 TEST(RankGrid, RejectsLayoutsThatDoNotFitTheWorld) {
-  EXPECT_THAT([] { RankGrid({{"tp", 2}, {"dp", 3}}, 8); },
-              ThrowsMessage<Error>(HasSubstr("rank grid tp=2 x dp=3 has 6 ranks but the world has "
-                                             "8; the dimension sizes must multiply to the world "
-                                             "size")));
-  EXPECT_THAT([] { RankGrid({{"tp", 4}}, 8, 6); },
-              ThrowsMessage<Error>(HasSubstr("covers ranks [6, 10), outside the world of 8")));
-  EXPECT_THAT([] { RankGrid({{"tp", 0}}, 0); },
-              ThrowsMessage<Error>(HasSubstr("dimension 'tp' has size 0")));
-  EXPECT_THAT([] { RankGrid({{"tp", 2}, {"tp", 2}}, 4); },
-              ThrowsMessage<Error>(HasSubstr("dimension name 'tp' is used twice")));
+  EXPECT_THAT(
+      [] {
+        RankGrid({{"tp", 2}, {"dp", 3}}, 8);
+      },
+      ThrowsMessage<Error>(HasSubstr("rank grid tp=2 x dp=3 has 6 ranks but the world has "
+                                     "8; the dimension sizes must multiply to the world "
+                                     "size")));
+  EXPECT_THAT(
+      [] {
+        RankGrid({{"tp", 4}}, 8, 6);
+      },
+      ThrowsMessage<Error>(HasSubstr("covers ranks [6, 10), outside the world of 8")));
+  EXPECT_THAT([] { RankGrid({{"tp", 0}}, 0); }, ThrowsMessage<Error>(HasSubstr("dimension 'tp' has size 0")));
+  EXPECT_THAT(
+      [] {
+        RankGrid({{"tp", 2}, {"tp", 2}}, 4);
+      },
+      ThrowsMessage<Error>(HasSubstr("dimension name 'tp' is used twice")));
   RankGrid g({{"tp", 2}, {"dp", 2}}, 4);
   EXPECT_THAT([&] { g.group_ranks({"cp"}); },
               ThrowsMessage<Error>(HasSubstr("no dimension named 'cp' (it has tp, dp)")));
-  EXPECT_THAT([&] { g.group_ranks({"tp", "tp"}); },
-              ThrowsMessage<Error>(HasSubstr("'tp' is named twice")));
+  EXPECT_THAT([&] { g.group_ranks({"tp", "tp"}); }, ThrowsMessage<Error>(HasSubstr("'tp' is named twice")));
 }
 
 TEST(ModelParallelGrid, SpecTableWorld8Tp2Cp2Dp2) {
@@ -116,18 +122,15 @@ TEST(ModelParallelGrid, LayoutErrorsNameTheNumbers) {
                                              "size 6 is not divisible by tp x pp x cp = 4")));
   EXPECT_THAT([] { model_parallel_grid(8, 2, 1, 3); },
               ThrowsMessage<Error>(HasSubstr("world size 8 is not divisible by tp x pp x cp = 6")));
-  EXPECT_THAT([] { model_parallel_grid(8, 0); },
-              ThrowsMessage<Error>(HasSubstr("every size must be at least 1")));
+  EXPECT_THAT([] { model_parallel_grid(8, 0); }, ThrowsMessage<Error>(HasSubstr("every size must be at least 1")));
   ModelParallelOptions bad;
   bad.order = "tp-cp-xx-dp-pp";
-  EXPECT_THAT([&] { model_parallel_grid(8, 2, 1, 1, bad); },
-              ThrowsMessage<Error>(HasSubstr("names 'xx'")));
+  EXPECT_THAT([&] { model_parallel_grid(8, 2, 1, 1, bad); }, ThrowsMessage<Error>(HasSubstr("names 'xx'")));
   bad.order = "tp-cp-pp";
   EXPECT_THAT([&] { model_parallel_grid(8, 2, 1, 1, bad); },
               ThrowsMessage<Error>(HasSubstr("dp has size 4 but order 'tp-cp-pp' does not place it")));
   bad.order = "tp-tp-dp";
-  EXPECT_THAT([&] { model_parallel_grid(8, 2, 1, 1, bad); },
-              ThrowsMessage<Error>(HasSubstr("names 'tp' twice")));
+  EXPECT_THAT([&] { model_parallel_grid(8, 2, 1, 1, bad); }, ThrowsMessage<Error>(HasSubstr("names 'tp' twice")));
 }
 
 const std::vector<int>& find_list(const Lists& lists, int rank) {

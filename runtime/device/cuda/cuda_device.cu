@@ -21,10 +21,14 @@ using i64 = std::int64_t;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    default: break;
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    default:
+      break;
   }
   throw Error(std::string("CUDA device GEMM: dtype ") + dtype_name(t) + " is not supported (f32, bf16, f16)");
 }
@@ -33,7 +37,7 @@ class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, CudaKernels table) : ordinal_(ordinal), kernels_(std::move(table)) {
     kernels_.add<kernels::CopyKernel>("CopyKernel");  // the device's own
-    set_device(ordinal);  // first: the stream and the cuBLAS handle belong to the device
+    set_device(ordinal);                              // first: the stream and the cuBLAS handle belong to the device
     stream_ = std::make_unique<Stream>();
     cublasHandle_t h = nullptr;
     check_cublas(cublasCreate(&h), "cublasCreate");
@@ -52,14 +56,16 @@ class CudaDevice final : public Device {
   void* allocate(std::size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     void* p = nullptr;
-    check_cuda(cudaMallocAsync(&p, nbytes, stream()), ("cudaMallocAsync of " + std::to_string(nbytes) + " bytes on " + name()).c_str());
+    check_cuda(cudaMallocAsync(&p, nbytes, stream()),
+               ("cudaMallocAsync of " + std::to_string(nbytes) + " bytes on " + name()).c_str());
     return p;
   }
   void release(void* p) noexcept override {
     if (p) (void)cudaFreeAsync(p, stream());
   }
   void upload(void* dst, const void* src, std::size_t nbytes) override {
-    if (nbytes) check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
+    if (nbytes)
+      check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
   }
   void download(void* dst, const void* src, std::size_t nbytes) override {
     if (nbytes == 0) return;
@@ -80,19 +86,19 @@ class CudaDevice final : public Device {
     const auto ldb = static_cast<int>(g.tb ? g.k : g.n);
     const auto lda = static_cast<int>(g.ta ? g.m : g.k);
     const float alpha = 1.0f, beta = 0.0f;
-    check_cublas(cublasGemmStridedBatchedEx(blas_, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
-                                            static_cast<int>(g.k), &alpha, g.b, t, ldb, g.stride_b, g.a, t, lda,
-                                            g.stride_a, &beta, g.c, t, static_cast<int>(g.n), g.stride_c,
-                                            static_cast<int>(g.batch), CUBLAS_COMPUTE_32F_PEDANTIC,
-                                            CUBLAS_GEMM_DEFAULT),
+    check_cublas(cublasGemmStridedBatchedEx(
+                     blas_, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
+                     g.b, t, ldb, g.stride_b, g.a, t, lda, g.stride_a, &beta, g.c, t, static_cast<int>(g.n), g.stride_c,
+                     static_cast<int>(g.batch), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx");
   }
 
   void launch(const KernelLaunch& l) override {
     const CudaKernels::Entry* e = kernels_.find(l.type);
     if (!e) {
-      throw Error(name() + ": kernel " + l.type.name() +
-                  " has no CUDA launcher; its layer's add_cuda_kernels must register it (runtime/device/cuda/cuda_device.h)");
+      throw Error(
+          name() + ": kernel " + l.type.name() +
+          " has no CUDA launcher; its layer's add_cuda_kernels must register it (runtime/device/cuda/cuda_device.h)");
     }
     e->launch(l.kernel, l.items, stream());
     check_cuda(cudaGetLastError(), (e->name + " launch on " + name()).c_str());

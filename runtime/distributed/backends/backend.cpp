@@ -46,8 +46,7 @@ Algorithm resolve_algorithm(const GroupState& g, const Signature& sig, Algorithm
                                                          : run_default;
   if (algo == Algorithm::automatic) {
     algo = choose_algorithm(sig.kind, static_cast<int>(g.ranks.size()),
-                            sig.count * static_cast<int64_t>(dtype_size(sig.dtype)), g.nodes,
-                            g.equal_per_node);
+                            sig.count * static_cast<int64_t>(dtype_size(sig.dtype)), g.nodes, g.equal_per_node);
   }
   return algo;
 }
@@ -63,8 +62,8 @@ ScheduleRequest schedule_request(const GroupState& g, const Signature& sig, Algo
   return req;
 }
 
-CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Algorithm algorithm,
-                                   uint64_t call, const ScheduleRequest& req) {
+CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Algorithm algorithm, uint64_t call,
+                                   const ScheduleRequest& req) {
   const int n = static_cast<int>(g.ranks.size());
   CollectiveRecord rec;
   rec.kind = sig.kind;
@@ -77,7 +76,9 @@ CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Al
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::gather:
-    case CollectiveKind::scatter: rec.count = sig.count * n; break;
+    case CollectiveKind::scatter:
+      rec.count = sig.count * n;
+      break;
     case CollectiveKind::all_to_all: {
       int64_t most = 0;
       for (const auto& row : req.splits) {
@@ -88,7 +89,8 @@ CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Al
       rec.count = most;
       break;
     }
-    default: rec.count = sig.count;
+    default:
+      rec.count = sig.count;
   }
   rec.bytes = rec.count * static_cast<int64_t>(dtype_size(sig.dtype));
   return rec;
@@ -102,8 +104,7 @@ void check_splits(const GroupState& g, uint64_t call, const ScheduleRequest& req
     if (sent != expected) {
       throw Error("all_to_all_single on " + g.name + " call #" + std::to_string(call) + ": rank " +
                   std::to_string(g.ranks[i]) + " sends " + std::to_string(sent) + " elements to rank " +
-                  std::to_string(g.ranks[static_cast<size_t>(j)]) + ", which expects " +
-                  std::to_string(expected) +
+                  std::to_string(g.ranks[static_cast<size_t>(j)]) + ", which expects " + std::to_string(expected) +
                   " (input_split_sizes and output_split_sizes must agree pairwise)");
     }
   }
@@ -114,8 +115,8 @@ const Schedule& ScheduleCache::get(int group_id, const ScheduleRequest& req, Sch
     local = make_schedule(req);
     return local;
   }
-  const auto key = std::make_tuple(group_id, static_cast<int>(req.kind), static_cast<int>(req.algorithm),
-                                   req.count, req.root, req.nranks);
+  const auto key = std::make_tuple(group_id, static_cast<int>(req.kind), static_cast<int>(req.algorithm), req.count,
+                                   req.root, req.nranks);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   if (cache_.size() > 256) cache_.clear();  // sweeps: keep memory bounded
@@ -136,8 +137,9 @@ Backend* Backend::current_or_null() {
 Backend& Backend::current() {
   Backend* b = current_or_null();
   if (b == nullptr)
-    throw Error("torch.distributed-style call outside a rank: call it from a function run by "
-                "ranksim::runtime::spawn()");
+    throw Error(
+        "torch.distributed-style call outside a rank: call it from a function run by "
+        "ranksim::runtime::spawn()");
   return *b;
 }
 
@@ -155,8 +157,12 @@ WorkingBuffer::WorkingBuffer(const Signature& sig, const CollectiveTensors& tens
     data_ = scratch_.data();
   };
   switch (sig.kind) {
-    case CollectiveKind::all_reduce: data_ = bytes_of(std::get<AllReduceTensors>(tensors).tensor); break;
-    case CollectiveKind::broadcast: data_ = bytes_of(std::get<BroadcastTensors>(tensors).tensor); break;
+    case CollectiveKind::all_reduce:
+      data_ = bytes_of(std::get<AllReduceTensors>(tensors).tensor);
+      break;
+    case CollectiveKind::broadcast:
+      data_ = bytes_of(std::get<BroadcastTensors>(tensors).tensor);
+      break;
     case CollectiveKind::reduce: {
       const Tensor& t = std::get<ReduceTensors>(tensors).tensor;
       if (index == sig.root) {
@@ -199,7 +205,8 @@ WorkingBuffer::WorkingBuffer(const Signature& sig, const CollectiveTensors& tens
       copy_bytes(data_, bytes_of(t.input), static_cast<size_t>(in_total_) * esize);
       break;
     }
-    case CollectiveKind::barrier: break;
+    case CollectiveKind::barrier:
+      break;
   }
 }
 
@@ -227,7 +234,9 @@ void WorkingBuffer::finish() {
           copy_bytes(bytes_of(list[static_cast<size_t>(j)]), data_ + static_cast<size_t>(j) * chunk, chunk);
       }
       break;
-    case CollectiveKind::scatter: copy_bytes(bytes_of(std::get<ScatterTensors>(tensors_).tensor), mine, chunk); break;
+    case CollectiveKind::scatter:
+      copy_bytes(bytes_of(std::get<ScatterTensors>(tensors_).tensor), mine, chunk);
+      break;
     case CollectiveKind::all_to_all: {
       const auto& t = std::get<AllToAllTensors>(tensors_);
       int64_t out_total = 0;
@@ -238,7 +247,8 @@ void WorkingBuffer::finish() {
     }
     case CollectiveKind::broadcast:
     case CollectiveKind::all_gather:
-    case CollectiveKind::barrier: break;
+    case CollectiveKind::barrier:
+      break;
   }
 }
 

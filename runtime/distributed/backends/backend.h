@@ -38,7 +38,7 @@ namespace ranksim::runtime::detail {
 // One rank's handle on an operation. Backends derive their own state from it.
 struct WorkState {
   virtual ~WorkState() = default;
-  int owner = -1;  // global rank whose Work this is
+  int owner = -1;        // global rank whose Work this is
   bool matched = false;  // the operation has completed (sim: matched and timed; mpi: done)
   sim::Time done;        // completion time on the backend's clock
   std::exception_ptr error;
@@ -46,19 +46,19 @@ struct WorkState {
   // is_completed() answered true): from then on the pending writes of this Work on its outputs
   // are satisfied without a backend, so the outputs read as plain tensors anywhere.
   bool observed = false;
-  bool owner_waiting = false;  // sim: the owner is blocked in wait()
+  bool owner_waiting = false;             // sim: the owner is blocked in wait()
   std::function<std::string()> describe;  // for deadlock reports and errors
 };
 
 // A process group as every backend sees it; backends derive their own state from it.
 struct GroupState {
   virtual ~GroupState() = default;
-  const void* owner = nullptr;     // the backend that made it
+  const void* owner = nullptr;  // the backend that made it
   int id = 0;
   std::string name;
-  std::vector<int> ranks;          // global, ascending
-  std::vector<int> index_of;       // global rank -> group index, -1 outside
-  std::vector<int> node_of;        // node of each member (from the run's topology)
+  std::vector<int> ranks;     // global, ascending
+  std::vector<int> index_of;  // global rank -> group index, -1 outside
+  std::vector<int> node_of;   // node of each member (from the run's topology)
   int nodes = 1;
   bool equal_per_node = true;
   Algorithm algorithm = Algorithm::automatic;  // ProcessGroup::set_algorithm
@@ -76,8 +76,8 @@ ScheduleRequest schedule_request(const GroupState& g, const Signature& sig, Algo
 
 // The record of a collective (runtime/distributed/run_report.h) without its times: what nccl-tests would call
 // its size. req is the collective's ScheduleRequest (its splits for all_to_all).
-CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Algorithm algorithm,
-                                   uint64_t call, const ScheduleRequest& req);
+CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Algorithm algorithm, uint64_t call,
+                                   const ScheduleRequest& req);
 
 // all_to_all: throws Error unless column j of req.splits (what each rank sends group rank j)
 // equals rank j's output splits.
@@ -140,8 +140,7 @@ class WorkingBuffer {
   // REQUIRES: has_data(tensors), kind_of(tensors) == sig.kind; `index` is the rank's group index
   // in a group of n; buffer_elems is the schedule's buffer_elems (used by all_to_all). tensors
   // must outlive the buffer.
-  WorkingBuffer(const Signature& sig, const CollectiveTensors& tensors, int index, int n,
-                int64_t buffer_elems);
+  WorkingBuffer(const Signature& sig, const CollectiveTensors& tensors, int index, int n, int64_t buffer_elems);
   std::byte* data() { return data_; }
   void finish();
 

@@ -7,9 +7,11 @@ namespace ranksim::runtime::detail {
 
 Launcher launcher(BackendKind kind) {
   switch (kind) {
-    case BackendKind::sim: return &spawn_sim;
+    case BackendKind::sim:
+      return &spawn_sim;
     case BackendKind::mpi:
-    case BackendKind::nccl: return &spawn_mpi;
+    case BackendKind::nccl:
+      return &spawn_mpi;
   }
   return &spawn_sim;  // not reached: every kind is listed above
 }

@@ -9,12 +9,19 @@ std::string Signature::describe() const {
   os << to_string(kind) << '(' << dtype_name(dtype) << shape;
   switch (kind) {
     case CollectiveKind::all_reduce:
-    case CollectiveKind::reduce_scatter: os << ", op=" << to_string(op); break;
-    case CollectiveKind::reduce: os << ", op=" << to_string(op) << ", root=" << root; break;
+    case CollectiveKind::reduce_scatter:
+      os << ", op=" << to_string(op);
+      break;
+    case CollectiveKind::reduce:
+      os << ", op=" << to_string(op) << ", root=" << root;
+      break;
     case CollectiveKind::broadcast:
     case CollectiveKind::gather:
-    case CollectiveKind::scatter: os << ", root=" << root; break;
-    default: break;
+    case CollectiveKind::scatter:
+      os << ", root=" << root;
+      break;
+    default:
+      break;
   }
   if (algorithm != Algorithm::automatic) os << ", algorithm=" << to_string(algorithm);
   os << ')';
@@ -24,8 +31,8 @@ std::string Signature::describe() const {
 std::string Signature::difference(const Signature& o) const {
   if (kind != o.kind) return "different collectives";
   if (dtype != o.dtype) return "different dtypes";
-  if (count != o.count) return "different element counts (" + std::to_string(count) + " vs " +
-                               std::to_string(o.count) + ")";
+  if (count != o.count)
+    return "different element counts (" + std::to_string(count) + " vs " + std::to_string(o.count) + ")";
   if (op != o.op) return "different reduce ops";
   if (root != o.root) return "different roots";
   if (algorithm != o.algorithm) return "different algorithms";
@@ -43,17 +50,16 @@ Overloaded(F...) -> Overloaded<F...>;  // C++17's guide: clang 14 does not deduc
 }  // namespace
 
 CollectiveKind kind_of(const CollectiveTensors& tensors) {
-  return std::visit(
-      Overloaded{[](const AllReduceTensors&) { return CollectiveKind::all_reduce; },
-                 [](const BroadcastTensors&) { return CollectiveKind::broadcast; },
-                 [](const ReduceTensors&) { return CollectiveKind::reduce; },
-                 [](const AllGatherTensors&) { return CollectiveKind::all_gather; },
-                 [](const ReduceScatterTensors&) { return CollectiveKind::reduce_scatter; },
-                 [](const GatherTensors&) { return CollectiveKind::gather; },
-                 [](const ScatterTensors&) { return CollectiveKind::scatter; },
-                 [](const AllToAllTensors&) { return CollectiveKind::all_to_all; },
-                 [](const BarrierTensors&) { return CollectiveKind::barrier; }},
-      tensors);
+  return std::visit(Overloaded{[](const AllReduceTensors&) { return CollectiveKind::all_reduce; },
+                               [](const BroadcastTensors&) { return CollectiveKind::broadcast; },
+                               [](const ReduceTensors&) { return CollectiveKind::reduce; },
+                               [](const AllGatherTensors&) { return CollectiveKind::all_gather; },
+                               [](const ReduceScatterTensors&) { return CollectiveKind::reduce_scatter; },
+                               [](const GatherTensors&) { return CollectiveKind::gather; },
+                               [](const ScatterTensors&) { return CollectiveKind::scatter; },
+                               [](const AllToAllTensors&) { return CollectiveKind::all_to_all; },
+                               [](const BarrierTensors&) { return CollectiveKind::barrier; }},
+                    tensors);
 }
 
 bool has_data(const CollectiveTensors& tensors) {
@@ -61,8 +67,7 @@ bool has_data(const CollectiveTensors& tensors) {
       Overloaded{[](const AllGatherTensors& t) { return t.output.has_data(); },
                  [](const ReduceScatterTensors& t) { return t.output.has_data(); },
                  [](const AllToAllTensors& t) { return t.output.has_data(); },
-                 [](const BarrierTensors&) { return false; },
-                 [](const auto& t) { return t.tensor.has_data(); }},
+                 [](const BarrierTensors&) { return false; }, [](const auto& t) { return t.tensor.has_data(); }},
       tensors);
 }
 

@@ -25,7 +25,7 @@ struct Signature {
   DType dtype = DType::f32;
   int64_t count = 0;  // elements per rank as make_schedule() counts them
   ReduceOp op = ReduceOp::SUM;
-  int root = 0;       // group index
+  int root = 0;  // group index
   Algorithm algorithm = Algorithm::automatic;
   std::string shape;  // for messages
   std::string describe() const;

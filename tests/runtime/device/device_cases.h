@@ -50,8 +50,8 @@ inline void device_op_cases(DType dt, const DeviceCheck& check) {
   }
   {  // MatmulOnStridedViews
     // A transposed view and a narrowed view: gathered on the device.
-    const Tensor a = rnd({9, 6}, 4, dt).transpose(0, 1);       // [6, 9], strides [1, 6]
-    const Tensor b = rnd({9, 12}, 5, dt).narrow(1, 3, 4);      // [9, 4], row stride 12
+    const Tensor a = rnd({9, 6}, 4, dt).transpose(0, 1);   // [6, 9], strides [1, 6]
+    const Tensor b = rnd({9, 12}, 5, dt).narrow(1, 3, 4);  // [9, 4], row stride 12
     const Tensor dc = rnd({6, 4}, 6, dt);
     check("strided matmul", [&] {
       const MatmulGrads g = matmul_backward(dc, a, b);
@@ -62,8 +62,8 @@ inline void device_op_cases(DType dt, const DeviceCheck& check) {
     const Tensor x = rnd({4, 3, 17}, 7, dt, -4.0, 4.0), bias = rnd({17}, 8, dt), y = rnd({4, 3, 17}, 9, dt);
     check("add/scale/gelu", [&] {
       const AddGrads g = add_backward(y, {17});
-      return std::vector<Tensor>{add(x, bias), add(x, y), g.db, scale(x, 0.37), scale_backward(y, -1.5),
-                                 gelu(x), gelu_backward(y, x)};
+      return std::vector<Tensor>{add(x, bias), add(x, y),          g.db, scale(x, 0.37), scale_backward(y, -1.5),
+                                 gelu(x),      gelu_backward(y, x)};
     });
   }
   {  // LayerNormForwardAndBackward
@@ -86,14 +86,11 @@ inline void device_op_cases(DType dt, const DeviceCheck& check) {
     const Tensor w = rnd({11, 8}, 16, dt);
     const Tensor ids = Tensor::from_vector<std::int32_t>({3, 0, 3, 10, 7, 3, 0, 1, 9, 3}, {2, 5});
     const Tensor dy = rnd({2, 5, 8}, 17, dt);
-    check("embedding", [&] {
-      return std::vector<Tensor>{embedding(ids, w), embedding_backward(dy, ids, 11)};
-    });
+    check("embedding", [&] { return std::vector<Tensor>{embedding(ids, w), embedding_backward(dy, ids, 11)}; });
   }
   {  // CrossEntropyWithIgnoredRows
     const Tensor logits = rnd({3, 4, 29}, 18, dt, -6.0, 6.0);
-    const Tensor targets =
-        Tensor::from_vector<std::int64_t>({5, -100, 28, 0, 13, 13, -100, 2, 27, 1, 6, 9}, {3, 4});
+    const Tensor targets = Tensor::from_vector<std::int64_t>({5, -100, 28, 0, 13, 13, -100, 2, 27, 1, 6, 9}, {3, 4});
     const Tensor dloss = Tensor::full({}, 0.75, dt);
     check("cross_entropy", [&] {
       const CrossEntropyResult r = cross_entropy(logits, targets);
@@ -109,9 +106,7 @@ inline void device_op_cases(DType dt, const DeviceCheck& check) {
   {  // CatAndSplitBackward
     const Tensor a = rnd({2, 3, 4}, 19, dt), b = rnd({2, 5, 4}, 20, dt);
     const Tensor c = rnd({4, 2, 3}, 21, dt).permute({1, 2, 0});  // [2, 3, 4], not contiguous
-    check("cat", [&] {
-      return std::vector<Tensor>{cat({a, b, c}, 1), cat({a, c}, -1), split_backward({a, c}, 0)};
-    });
+    check("cat", [&] { return std::vector<Tensor>{cat({a, b, c}, 1), cat({a, c}, -1), split_backward({a, c}, 0)}; });
   }
 }
 

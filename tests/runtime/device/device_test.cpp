@@ -15,27 +15,28 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/tensor/cost.h"
 #include "runtime/device/device_cases.h"
 #include "runtime/device/emulated_check.h"
-#include "runtime/device/kernel.h"
 #include "runtime/device/emulated_device.h"
-#include "runtime/tensor/ops.h"
+#include "runtime/device/kernel.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_same;
+using ::testing::HasSubstr;
 using testing::kDeviceDTypes;
 using testing::rnd;
 
 class DeviceOps : public ::testing::TestWithParam<DType> {};
 
 TEST_P(DeviceOps, EveryOpEqualsTheCpuOpBitForBit) {
-  testing::device_op_cases(GetParam(), [](const std::string& what, const testing::OpOutputs& f) { expect_same(what, f); });
+  testing::device_op_cases(GetParam(),
+                           [](const std::string& what, const testing::OpOutputs& f) { expect_same(what, f); });
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, DeviceOps, ::testing::ValuesIn(kDeviceDTypes),

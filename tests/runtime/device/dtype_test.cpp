@@ -192,9 +192,8 @@ TEST(DType, ConvertElementsRules) {
   const std::vector<double> src = {2.7, -2.7, 1e30, -1e30, std::nan(""), 3e9, -0.5};
   std::vector<std::int64_t> i64(src.size());
   convert_elements(src.data(), DType::f64, i64.data(), DType::i64, src.size());
-  EXPECT_EQ(
-      i64, (std::vector<std::int64_t>{2, -2, std::numeric_limits<std::int64_t>::max(),
-                                      std::numeric_limits<std::int64_t>::min(), 0, 3000000000, 0}));
+  EXPECT_EQ(i64, (std::vector<std::int64_t>{2, -2, std::numeric_limits<std::int64_t>::max(),
+                                            std::numeric_limits<std::int64_t>::min(), 0, 3000000000, 0}));
   std::vector<std::int32_t> i32(src.size());
   convert_elements(src.data(), DType::f64, i32.data(), DType::i32, src.size());
   EXPECT_EQ(i32[5], std::numeric_limits<std::int32_t>::max());

@@ -9,11 +9,11 @@
 #include <tuple>
 #include <vector>
 
+#include <functional>
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "sim/topology.h"
-#include <functional>
 
 namespace ranksim::runtime {
 namespace {
@@ -35,11 +35,16 @@ Tensor filled(DType dt, int64_t count, int r, double (*f)(int, int64_t), int64_t
 // dtype's compute type (fp32 for 16-bit types), rounded to the dtype; integers truncate.
 double avg_of(double sum, int n, DType dt) {
   switch (dt) {
-    case DType::f64: return sum / n;
-    case DType::f32: return static_cast<double>(static_cast<float>(sum) / static_cast<float>(n));
-    case DType::bf16: return bf16_bits_to_f32(f32_to_bf16_bits(static_cast<float>(sum) / static_cast<float>(n)));
-    case DType::f16: return f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(sum) / static_cast<float>(n)));
-    default: return std::trunc(sum / n);
+    case DType::f64:
+      return sum / n;
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(sum) / static_cast<float>(n));
+    case DType::bf16:
+      return bf16_bits_to_f32(f32_to_bf16_bits(static_cast<float>(sum) / static_cast<float>(n)));
+    case DType::f16:
+      return f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(sum) / static_cast<float>(n)));
+    default:
+      return std::trunc(sum / n);
   }
 }
 
@@ -103,10 +108,18 @@ TEST_P(Collectives, ExactSumInputsGiveTheClosedForm) {
               for (int64_t e = 0; e < c; ++e) {
                 double want = 0;
                 switch (op) {
-                  case ReduceOp::SUM: want = sum_at(e); break;
-                  case ReduceOp::AVG: want = avg_of(sum_at(e), n, dt); break;
-                  case ReduceOp::MAX: want = val(n - 1, e); break;
-                  case ReduceOp::MIN: want = val(0, e); break;
+                  case ReduceOp::SUM:
+                    want = sum_at(e);
+                    break;
+                  case ReduceOp::AVG:
+                    want = avg_of(sum_at(e), n, dt);
+                    break;
+                  case ReduceOp::MAX:
+                    want = val(n - 1, e);
+                    break;
+                  case ReduceOp::MIN:
+                    want = val(0, e);
+                    break;
                   case ReduceOp::PROD:
                     want = 1;
                     for (int q = 0; q < n; ++q) want *= pval(q, e);
@@ -127,7 +140,7 @@ TEST_P(Collectives, ExactSumInputsGiveTheClosedForm) {
               const auto got = out.to_vector<double>();
               for (int64_t e = 0; e < c; ++e) {
                 const int64_t ge = i * c + e;
-                const double want = op == ReduceOp::SUM ? sum_at(ge)
+                const double want = op == ReduceOp::SUM   ? sum_at(ge)
                                     : op == ReduceOp::AVG ? avg_of(sum_at(ge), n, dt)
                                                           : val(n - 1, ge);
                 expect_eq(got[static_cast<size_t>(e)], want, "reduce_scatter");
@@ -239,22 +252,20 @@ TEST_P(Collectives, ExactSumInputsGiveTheClosedForm) {
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const auto [kind, algo, n, dt, sub] = info.param;
-  return std::string(to_string(kind)) + "_" + to_string(algo) + "_n" + std::to_string(n) + "_" +
-         dtype_name(dt) + (sub ? "_subgroup" : "_world");
+  return std::string(to_string(kind)) + "_" + to_string(algo) + "_n" + std::to_string(n) + "_" + dtype_name(dt) +
+         (sub ? "_subgroup" : "_world");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Matrix, Collectives,
-    ::testing::Combine(::testing::Values(CollectiveKind::all_reduce, CollectiveKind::broadcast,
-                                         CollectiveKind::reduce, CollectiveKind::all_gather,
-                                         CollectiveKind::reduce_scatter, CollectiveKind::gather,
-                                         CollectiveKind::scatter, CollectiveKind::all_to_all,
+    ::testing::Combine(::testing::Values(CollectiveKind::all_reduce, CollectiveKind::broadcast, CollectiveKind::reduce,
+                                         CollectiveKind::all_gather, CollectiveKind::reduce_scatter,
+                                         CollectiveKind::gather, CollectiveKind::scatter, CollectiveKind::all_to_all,
                                          CollectiveKind::barrier),
-                       ::testing::Values(Algorithm::automatic, Algorithm::ring, Algorithm::tree,
-                                         Algorithm::direct, Algorithm::hierarchical),
+                       ::testing::Values(Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct,
+                                         Algorithm::hierarchical),
                        ::testing::Range(1, 10),
-                       ::testing::Values(DType::f32, DType::f64, DType::bf16, DType::f16,
-                                         DType::i64, DType::i32),
+                       ::testing::Values(DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::i32),
                        ::testing::Bool()),
     param_name);
 
@@ -269,14 +280,18 @@ namespace {
 sim::Topology nodes_topology(int nodes, int per_node) {
   const std::string yaml =
       "name: test-cluster\n"
-      "nodes: " + std::to_string(nodes) + "\n"
+      "nodes: " +
+      std::to_string(nodes) +
+      "\n"
       "device_kinds:\n"
       "  gpu:\n"
       "    peak_flops: {f32: 10 TFLOP/s}\n"
       "    memory_bandwidth: 1 TB/s\n"
       "    memory: 16 GiB\n"
       "node:\n"
-      "  devices: " + std::to_string(per_node) + "\n"
+      "  devices: " +
+      std::to_string(per_node) +
+      "\n"
       "  kind: gpu\n"
       "  fabric: {type: switch, bandwidth: 100 GB/s, latency: 1 us}\n"
       "network:\n"

@@ -16,9 +16,9 @@
 namespace ranksim::runtime {
 namespace {
 
+using sim::Time;
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
-using sim::Time;
 
 std::string error_of(const std::function<void(int)>& fn, int n) {
   try {
@@ -52,10 +52,13 @@ TEST(Distributed, RankAndWorldSizeAndGroups) {
 }
 
 TEST(Distributed, SubgroupEnumerationMustCoverEveryRankOnce) {
-  EXPECT_THAT(error_of([](int) { new_subgroups_by_enumeration({{0, 1}, {1, 2}}); }, 3),
+  EXPECT_THAT(error_of(
+                  [](int) {
+                    new_subgroups_by_enumeration({{0, 1}, {1, 2}});
+                  },
+                  3),
               HasSubstr("rank 1 is in subgroups 0 and 1"));
-  EXPECT_THAT(error_of([](int) { new_subgroups_by_enumeration({{0, 1}}); }, 3),
-              HasSubstr("rank 2 is in no subgroup"));
+  EXPECT_THAT(error_of([](int) { new_subgroups_by_enumeration({{0, 1}}); }, 3), HasSubstr("rank 2 is in no subgroup"));
   EXPECT_THAT(error_of([](int) { new_group({0, 0}); }, 2), HasSubstr("listed twice"));
 }
 
@@ -72,8 +75,10 @@ TEST(Distributed, MismatchedCollectivesNameBothRanksAndTheDifference) {
   EXPECT_THAT(error_of(
                   [](int rank) {
                     Tensor t = Tensor::ones({4});
-                    if (rank == 0) all_reduce(t);
-                    else broadcast(t);
+                    if (rank == 0)
+                      all_reduce(t);
+                    else
+                      broadcast(t);
                   },
                   2),
               HasSubstr("different collectives"));
@@ -134,8 +139,10 @@ TEST(Distributed, RecvWithoutSendIsADeadlockReport) {
 TEST(Distributed, SendRecvSizeMismatchIsAnError) {
   EXPECT_THAT(error_of(
                   [](int rank) {
-                    if (rank == 0) send(Tensor::ones({4}), 1);
-                    else recv(Tensor::zeros({8}), 0);
+                    if (rank == 0)
+                      send(Tensor::ones({4}), 1);
+                    else
+                      recv(Tensor::zeros({8}), 0);
                   },
                   2),
               HasSubstr("send/recv mismatch: rank 0 sends f32[4] to rank 1 (tag 0) but rank 1 "
@@ -155,8 +162,8 @@ TEST(Distributed, SendRecvMovesDataInOrderPerTag) {
           w.wait();
         } else {
           Tensor a = Tensor::zeros({2}), b = Tensor::zeros({2}), c = Tensor::zeros({2});
-          recv(b, 0);                        // tag 0: the first tag-0 send
-          recv(a, 0, {ProcessGroup{}, 5});   // tag 5
+          recv(b, 0);                       // tag 0: the first tag-0 send
+          recv(a, 0, {ProcessGroup{}, 5});  // tag 5
           recv(c, 0);
           for (const Tensor& t : {a, b, c}) got.push_back(t.at({1}));
         }
@@ -174,8 +181,8 @@ TEST(Distributed, RingExchangeWithBatchIsendIrecv) {
         Tensor cur = Tensor::full({3}, rank);
         for (int step = 0; step < n - 1; ++step) {
           Tensor next = Tensor::zeros({3});
-          auto works = batch_isend_irecv({{P2POp::Kind::isend, cur, (rank + 1) % n},
-                                          {P2POp::Kind::irecv, next, (rank + n - 1) % n}});
+          auto works = batch_isend_irecv(
+              {{P2POp::Kind::isend, cur, (rank + 1) % n}, {P2POp::Kind::irecv, next, (rank + n - 1) % n}});
           for (auto& w : works) w.wait();
           cur = next;
           seen[static_cast<size_t>(rank)].push_back(cur.at({0}));
@@ -299,10 +306,12 @@ TEST(Distributed, CallsOutsideSpawnAreClearErrors) {
 
 TEST(Distributed, AGroupOfAnotherRunIsAnError) {
   ProcessGroup kept;
-  spawn([&](int rank) {
-    ProcessGroup g = new_group({0, 1});
-    if (rank == 0) kept = g;
-  }, 2);
+  spawn(
+      [&](int rank) {
+        ProcessGroup g = new_group({0, 1});
+        if (rank == 0) kept = g;
+      },
+      2);
   EXPECT_THAT(error_of([&](int) { all_reduce(Tensor::ones({2}), {{kept}}); }, 2),
               HasSubstr("process group world#1 was created by another run"));
 }
@@ -326,7 +335,12 @@ TEST(Distributed, ShapeAndSplitErrors) {
                   },
                   2),
               HasSubstr("input_split_sizes and output_split_sizes must agree pairwise"));
-  EXPECT_THAT(error_of([](int) { all_reduce(Tensor::zeros({4}), AllreduceOptions{}); broadcast(Tensor::zeros({4}), {ProcessGroup{}, false, Algorithm::automatic, 9}); }, 2),
+  EXPECT_THAT(error_of(
+                  [](int) {
+                    all_reduce(Tensor::zeros({4}), AllreduceOptions{});
+                    broadcast(Tensor::zeros({4}), {ProcessGroup{}, false, Algorithm::automatic, 9});
+                  },
+                  2),
               HasSubstr("src rank 9 is not in world"));
 }
 
@@ -348,14 +362,16 @@ TEST(Distributed, RandomInputsMatchAFloat64ReferenceAndAgreeBitwise) {
     for (int64_t e = 0; e < c; ++e) {
       double ref = 0, mag = 0;
       for (int r = 0; r < n; ++r) {
-        const double x = Tensor::randn({c}, 1000 + static_cast<uint64_t>(r)).to_vector<double>()[static_cast<size_t>(e)];
+        const double x =
+            Tensor::randn({c}, 1000 + static_cast<uint64_t>(r)).to_vector<double>()[static_cast<size_t>(e)];
         ref += x;
         mag += std::fabs(x);
       }
       // n-1 additions, each with relative error at most 2^-24 of a partial sum <= sum |x|.
       const double bound = (n - 1) * std::ldexp(1.0, -24) * mag;
       ASSERT_NEAR(results[0][static_cast<size_t>(e)], ref, bound) << to_string(algo) << " e=" << e;
-      for (int r = 1; r < n; ++r) ASSERT_EQ(results[static_cast<size_t>(r)][static_cast<size_t>(e)], results[0][static_cast<size_t>(e)]);
+      for (int r = 1; r < n; ++r)
+        ASSERT_EQ(results[static_cast<size_t>(r)][static_cast<size_t>(e)], results[0][static_cast<size_t>(e)]);
     }
   }
 }
@@ -367,11 +383,14 @@ std::string run_program_and_trace() {
         all_reduce(t);
         Tensor out = Tensor::zeros({4 * 333});
         all_gather_into_tensor(out, t);
-        if (rank % 2 == 0) send(t, rank + 1);
-        else recv(t, rank - 1);
+        if (rank % 2 == 0)
+          send(t, rank + 1);
+        else
+          recv(t, rank - 1);
         std::ostringstream os;
         for (float v : out.to_vector<float>()) os << v << ',';
-        sim::this_rank::engine().trace().add({rank, sim::SpanKind::other, sim::this_rank::now(), sim::this_rank::now(), os.str(), {}});
+        sim::this_rank::engine().trace().add(
+            {rank, sim::SpanKind::other, sim::this_rank::now(), sim::this_rank::now(), os.str(), {}});
       },
       4);
   std::ostringstream os;

@@ -45,8 +45,8 @@ void expect_hazard_free(const Schedule& s) {
       for (const Move& r : moves) {
         if (&w == &r || w.dst != r.src || w.count == 0 || r.count == 0) continue;
         const bool overlap = w.dst_off < r.src_off + r.count && r.src_off < w.dst_off + w.count;
-        ASSERT_FALSE(overlap) << "step " << t << " writes rank " << w.dst << " [" << w.dst_off
-                              << ", +" << w.count << ") while another move reads it";
+        ASSERT_FALSE(overlap) << "step " << t << " writes rank " << w.dst << " [" << w.dst_off << ", +" << w.count
+                              << ") while another move reads it";
       }
     }
   }
@@ -105,8 +105,7 @@ TEST_P(ScheduleTest, ProducesTheClosedFormResult) {
     const bool allowed =
         ((kind == CollectiveKind::gather || kind == CollectiveKind::scatter) &&
          (algo == Algorithm::ring || algo == Algorithm::hierarchical)) ||
-        (kind == CollectiveKind::all_to_all &&
-         (algo == Algorithm::tree || algo == Algorithm::hierarchical));
+        (kind == CollectiveKind::all_to_all && (algo == Algorithm::tree || algo == Algorithm::hierarchical));
     ASSERT_TRUE(allowed) << e.what();
     EXPECT_THAT(e.what(), HasSubstr("use one of"));
     return;
@@ -162,8 +161,7 @@ TEST_P(ScheduleTest, ProducesTheClosedFormResult) {
         for (int64_t e = 0; e < count * n; ++e) b.data[i][e] = input(i, e);
       b.run(s);
       for (int i = 0; i < n; ++i)
-        for (int64_t e = i * count; e < (i + 1) * count; ++e)
-          ASSERT_EQ(b.data[i][e], sum_at(e)) << i << "," << e;
+        for (int64_t e = i * count; e < (i + 1) * count; ++e) ASSERT_EQ(b.data[i][e], sum_at(e)) << i << "," << e;
       break;
     case CollectiveKind::all_to_all: {
       std::vector<int64_t> in_total(static_cast<size_t>(n), 0);
@@ -204,19 +202,16 @@ TEST_P(ScheduleTest, ProducesTheClosedFormResult) {
 
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   const auto [kind, algo, n, count] = info.param;
-  return std::string(to_string(kind)) + "_" + to_string(algo) + "_n" + std::to_string(n) + "_c" +
-         std::to_string(count);
+  return std::string(to_string(kind)) + "_" + to_string(algo) + "_n" + std::to_string(n) + "_c" + std::to_string(count);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllCollectives, ScheduleTest,
-    ::testing::Combine(::testing::Values(CollectiveKind::all_reduce, CollectiveKind::broadcast,
-                                         CollectiveKind::reduce, CollectiveKind::all_gather,
-                                         CollectiveKind::reduce_scatter, CollectiveKind::gather,
-                                         CollectiveKind::scatter, CollectiveKind::all_to_all,
+    ::testing::Combine(::testing::Values(CollectiveKind::all_reduce, CollectiveKind::broadcast, CollectiveKind::reduce,
+                                         CollectiveKind::all_gather, CollectiveKind::reduce_scatter,
+                                         CollectiveKind::gather, CollectiveKind::scatter, CollectiveKind::all_to_all,
                                          CollectiveKind::barrier),
-                       ::testing::Values(Algorithm::ring, Algorithm::tree, Algorithm::direct,
-                                         Algorithm::hierarchical),
+                       ::testing::Values(Algorithm::ring, Algorithm::tree, Algorithm::direct, Algorithm::hierarchical),
                        ::testing::Range(1, 10), ::testing::Values<int64_t>(1, 7, 64)),
     name_of);
 
@@ -257,7 +252,7 @@ TEST(Schedule, TreeAllReduceTakesLogarithmicSteps) {
   req.nranks = 16;
   req.count = 1600;
   EXPECT_EQ(make_schedule(req).steps.size(), 8u);  // 4 halvings + 4 doublings
-  req.nranks = 6;  // fold 6 -> 4, 2 halvings, 2 doublings, unfold 4 -> 6
+  req.nranks = 6;                                  // fold 6 -> 4, 2 halvings, 2 doublings, unfold 4 -> 6
   EXPECT_EQ(make_schedule(req).steps.size(), 6u);
 }
 

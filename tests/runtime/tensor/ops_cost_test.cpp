@@ -56,8 +56,7 @@ std::vector<OpCost> run_all(bool with_data, DType dtype) {
   EXPECT_EQ(embedding_backward(a, ids, 12).shape(), (Shape{12, 16}));
   const CrossEntropyResult ce = cross_entropy(c, ids);
   EXPECT_EQ(ce.loss.has_data(), with_data);
-  EXPECT_EQ(cross_entropy_backward(
-                with_data ? Tensor::ones({}, dtype) : Tensor::shape_only({}, dtype), c, ids, ce.lse)
+  EXPECT_EQ(cross_entropy_backward(with_data ? Tensor::ones({}, dtype) : Tensor::shape_only({}, dtype), c, ids, ce.lse)
                 .shape(),
             c.shape());
   const Tensor joined = cat({a, a}, -1);

@@ -30,8 +30,7 @@ TEST(Add, SameShapeAndBiasBroadcast) {
   // bf16: the f32 sum rounded once.
   const Tensor x = Tensor::randn({3, 8}, 43, 0, 1, DType::bf16);
   const Tensor bias = Tensor::randn({8}, 44, 0, 1, DType::bf16);
-  EXPECT_TRUE(
-      bitwise_equal(add(x, bias), add(x.to(DType::f32), bias.to(DType::f32)).to(DType::bf16)));
+  EXPECT_TRUE(bitwise_equal(add(x, bias), add(x.to(DType::f32), bias.to(DType::f32)).to(DType::bf16)));
   EXPECT_THROW(add(a, Tensor::zeros({3})), Error);
   EXPECT_THROW(add(a, Tensor::zeros({2, 3})), Error);  // leading, not trailing
   EXPECT_THROW(add(a, Tensor::zeros({4}, DType::f64)), Error);
@@ -90,9 +89,8 @@ TEST(Gelu, ForwardAndBackwardAgainstFloat64) {
       // (1 - t^2) doubles t's error times |t|.
       const double dt_err = kU32 * (8 * std::fabs(arg) * (1 - t * t) + 4 * std::fabs(t));
       double ytol = 0.5 * std::fabs(v) * dt_err + 3 * kU32 * std::fabs(yy);
-      double dtol =
-          std::fabs(dyv[i]) * ((0.5 + std::fabs(v * t * du)) * dt_err +
-                               12 * kU32 * (0.5 * std::fabs(1 + t) + std::fabs(0.5 * v * du)));
+      double dtol = std::fabs(dyv[i]) * ((0.5 + std::fabs(v * t * du)) * dt_err +
+                                         12 * kU32 * (0.5 * std::fabs(1 + t) + std::fabs(0.5 * v * du)));
       if (dtype == DType::bf16) {
         ytol = kUBf16 * std::fabs(yy) + (1 + kUBf16) * ytol;
         dtol = kUBf16 * std::fabs(dd) + (1 + kUBf16) * dtol;
@@ -107,8 +105,8 @@ TEST(Gelu, ForwardAndBackwardAgainstFloat64) {
   }
   const Tensor x = Tensor::randn({10}, 93, 0.0, 2.0, DType::f64);
   const Tensor dy = Tensor::randn({10}, 94, 0.0, 1.0, DType::f64);
-  expect_matches_fd(vals(gelu_backward(dy, x)),
-                    numeric_grad([&](const Tensor& v) { return dot(dy, gelu(v)); }, x), "gelu dx");
+  expect_matches_fd(vals(gelu_backward(dy, x)), numeric_grad([&](const Tensor& v) { return dot(dy, gelu(v)); }, x),
+                    "gelu dx");
 }
 
 }  // namespace

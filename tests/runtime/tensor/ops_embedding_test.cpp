@@ -25,8 +25,7 @@ TEST(Embedding, LookupCopiesRowsExactly) {
   for (DType dtype : {DType::f32, DType::bf16, DType::i32}) {
     const Tensor w = Tensor::randn({10, 6}, 111, 0, 1, DType::f32).to(dtype);
     for (DType id_type : {DType::i64, DType::i32}) {
-      const Tensor ids =
-          Tensor::from_vector(std::vector<std::int64_t>{3, 0, 9, 3, 7, 1}, {2, 3}, id_type);
+      const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{3, 0, 9, 3, 7, 1}, {2, 3}, id_type);
       const Tensor out = embedding(ids, w);
       ASSERT_EQ(out.shape(), (Shape{2, 3, 6}));
       ASSERT_EQ(out.dtype(), dtype);
@@ -108,8 +107,7 @@ TEST(CrossEntropy, LossAndGradientAgainstFloat64) {
         count += 1;
         // The sum of exps errs by (V+3)u relative, which log turns into an absolute error; the
         // log, the add of m and the subtraction of the target logit add u of their magnitudes.
-        total_tol +=
-            (static_cast<double>(V) + 4) * kU32 + 3 * kU32 * (std::fabs(lse) + std::fabs(xr[t]));
+        total_tol += (static_cast<double>(V) + 4) * kU32 + 3 * kU32 * (std::fabs(lse) + std::fabs(xr[t]));
       }
       for (std::int64_t j = 0; j < V; ++j) {
         const double p = std::exp(xr[j] - lse);
@@ -139,13 +137,10 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{2, -1, 0}, {3});
   const Tensor logits = Tensor::randn({3, 5}, 141, 0.0, 1.0, DType::f64);
   const CrossEntropyResult r = cross_entropy(logits, targets, -1);
-  const Tensor dx =
-      cross_entropy_backward(Tensor::full({}, 1.0, DType::f64), logits, targets, r.lse, -1);
-  expect_matches_fd(
-      vals(dx),
-      numeric_grad([&](const Tensor& v) { return cross_entropy(v, targets, -1).loss.item(); },
-                   logits),
-      "cross_entropy dlogits");
+  const Tensor dx = cross_entropy_backward(Tensor::full({}, 1.0, DType::f64), logits, targets, r.lse, -1);
+  expect_matches_fd(vals(dx),
+                    numeric_grad([&](const Tensor& v) { return cross_entropy(v, targets, -1).loss.item(); }, logits),
+                    "cross_entropy dlogits");
 }
 
 TEST(CrossEntropy, AllIgnoredAndBadTargets) {
@@ -161,8 +156,7 @@ TEST(CrossEntropy, AllIgnoredAndBadTargets) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("target 4 of row 1"));
   }
-  EXPECT_THROW(cross_entropy(logits, Tensor::from_vector(std::vector<std::int64_t>{1}, {1})),
-               Error);
+  EXPECT_THROW(cross_entropy(logits, Tensor::from_vector(std::vector<std::int64_t>{1}, {1})), Error);
   EXPECT_THROW(cross_entropy(logits, Tensor::zeros({2})), Error);  // f32 targets
 }
 

@@ -45,9 +45,7 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<bool, bool, BMode>
     return full;
   }
   Shape a_shape() const { return with_lead(ta() ? Shape{K, M} : Shape{M, K}, true); }
-  Shape b_shape() const {
-    return with_lead(tb() ? Shape{N, K} : Shape{K, N}, mode() == BMode::kBatched);
-  }
+  Shape b_shape() const { return with_lead(tb() ? Shape{N, K} : Shape{K, N}, mode() == BMode::kBatched); }
   Shape c_shape() const { return with_lead({M, N}, true); }
   // Element (i, k) of op(A) in batch l, and (k, j) of op(B), from flat row-major values.
   double A(const std::vector<double>& a, std::int64_t l, std::int64_t i, std::int64_t k) const {
@@ -103,8 +101,7 @@ TEST_P(MatmulTest, BackwardAgainstFloat64) {
     };
     // dA: element (i, k) of op(A)'s gradient is sum_j dC(i, j) op(B)(k, j), stored where op(A)
     // keeps (i, k).
-    std::vector<double> da(av.size()), da_tol(av.size()), db(bv.size(), 0.0),
-        db_mag(bv.size(), 0.0);
+    std::vector<double> da(av.size()), da_tol(av.size()), db(bv.size(), 0.0), db_mag(bv.size(), 0.0);
     std::vector<double> db_terms(bv.size(), 0.0);
     for (std::int64_t l = 0; l < batches(); ++l) {
       for (std::int64_t i = 0; i < M; ++i) {
@@ -158,18 +155,15 @@ TEST_P(MatmulTest, BackwardMatchesFiniteDifferences) {
   const Tensor c = matmul(a, b, ta(), tb());
   const Tensor w = Tensor::randn(c.shape(), 8, 0, 1, DType::f64);
   const MatmulGrads g = matmul_backward(w, a, b, ta(), tb());
-  expect_matches_fd(
-      vals(g.da),
-      numeric_grad([&](const Tensor& x) { return dot(w, matmul(x, b, ta(), tb())); }, a), "da");
-  expect_matches_fd(
-      vals(g.db),
-      numeric_grad([&](const Tensor& x) { return dot(w, matmul(a, x, ta(), tb())); }, b), "db");
+  expect_matches_fd(vals(g.da), numeric_grad([&](const Tensor& x) { return dot(w, matmul(x, b, ta(), tb())); }, a),
+                    "da");
+  expect_matches_fd(vals(g.db), numeric_grad([&](const Tensor& x) { return dot(w, matmul(a, x, ta(), tb())); }, b),
+                    "db");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, MatmulTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Values(BMode::kPlain, BMode::kShared,
-                                                              BMode::kBatched)));
+                                            ::testing::Values(BMode::kPlain, BMode::kShared, BMode::kBatched)));
 
 // The documented order: each element is a left-to-right f32 sum over k, whatever the shapes.
 TEST(Matmul, SumsInFixedOrderSoShardsMatchBitwise) {
@@ -225,24 +219,16 @@ void expect_kernel_equals_loops(bool ta, bool tb) {
   const Tensor b = Tensor::randn(tb ? Shape{N, K} : Shape{K, N}, 42, 0, 1, dt);
   const Tensor dc = Tensor::randn({M, N}, 43, 0, 1, dt);
   const std::vector<T> av = a.to_vector<T>(), bv = b.to_vector<T>(), dcv = dc.to_vector<T>();
-  auto A = [&](std::int64_t i, std::int64_t k) {
-    return av[static_cast<std::size_t>(ta ? k * M + i : i * K + k)];
-  };
-  auto B = [&](std::int64_t k, std::int64_t j) {
-    return bv[static_cast<std::size_t>(tb ? j * K + k : k * N + j)];
-  };
-  auto DC = [&](std::int64_t i, std::int64_t j) {
-    return dcv[static_cast<std::size_t>(i * N + j)];
-  };
-  const std::string layout =
-      std::string(ta ? "a^T " : "a ") + (tb ? "b^T " : "b ") + dtype_name(dt);
+  auto A = [&](std::int64_t i, std::int64_t k) { return av[static_cast<std::size_t>(ta ? k * M + i : i * K + k)]; };
+  auto B = [&](std::int64_t k, std::int64_t j) { return bv[static_cast<std::size_t>(tb ? j * K + k : k * N + j)]; };
+  auto DC = [&](std::int64_t i, std::int64_t j) { return dcv[static_cast<std::size_t>(i * N + j)]; };
+  const std::string layout = std::string(ta ? "a^T " : "a ") + (tb ? "b^T " : "b ") + dtype_name(dt);
   EXPECT_EQ(matmul(a, b, ta, tb).to_vector<T>(), loop_product<T>(M, N, K, A, B)) << layout;
   const MatmulGrads g = matmul_backward(dc, a, b, ta, tb);
   // dA(i, k) = sum_j dC(i, j) B(k, j); dB(k, j) = sum_i A(i, k) dC(i, j); stored like a and b.
   const std::vector<T> da =
       ta ? loop_product<T>(
-               K, M, N, [&](auto k, auto j) { return B(k, j); },
-               [&](auto j, auto i) { return DC(i, j); })
+               K, M, N, [&](auto k, auto j) { return B(k, j); }, [&](auto j, auto i) { return DC(i, j); })
          : loop_product<T>(M, K, N, DC, [&](auto j, auto k) { return B(k, j); });
   const std::vector<T> db = tb ? loop_product<T>(
                                      N, K, M, [&](auto j, auto i) { return DC(i, j); }, A)
@@ -265,8 +251,8 @@ TEST(Matmul, Bf16IsF32AccumulationRoundedOnce) {
   const Tensor want = matmul(a.to(DType::f32), b.to(DType::f32)).to(DType::bf16);
   EXPECT_TRUE(bitwise_equal(matmul(a, b), want));
   const Tensor h = matmul(a.to(DType::f16), b.to(DType::f16));
-  EXPECT_TRUE(bitwise_equal(
-      h, matmul(a.to(DType::f16).to(DType::f32), b.to(DType::f16).to(DType::f32)).to(DType::f16)));
+  EXPECT_TRUE(
+      bitwise_equal(h, matmul(a.to(DType::f16).to(DType::f32), b.to(DType::f16).to(DType::f32)).to(DType::f16)));
 }
 
 TEST(Matmul, F64AgainstLoops) {

@@ -34,8 +34,7 @@ LnRef layer_norm_ref(const Tensor& x, const Tensor& w, const Tensor& b, double e
       abs_mean += std::fabs(xr[j]) / static_cast<double>(H);
     }
     double var = 0;
-    for (std::size_t j = 0; j < H; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean) / static_cast<double>(H);
+    for (std::size_t j = 0; j < H; ++j) var += (xr[j] - mean) * (xr[j] - mean) / static_cast<double>(H);
     const double rstd = 1 / std::sqrt(var + eps);
     r.mean.push_back(mean);
     r.rstd.push_back(rstd);
@@ -47,9 +46,7 @@ LnRef layer_norm_ref(const Tensor& x, const Tensor& w, const Tensor& b, double e
       // mean's error enters it only at second order), rstd by half that plus 2u, and the
       // normalise-scale-shift adds 4u: within (H+8)u of the magnitudes involved.
       const double hh = static_cast<double>(H);
-      r.y_tol.push_back(
-          (hh + 8) * u *
-          (std::fabs(xhat * wv[j]) + std::fabs(wv[j]) * rstd * abs_mean + std::fabs(y)));
+      r.y_tol.push_back((hh + 8) * u * (std::fabs(xhat * wv[j]) + std::fabs(wv[j]) * rstd * abs_mean + std::fabs(y)));
     }
   }
   return r;
@@ -68,8 +65,7 @@ TEST(LayerNorm, ForwardF32AndBf16AgainstFloat64) {
     const LnRef ref = layer_norm_ref(x, w, b, 1e-5, kU32);
     std::vector<double> tol = ref.y_tol;
     if (dtype == DType::bf16) {
-      for (std::size_t i = 0; i < tol.size(); ++i)
-        tol[i] = kUBf16 * std::fabs(ref.y[i]) + (1 + kUBf16) * tol[i];
+      for (std::size_t i = 0; i < tol.size(); ++i) tol[i] = kUBf16 * std::fabs(ref.y[i]) + (1 + kUBf16) * tol[i];
     }
     expect_within(vals(r.y), ref.y, tol, std::string("layer_norm y ") + dtype_name(dtype));
     std::vector<double> rtol;
@@ -120,11 +116,9 @@ TEST(LayerNorm, BackwardF32AgainstJacobian) {
       dx.push_back(s);
       // Two means of H products (H+2)u each, rstd and xhat carried from the forward (H)u; the
       // combination is bounded by rstd (|g_i| + mean|g| + |xhat_i| mean|g xhat|).
-      dx_tol.push_back((2 * hh + 16) * u * rstd *
-                       (std::fabs(gr[i] * wv[i]) + abs_g + xmag[i] * abs_gx));
+      dx_tol.push_back((2 * hh + 16) * u * rstd * (std::fabs(gr[i] * wv[i]) + abs_g + xmag[i] * abs_gx));
       dw[static_cast<std::size_t>(i)] += gr[i] * xhat[i];
-      dw_tol[static_cast<std::size_t>(i)] +=
-          (static_cast<double>(R) + hh + 8) * u * std::fabs(gr[i]) * xmag[i];
+      dw_tol[static_cast<std::size_t>(i)] += (static_cast<double>(R) + hh + 8) * u * std::fabs(gr[i]) * xmag[i];
       db[static_cast<std::size_t>(i)] += gr[i];
       db_tol[static_cast<std::size_t>(i)] += gamma(static_cast<double>(R)) * std::fabs(gr[i]);
     }
@@ -141,17 +135,12 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   const Tensor dy = Tensor::randn({3, 6}, 84, 0.0, 1.0, DType::f64);
   const LayerNormResult r = layer_norm(x, w, b, 1e-3);
   const LayerNormGrads g = layer_norm_backward(dy, x, w, r.mean, r.rstd);
-  expect_matches_fd(
-      vals(g.dx),
-      numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(v, w, b, 1e-3).y); }, x), "dx");
-  expect_matches_fd(
-      vals(g.dweight),
-      numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, v, b, 1e-3).y); }, w),
-      "dweight");
-  expect_matches_fd(
-      vals(g.dbias),
-      numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, w, v, 1e-3).y); }, b),
-      "dbias");
+  expect_matches_fd(vals(g.dx), numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(v, w, b, 1e-3).y); }, x),
+                    "dx");
+  expect_matches_fd(vals(g.dweight),
+                    numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, v, b, 1e-3).y); }, w), "dweight");
+  expect_matches_fd(vals(g.dbias),
+                    numeric_grad([&](const Tensor& v) { return dot(dy, layer_norm(x, w, v, 1e-3).y); }, b), "dbias");
 }
 
 TEST(LayerNorm, ShapeErrors) {
@@ -159,8 +148,7 @@ TEST(LayerNorm, ShapeErrors) {
   EXPECT_THROW(layer_norm(x, Tensor::ones({3}), Tensor::zeros({4})), Error);
   EXPECT_THROW(layer_norm(x, Tensor::ones({4}, DType::bf16), Tensor::zeros({4})), Error);
   const LayerNormResult r = layer_norm(x, Tensor::ones({4}), Tensor::zeros({4}));
-  EXPECT_THROW(layer_norm_backward(Tensor::zeros({2, 5}), x, Tensor::ones({4}), r.mean, r.rstd),
-               Error);
+  EXPECT_THROW(layer_norm_backward(Tensor::zeros({2, 5}), x, Tensor::ones({4}), r.mean, r.rstd), Error);
 }
 
 // --- softmax --------------------------------------------------------------------------------
@@ -209,8 +197,7 @@ TEST(Softmax, ForwardAndBackwardAgainstFloat64) {
   const Tensor x = Tensor::randn({2, 5}, 103, 0.0, 1.0, DType::f64);
   const Tensor dy = Tensor::randn({2, 5}, 104, 0.0, 1.0, DType::f64);
   expect_matches_fd(vals(softmax_backward(dy, softmax(x))),
-                    numeric_grad([&](const Tensor& v) { return dot(dy, softmax(v)); }, x),
-                    "softmax dx");
+                    numeric_grad([&](const Tensor& v) { return dot(dy, softmax(v)); }, x), "softmax dx");
 }
 
 }  // namespace

@@ -39,9 +39,7 @@ TEST(CatSplit, ConcatenatesAlongAnyDimension) {
   for (std::int64_t i = 0; i < 2; ++i) {
     for (std::int64_t j = 0; j < 7; ++j) {
       for (std::int64_t k = 0; k < 3; ++k) {
-        const double want = j < 1   ? x.at({i, j, k})
-                            : j < 5 ? y.at({i, j - 1, k})
-                                    : z.at({i, j - 5, k});
+        const double want = j < 1 ? x.at({i, j, k}) : j < 5 ? y.at({i, j - 1, k}) : z.at({i, j - 5, k});
         EXPECT_EQ(c.at({i, j, k}), want);
       }
     }

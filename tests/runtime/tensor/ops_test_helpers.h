@@ -50,8 +50,7 @@ struct RecordingSink : CostSink {
 };
 
 // Central differences of a scalar function of x (f64), element by element.
-inline std::vector<double> numeric_grad(const std::function<double(const Tensor&)>& f,
-                                        const Tensor& x) {
+inline std::vector<double> numeric_grad(const std::function<double(const Tensor&)>& f, const Tensor& x) {
   const double h = 1e-5;
   std::vector<double> g(static_cast<std::size_t>(x.numel()));
   const std::vector<double> base = vals(x);

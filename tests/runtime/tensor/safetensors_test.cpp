@@ -47,8 +47,7 @@ class Safetensors : public ::testing::Test {
     return bytes;
   }
   // A file laid out by hand from the format description: length, header, data.
-  static std::string make_file(const std::string& header, const std::string& data,
-                               std::uint64_t length_field) {
+  static std::string make_file(const std::string& header, const std::string& data, std::uint64_t length_field) {
     std::string out(8, '\0');
     std::memcpy(out.data(), &length_field, 8);  // little-endian host
     return out + header + data;
@@ -58,8 +57,7 @@ class Safetensors : public ::testing::Test {
   }
   std::vector<std::string> dir_entries() const {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_))
-      names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
     return names;
   }
 
@@ -69,32 +67,23 @@ class Safetensors : public ::testing::Test {
 TEST_F(Safetensors, RoundTripsEveryDtypeBitExactly) {
   const float nan_payload = std::bit_cast<float>(0x7fc01234u);
   const std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"f32", Tensor::from_vector(
-                  std::vector<float>{1.5f, -0.0f, std::numeric_limits<float>::infinity(),
-                                     nan_payload, std::numeric_limits<float>::denorm_min(), 3e38f},
-                  {2, 3})},
-      {"f64",
-       Tensor::from_vector(
-           std::vector<double>{0.1, -1e308, std::numeric_limits<double>::denorm_min()}, {3})},
-      {"bf16",
-       Tensor::from_vector(std::vector<BFloat16>{{0x3F80}, {0x7FC1}, {0x8001}, {0xFF80}}, {2, 2})},
-      {"f16",
-       Tensor::from_vector(std::vector<Half>{{0x3C00}, {0x7E01}, {0x0001}, {0x7BFF}}, {4, 1})},
-      {"i64",
-       Tensor::from_vector(std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min(), -1,
-                                                     std::numeric_limits<std::int64_t>::max()},
-                           {3})},
-      {"i32", Tensor::from_vector(
-                  std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min(), 7}, {1, 2})},
+      {"f32", Tensor::from_vector(std::vector<float>{1.5f, -0.0f, std::numeric_limits<float>::infinity(), nan_payload,
+                                                     std::numeric_limits<float>::denorm_min(), 3e38f},
+                                  {2, 3})},
+      {"f64", Tensor::from_vector(std::vector<double>{0.1, -1e308, std::numeric_limits<double>::denorm_min()}, {3})},
+      {"bf16", Tensor::from_vector(std::vector<BFloat16>{{0x3F80}, {0x7FC1}, {0x8001}, {0xFF80}}, {2, 2})},
+      {"f16", Tensor::from_vector(std::vector<Half>{{0x3C00}, {0x7E01}, {0x0001}, {0x7BFF}}, {4, 1})},
+      {"i64", Tensor::from_vector(std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min(), -1,
+                                                            std::numeric_limits<std::int64_t>::max()},
+                                  {3})},
+      {"i32", Tensor::from_vector(std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min(), 7}, {1, 2})},
       {"scalar", Tensor::full({}, 2.5, DType::bf16)},
       {"empty", Tensor::zeros({0, 4}, DType::f16)},
       {"strided", Tensor::arange(12, DType::i32).view({3, 4}).transpose(0, 1)},
       {"randn", Tensor::randn({17, 33}, 9, 0, 1, DType::bf16)},
   };
   const std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"quote\"back\\slash", "line\nbreak\ttab\x01"},
-      {"unicode", "h\xc3\xa9llo \xe2\x9c\x93"}};
+      {"format", "pt"}, {"quote\"back\\slash", "line\nbreak\ttab\x01"}, {"unicode", "h\xc3\xa9llo \xe2\x9c\x93"}};
   const std::string path = file("all.safetensors");
   save_safetensors(path, tensors, metadata);
   const SafetensorsFile f = load_safetensors(path);
@@ -179,8 +168,7 @@ TEST_F(Safetensors, CorruptFilesAreClearErrors) {
   const std::vector<Corruption> cases = {
       {"empty file", "", "shorter than the 8-byte header length"},
       {"five bytes", std::string("\x10\0\0\0\0", 5), "shorter than the 8-byte header length"},
-      {"header longer than file", make_file("{" + ok_entry + "}", data8, 1000),
-       "header length 1000 exceeds"},
+      {"header longer than file", make_file("{" + ok_entry + "}", data8, 1000), "header length 1000 exceeds"},
       {"absurd header length", make_file("{}", "", 0xffffffffffffffffull), "exceeds"},
       {"header not an object", make_file("[1, 2]", ""), "does not start with '{'"},
       {"truncated JSON", make_file("{\"t\":{\"dtype\":", ""), "bad JSON header"},
@@ -189,36 +177,25 @@ TEST_F(Safetensors, CorruptFilesAreClearErrors) {
       {"control char in string", make_file("{\"a\nb\":1}", ""), "control character"},
       {"lone surrogate", make_file("{\"\\ud800\":1}", ""), "unpaired surrogate"},
       {"deep nesting", make_file("{\"a\":" + std::string(100000, '['), ""), "nested more than 64"},
-      {"unknown dtype",
-       make_file("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}", data8),
+      {"unknown dtype", make_file("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}", data8),
        "dtype 'U8'"},
-      {"missing offsets", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[2]}}", data8),
-       "lacks \"data_offsets\""},
-      {"unknown field",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", data8),
+      {"missing offsets", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[2]}}", data8), "lacks \"data_offsets\""},
+      {"unknown field", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", data8),
        "unknown field 'x'"},
-      {"negative shape",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", data8),
+      {"negative shape", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", data8),
        "non-negative integer"},
-      {"fractional shape",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", data8),
+      {"fractional shape", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", data8),
        "non-negative integer"},
       {"huge shape",
-       make_file(
-           "{\"t\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}",
-           data8),
+       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", data8),
        "too large"},
-      {"shape/size mismatch",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", data8),
+      {"shape/size mismatch", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", data8),
        "needs 12 bytes"},
-      {"begin after end",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", data8),
+      {"begin after end", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", data8),
        "begin after end"},
-      {"offsets past the data",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", data8),
+      {"offsets past the data", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", data8),
        "run past the 8 data bytes"},
-      {"truncated data", make_file("{" + ok_entry + "}", "\x01\x02\x03"),
-       "run past the 3 data bytes"},
+      {"truncated data", make_file("{" + ok_entry + "}", "\x01\x02\x03"), "run past the 3 data bytes"},
       {"overlap",
        make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
@@ -229,8 +206,7 @@ TEST_F(Safetensors, CorruptFilesAreClearErrors) {
                  "\"b\":{\"dtype\":\"I32\",\"shape\":[0],\"data_offsets\":[6,6]}}",
                  data8),
        "belong to no tensor"},
-      {"uncovered tail",
-       make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", data8),
+      {"uncovered tail", make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", data8),
        "the last 4 data bytes belong to no tensor"},
       {"duplicate names", make_file("{" + ok_entry + "," + ok_entry + "}", data8 + data8),
        "names the tensor 't' twice"},
@@ -256,10 +232,9 @@ TEST_F(Safetensors, CorruptFilesAreClearErrors) {
 // crash (the asan preset runs this too).
 TEST_F(Safetensors, MutatedFilesNeverCrash) {
   const std::string good_path = file("good.safetensors");
-  save_safetensors(
-      good_path,
-      {{"a", Tensor::randn({3, 5}, 1, 0, 1, DType::bf16)}, {"b", Tensor::arange(4, DType::i64)}},
-      {{"m", "x"}});
+  save_safetensors(good_path,
+                   {{"a", Tensor::randn({3, 5}, 1, 0, 1, DType::bf16)}, {"b", Tensor::arange(4, DType::i64)}},
+                   {{"m", "x"}});
   const std::string good = read_bytes(good_path);
   const std::string path = file("mutated.safetensors");
   int errors = 0, loads = 0;

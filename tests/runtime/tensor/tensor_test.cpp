@@ -206,8 +206,7 @@ TEST(Random, RandnIsDeterministicAndIndexed) {
   const Tensor b = Tensor::randn({6}, 7, 0.0, 1.0, DType::bf16);
   const std::vector<double> d = Tensor::randn({6}, 7, 0.0, 1.0, DType::f64).to_vector<double>();
   for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(b.data<BFloat16>()[i].bits,
-              f32_to_bf16_bits(static_cast<float>(d[static_cast<std::size_t>(i)])));
+    EXPECT_EQ(b.data<BFloat16>()[i].bits, f32_to_bf16_bits(static_cast<float>(d[static_cast<std::size_t>(i)])));
   }
   EXPECT_THROW(Tensor::randn({2}, 1, 0, 1, DType::i64), Error);
 }
@@ -220,10 +219,8 @@ TEST(Random, RandnMatchesPolarMethodWithLibmLog) {
     const std::uint64_t stream = random_bits(seed, i);
     double z = 0;
     for (std::uint64_t attempt = 0;; ++attempt) {
-      const double u =
-          2.0 * static_cast<double>(random_bits(stream, 2 * attempt) >> 11) * 0x1p-53 - 1;
-      const double v =
-          2.0 * static_cast<double>(random_bits(stream, 2 * attempt + 1) >> 11) * 0x1p-53 - 1;
+      const double u = 2.0 * static_cast<double>(random_bits(stream, 2 * attempt) >> 11) * 0x1p-53 - 1;
+      const double v = 2.0 * static_cast<double>(random_bits(stream, 2 * attempt + 1) >> 11) * 0x1p-53 - 1;
       const double s = u * u + v * v;
       if (s > 0 && s < 1) {
         z = u * std::sqrt(-2.0 * std::log(s) / s);
@@ -245,8 +242,7 @@ TEST(Random, Moments) {
   EXPECT_NEAR(mean, 0.0, 5 * 0.0022);
   EXPECT_NEAR(sq / static_cast<double>(x.size()), 1.0, 5 * 0.0032);
   // Uniform on [-2, 6): mean 2 with standard error (8/sqrt(12))/sqrt(n) = 0.0052.
-  const std::vector<double> u =
-      Tensor::uniform({200000}, 5, -2.0, 6.0, DType::f64).to_vector<double>();
+  const std::vector<double> u = Tensor::uniform({200000}, 5, -2.0, 6.0, DType::f64).to_vector<double>();
   double usum = 0;
   for (double v : u) {
     ASSERT_GE(v, -2.0);

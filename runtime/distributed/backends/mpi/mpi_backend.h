@@ -72,8 +72,7 @@ int wait_all(std::vector<MPI_Request>& reqs, MPI_Status* st, F&& timed_out) {
 // Whole seconds, for messages.
 std::string seconds_str(double s);
 
-inline constexpr const char* kTimeoutAdvice =
-    "; set RANKSIM_COLLECTIVE_TIMEOUT=SECONDS to wait longer (0: forever)";
+inline constexpr const char* kTimeoutAdvice = "; set RANKSIM_COLLECTIVE_TIMEOUT=SECONDS to wait longer (0: forever)";
 
 // bytes as an MPI count; throws Error over 2 GiB, naming `what`.
 int message_size(size_t bytes, const char* what);
@@ -110,16 +109,15 @@ struct MpiWork : WorkState {
 class MpiBackend final : public Backend, public CostSink {
  public:
   // device: the nccl backend's collectives (nullptr: the mpi backend).
-  MpiBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
-             bool trace, std::unique_ptr<DeviceCollectives> device);
+  MpiBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm, bool trace,
+             std::unique_ptr<DeviceCollectives> device);
   ~MpiBackend() override;
 
   const char* name() const override { return device_ ? device_->name() : "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   sim::Time now() const override {
-    return sim::Time::from_seconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    return sim::Time::from_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
   bool initialized() const override { return initialized_; }
   void set_initialized() override { initialized_ = true; }
@@ -178,8 +176,8 @@ class MpiBackend final : public Backend, public CostSink {
   void exchange(MpiGroup& g, const Header& h, const Signature& sig, uint64_t call);
   // Runs the schedule on this rank's working buffer; buf == nullptr (shape-only) sends the same
   // messages with headers only.
-  void run_schedule(MpiGroup& g, const Signature& sig, Algorithm algo, uint64_t call,
-                    const Schedule& s, std::byte* buf);
+  void run_schedule(MpiGroup& g, const Signature& sig, Algorithm algo, uint64_t call, const Schedule& s,
+                    std::byte* buf);
   [[noreturn]] void mismatch(const MpiGroup& g, uint64_t call, const Signature& mine, int peer,
                              const std::string& what);
   void complete(MpiWork& w, bool wait);

@@ -12,8 +12,7 @@
 
 namespace ranksim::runtime::detail {
 
-void MpiBackend::mismatch(const MpiGroup& g, uint64_t call, const Signature& mine, int peer,
-                          const std::string& what) {
+void MpiBackend::mismatch(const MpiGroup& g, uint64_t call, const Signature& mine, int peer, const std::string& what) {
   throw Error("collective mismatch on " + g.name + " at call #" + std::to_string(call) + ": rank " +
               std::to_string(rank_) + " called " + mine.describe() + " but rank " +
               std::to_string(g.ranks[static_cast<size_t>(peer)]) + " " + what +
@@ -31,18 +30,16 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
     buf.resize(sizeof(Header) + expect_[static_cast<size_t>(p)]);
     reqs.emplace_back();
     from.push_back(p);
-    check_mpi(MPI_Irecv(buf.data(), message_size(buf.size(), "collective"), MPI_BYTE, p, tag, g.coll,
-                    &reqs.back()),
-          "MPI_Irecv");
+    check_mpi(MPI_Irecv(buf.data(), message_size(buf.size(), "collective"), MPI_BYTE, p, tag, g.coll, &reqs.back()),
+              "MPI_Irecv");
   }
   for (int p = 0; p < n; ++p) {
     if (!sending_[static_cast<size_t>(p)]) continue;
     auto& buf = send_[static_cast<size_t>(p)];
     std::memcpy(buf.data(), &h, sizeof h);
     reqs.emplace_back();
-    check_mpi(MPI_Isend(buf.data(), message_size(buf.size(), "collective"), MPI_BYTE, p, tag, g.coll,
-                    &reqs.back()),
-          "MPI_Isend");
+    check_mpi(MPI_Isend(buf.data(), message_size(buf.size(), "collective"), MPI_BYTE, p, tag, g.coll, &reqs.back()),
+              "MPI_Isend");
   }
   std::vector<MPI_Status> st(reqs.size());
   const int rc = wait_all(reqs, st.data(), [&](const std::vector<size_t>& pending, double waited) {
@@ -56,7 +53,8 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
     throw Error("collective " + sig.describe() + " on " + g.name + " at call #" + std::to_string(call) +
                 " has waited " + seconds_str(waited) + " s for rank " + missing +
                 ", which never joined it: a deadlock (a rank skipped this collective or issued another one "
-                "first) or a rank stuck elsewhere" + kTimeoutAdvice);
+                "first) or a rank stuck elsewhere" +
+                kTimeoutAdvice);
   });
   for (size_t k = 0; k < from.size(); ++k) {
     const int p = from[k];
@@ -65,18 +63,18 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
       int cls = 0;
       MPI_Error_class(st[k].MPI_ERROR, &cls);
       if (cls == MPI_ERR_TRUNCATE)
-        mismatch(g, call, sig, p, "sent a larger message than this collective expects (" +
-                                      std::to_string(expected) + " bytes)");
+        mismatch(g, call, sig, p,
+                 "sent a larger message than this collective expects (" + std::to_string(expected) + " bytes)");
       check_mpi(st[k].MPI_ERROR, "receiving a collective message");
     }
     int got = 0;
     MPI_Get_count(&st[k], MPI_BYTE, &got);
     Header their{};
-    if (static_cast<size_t>(got) >= sizeof(Header)) std::memcpy(&their, recv_[static_cast<size_t>(p)].data(), sizeof their);
+    if (static_cast<size_t>(got) >= sizeof(Header))
+      std::memcpy(&their, recv_[static_cast<size_t>(p)].data(), sizeof their);
     if (static_cast<size_t>(got) < sizeof(Header) || their.magic != kMagic)
       mismatch(g, call, sig, p, "sent a message that is not a ranksim collective message");
-    if (their.call != h.call)
-      mismatch(g, call, sig, p, "is at call #" + std::to_string(their.call) + " of the group");
+    if (their.call != h.call) mismatch(g, call, sig, p, "is at call #" + std::to_string(their.call) + " of the group");
     Signature other;
     other.kind = static_cast<CollectiveKind>(their.kind);
     other.dtype = static_cast<DType>(their.dtype);
@@ -97,8 +95,8 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
   check_mpi(rc, "MPI_Waitall");
 }
 
-void MpiBackend::run_schedule(MpiGroup& g, const Signature& sig, Algorithm algo, uint64_t call,
-                              const Schedule& s, std::byte* buf) {
+void MpiBackend::run_schedule(MpiGroup& g, const Signature& sig, Algorithm algo, uint64_t call, const Schedule& s,
+                              std::byte* buf) {
   const int n = static_cast<int>(g.ranks.size());
   const int me = g.index_of[static_cast<size_t>(rank_)];
   const size_t esize = buf != nullptr ? dtype_size(sig.dtype) : 0;
@@ -151,8 +149,10 @@ void MpiBackend::run_schedule(MpiGroup& g, const Signature& sig, Algorithm algo,
         src = recv_[static_cast<size_t>(m.src)].data() + offset[static_cast<size_t>(m.src)];
         offset[static_cast<size_t>(m.src)] += bytes;
       }
-      if (m.reduce) kernel(dst, src, m.count);
-      else if (dst != src) std::memcpy(dst, src, bytes);
+      if (m.reduce)
+        kernel(dst, src, m.count);
+      else if (dst != src)
+        std::memcpy(dst, src, bytes);
     }
   }
 }
@@ -207,8 +207,11 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
     exchange(g, h, sig, call);
     req.splits.assign(static_cast<size_t>(n), std::vector<int64_t>(static_cast<size_t>(n)));
     for (int p = 0; p < n; ++p) {
-      if (p == me) req.splits[static_cast<size_t>(p)] = a2a.input_splits;
-      else std::memcpy(req.splits[static_cast<size_t>(p)].data(), recv_[static_cast<size_t>(p)].data() + sizeof(Header), row);
+      if (p == me)
+        req.splits[static_cast<size_t>(p)] = a2a.input_splits;
+      else
+        std::memcpy(req.splits[static_cast<size_t>(p)].data(), recv_[static_cast<size_t>(p)].data() + sizeof(Header),
+                    row);
     }
     check_splits(g, call, req, me, a2a.output_splits);
   }
@@ -240,7 +243,11 @@ std::shared_ptr<WorkState> MpiBackend::finish(MpiGroup& g, const Signature& sig,
   // gathers them on rank 0).
   if (me == 0) records_.push_back(rec);
   if (trace_on_)
-    trace_.add(sim::Span{rank_, sim::SpanKind::comm, begin, end, to_string(sig.kind),
+    trace_.add(sim::Span{rank_,
+                         sim::SpanKind::comm,
+                         begin,
+                         end,
+                         to_string(sig.kind),
                          {{"group", g.name},
                           {"call", std::to_string(call)},
                           {"bytes", std::to_string(rec.bytes)},

@@ -25,8 +25,8 @@ std::shared_ptr<WorkState> MpiBackend::post_p2p(bool is_send, const Tensor& tens
     throw Error(std::string(verb) + " needs a contiguous tensor, got a strided view " + tensor.str() +
                 "; call .contiguous() first");
   if (tag < 0 || tag > tag_ub_)
-    throw Error(std::string(verb) + ": tag " + std::to_string(tag) + " is outside [0, " +
-                std::to_string(tag_ub_) + "], the tags this MPI accepts");
+    throw Error(std::string(verb) + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(tag_ub_) +
+                "], the tags this MPI accepts");
   auto w = std::make_shared<MpiWork>();
   w->owner = rank_;
   w->tensor = tensor;
@@ -78,16 +78,15 @@ void MpiBackend::complete(MpiWork& w, bool block) {
   if (!flag) return;
   w.request = MPI_REQUEST_NULL;
   w.matched = true;
-  const std::string what = w.is_send ? "send to rank " + std::to_string(w.peer)
-                                     : "recv from rank " + std::to_string(w.peer);
+  const std::string what =
+      w.is_send ? "send to rank " + std::to_string(w.peer) : "recv from rank " + std::to_string(w.peer);
   try {
     int cls = MPI_SUCCESS;
     if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
     if (cls == MPI_ERR_TRUNCATE)
       throw Error("send/recv mismatch: rank " + std::to_string(w.peer) + " sends more than the " +
-                  std::to_string(w.bytes) + " bytes of " + w.tensor.str() + " that rank " +
-                  std::to_string(rank_) + " receives (tag " + std::to_string(w.tag) +
-                  "); dtype and element count must match");
+                  std::to_string(w.bytes) + " bytes of " + w.tensor.str() + " that rank " + std::to_string(rank_) +
+                  " receives (tag " + std::to_string(w.tag) + "); dtype and element count must match");
     check_mpi(rc, w.is_send ? "MPI_Isend" : "MPI_Irecv");
     if (!w.is_send) {
       int got = 0;
@@ -104,7 +103,11 @@ void MpiBackend::complete(MpiWork& w, bool block) {
   const sim::Time end = sync_clock();
   if (block) comm_[static_cast<size_t>(rank_)] += end - begin;
   if (trace_on_)
-    trace_.add(sim::Span{rank_, sim::SpanKind::comm, w.done, end, what,
+    trace_.add(sim::Span{rank_,
+                         sim::SpanKind::comm,
+                         w.done,
+                         end,
+                         what,
                          {{"bytes", std::to_string(w.bytes)}, {"tag", std::to_string(w.tag)}}});
   w.done = end;
   mark_ = end;

@@ -94,8 +94,8 @@ int message_size(size_t bytes, const char* what) {
   return static_cast<int>(bytes);
 }
 
-MpiBackend::MpiBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
-                       bool trace, std::unique_ptr<DeviceCollectives> device)
+MpiBackend::MpiBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm, bool trace,
+                       std::unique_ptr<DeviceCollectives> device)
     : engine_(engine),
       topology_(topology),
       default_algorithm_(default_algorithm),
@@ -174,16 +174,16 @@ RunReport spawn_mpi(const std::function<void(int rank)>& fn, int nprocs, const S
   mpi::init();
   const int size = mpi::world_size();
   if (size != nprocs)
-    throw Error("spawn: the program asks for " + std::to_string(nprocs) +
-                " ranks but this MPI job has " + std::to_string(size) + " process" +
-                (size == 1 ? "" : "es") + "; start it with mpirun -np " + std::to_string(nprocs) +
-                " (one process per rank)");
+    throw Error("spawn: the program asks for " + std::to_string(nprocs) + " ranks but this MPI job has " +
+                std::to_string(size) + " process" + (size == 1 ? "" : "es") + "; start it with mpirun -np " +
+                std::to_string(nprocs) + " (one process per rank)");
   std::unique_ptr<DeviceCollectives> collectives;
   if (opts.backend == BackendKind::nccl) {
     if (!opts.device_collectives) {
-      throw Error("the nccl backend is not available: ranksim was built without CUDA and NCCL (CMake option "
-                  "RANKSIM_WITH_CUDA; docs/gpu.md), or this program did not pass its collectives in "
-                  "SpawnOptions::device_collectives = runtime::gpu::nccl_collectives (the ranksim command does)");
+      throw Error(
+          "the nccl backend is not available: ranksim was built without CUDA and NCCL (CMake option "
+          "RANKSIM_WITH_CUDA; docs/gpu.md), or this program did not pass its collectives in "
+          "SpawnOptions::device_collectives = runtime::gpu::nccl_collectives (the ranksim command does)");
     }
     collectives = opts.device_collectives();
   }
@@ -217,8 +217,9 @@ namespace ranksim::runtime {
 
 namespace {
 [[noreturn]] void unavailable() {
-  throw Error("the mpi backend is not available: ranksim was built without MPI; install with "
-              "scripts/setup.sh --with-mpi and rebuild (CMake option RANKSIM_WITH_MPI)");
+  throw Error(
+      "the mpi backend is not available: ranksim was built without MPI; install with "
+      "scripts/setup.sh --with-mpi and rebuild (CMake option RANKSIM_WITH_MPI)");
 }
 }  // namespace
 
@@ -230,9 +231,7 @@ int world_size() { unavailable(); }
 }  // namespace mpi
 
 namespace detail {
-RunReport spawn_mpi(const std::function<void(int)>&, int, const SpawnOptions&, const sim::Topology&) {
-  unavailable();
-}
+RunReport spawn_mpi(const std::function<void(int)>&, int, const SpawnOptions&, const sim::Topology&) { unavailable(); }
 }  // namespace detail
 
 }  // namespace ranksim::runtime

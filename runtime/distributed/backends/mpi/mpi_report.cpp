@@ -52,9 +52,9 @@ std::string MpiBackend::gather_to_root(const std::string& blob, const char* what
     }
     gathered.resize(static_cast<size_t>(message_size(total, what)));
   }
-  check_mpi(MPI_Gatherv(blob.data(), len, MPI_BYTE, gathered.data(), lens.data(), displs.data(), MPI_BYTE, 0,
-                    world_comm_),
-        "MPI_Gatherv");
+  check_mpi(
+      MPI_Gatherv(blob.data(), len, MPI_BYTE, gathered.data(), lens.data(), displs.data(), MPI_BYTE, 0, world_comm_),
+      "MPI_Gatherv");
   return gathered;
 }
 

@@ -11,11 +11,11 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/device/device.h"
-#include "runtime/tensor/device_tensors.h"
 #include "runtime/device/cuda/cuda.h"
 #include "runtime/device/cuda/cuda_device.h"
+#include "runtime/device/device.h"
 #include "runtime/distributed/backends/nccl/nccl_comm.h"
+#include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
 namespace ranksim::runtime::gpu {
@@ -36,8 +36,7 @@ void check_mpi(int rc, const char* what) {
 // This process's rank among the processes of its node.
 int local_rank() {
   MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   int r = 0;
   MPI_Comm_rank(node, &r);
   MPI_Comm_free(&node);
@@ -148,7 +147,8 @@ class NcclCollectives final : public detail::DeviceCollectives {
         const auto& t = std::get<detail::ScatterTensors>(tensors);
         DeviceBuffer in(index == sig.root ? t.tensor.numel() * n : 0, t.tensor.dtype());
         if (index == sig.root) {
-          for (int i = 0; i < n; ++i) in.copy_from(t.scatter_list[static_cast<std::size_t>(i)], s, i * t.tensor.numel());
+          for (int i = 0; i < n; ++i)
+            in.copy_from(t.scatter_list[static_cast<std::size_t>(i)], s, i * t.tensor.numel());
         }
         DeviceBuffer out(t.tensor.numel(), t.tensor.dtype());
         c.scatter(out, in, sig.root);
@@ -206,11 +206,21 @@ class NcclCollectives final : public detail::DeviceCollectives {
     DeviceBuffer b = in != nullptr ? device_copy(dev, *in) : DeviceBuffer();
     dev.synchronize();  // the kernels that wrote the inputs ran on the compute device's stream
     switch (sig.kind) {
-      case K::all_reduce: c.all_reduce(a, checked_op(sig)); break;
-      case K::broadcast: c.broadcast(a, sig.root); break;
-      case K::reduce: c.reduce(a, sig.root, checked_op(sig)); break;
-      case K::all_gather: c.all_gather(a, b); break;
-      case K::reduce_scatter: c.reduce_scatter(a, b, checked_op(sig)); break;
+      case K::all_reduce:
+        c.all_reduce(a, checked_op(sig));
+        break;
+      case K::broadcast:
+        c.broadcast(a, sig.root);
+        break;
+      case K::reduce:
+        c.reduce(a, sig.root, checked_op(sig));
+        break;
+      case K::all_gather:
+        c.all_gather(a, b);
+        break;
+      case K::reduce_scatter:
+        c.reduce_scatter(a, b, checked_op(sig));
+        break;
       case K::all_to_all: {
         const auto& t = std::get<detail::AllToAllTensors>(tensors);
         c.all_to_all_v(a, b, t.input_splits, offsets(t.input_splits), t.output_splits, offsets(t.output_splits));
@@ -218,7 +228,8 @@ class NcclCollectives final : public detail::DeviceCollectives {
       }
       case K::gather:
       case K::scatter:
-      case K::barrier: throw Error("nccl backend: " + sig.describe() + " does not run in place on the device");
+      case K::barrier:
+        throw Error("nccl backend: " + sig.describe() + " does not run in place on the device");
     }
     done(c);  // the next kernels on the compute device's stream read the results
     if (sig.kind != K::reduce || index == sig.root) mark_device_written(dev, *out);

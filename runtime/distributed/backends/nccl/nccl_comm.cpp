@@ -27,23 +27,34 @@ cudaStream_t stream_of(const Stream& s) { return static_cast<cudaStream_t>(s.han
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::bf16: return ncclBfloat16;
-    case DType::f16: return ncclFloat16;
-    case DType::i64: return ncclInt64;
-    case DType::i32: return ncclInt32;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i64:
+      return ncclInt64;
+    case DType::i32:
+      return ncclInt32;
   }
   throw Error("NCCL: unknown dtype");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return ncclSum;
-    case ReduceOp::AVG: return ncclAvg;
-    case ReduceOp::MAX: return ncclMax;
-    case ReduceOp::MIN: return ncclMin;
-    case ReduceOp::PROD: return ncclProd;
+    case ReduceOp::SUM:
+      return ncclSum;
+    case ReduceOp::AVG:
+      return ncclAvg;
+    case ReduceOp::MAX:
+      return ncclMax;
+    case ReduceOp::MIN:
+      return ncclMin;
+    case ReduceOp::PROD:
+      return ncclProd;
   }
   throw Error("NCCL: unknown reduce op");
 }
@@ -177,15 +188,16 @@ void NcclComm::all_to_all(DeviceBuffer& out, const DeviceBuffer& in) {
   for (int peer = 0; peer < nranks_; ++peer) {
     const auto* src = static_cast<const char*>(in.data()) + static_cast<std::size_t>(peer) * bytes;
     auto* dst = static_cast<char*>(out.data()) + static_cast<std::size_t>(peer) * bytes;
-    check_nccl(ncclSend(src, count(chunk), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)), "ncclSend");
-    check_nccl(ncclRecv(dst, count(chunk), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)), "ncclRecv");
+    check_nccl(ncclSend(src, count(chunk), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+               "ncclSend");
+    check_nccl(ncclRecv(dst, count(chunk), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+               "ncclRecv");
   }
   check_nccl(ncclGroupEnd(), "ncclGroupEnd");
 }
 
 void NcclComm::all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std::vector<std::int64_t>& send_counts,
-                            const std::vector<std::int64_t>& send_offsets,
-                            const std::vector<std::int64_t>& recv_counts,
+                            const std::vector<std::int64_t>& send_offsets, const std::vector<std::int64_t>& recv_counts,
                             const std::vector<std::int64_t>& recv_offsets) {
   same_dtype(out, in, "NCCL all_to_all");
   const auto n = static_cast<std::size_t>(nranks_);
@@ -209,8 +221,9 @@ void NcclComm::all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std
     }
     if (recv_counts[j] > 0) {
       auto* dst = static_cast<char*>(out.data()) + static_cast<std::size_t>(recv_offsets[j]) * esize;
-      check_nccl(ncclRecv(dst, count(recv_counts[j]), nccl_type(out.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
-                 "ncclRecv");
+      check_nccl(
+          ncclRecv(dst, count(recv_counts[j]), nccl_type(out.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+          "ncclRecv");
     }
   }
   check_nccl(ncclGroupEnd(), "ncclGroupEnd");
@@ -230,7 +243,8 @@ void NcclComm::gather(DeviceBuffer& out, const DeviceBuffer& in, int root) {
       check_nccl(ncclRecv(dst, count(c), nccl_type(in.dtype()), peer, comm_of(comm_), stream_of(*stream_)), "ncclRecv");
     }
   }
-  check_nccl(ncclSend(in.data(), count(c), nccl_type(in.dtype()), root, comm_of(comm_), stream_of(*stream_)), "ncclSend");
+  check_nccl(ncclSend(in.data(), count(c), nccl_type(in.dtype()), root, comm_of(comm_), stream_of(*stream_)),
+             "ncclSend");
   check_nccl(ncclGroupEnd(), "ncclGroupEnd");
 }
 
@@ -245,21 +259,25 @@ void NcclComm::scatter(DeviceBuffer& out, const DeviceBuffer& in, int root) {
   if (rank_ == root) {
     for (int peer = 0; peer < nranks_; ++peer) {
       const auto* src = static_cast<const char*>(in.data()) + static_cast<std::size_t>(peer) * bytes;
-      check_nccl(ncclSend(src, count(c), nccl_type(out.dtype()), peer, comm_of(comm_), stream_of(*stream_)), "ncclSend");
+      check_nccl(ncclSend(src, count(c), nccl_type(out.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+                 "ncclSend");
     }
   }
-  check_nccl(ncclRecv(out.data(), count(c), nccl_type(out.dtype()), root, comm_of(comm_), stream_of(*stream_)), "ncclRecv");
+  check_nccl(ncclRecv(out.data(), count(c), nccl_type(out.dtype()), root, comm_of(comm_), stream_of(*stream_)),
+             "ncclRecv");
   check_nccl(ncclGroupEnd(), "ncclGroupEnd");
 }
 
 void NcclComm::send(const DeviceBuffer& buf, int peer) {
-  check_nccl(ncclSend(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
-             "ncclSend");
+  check_nccl(
+      ncclSend(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+      "ncclSend");
 }
 
 void NcclComm::recv(DeviceBuffer& buf, int peer) {
-  check_nccl(ncclRecv(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
-             "ncclRecv");
+  check_nccl(
+      ncclRecv(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
+      "ncclRecv");
 }
 
 void NcclComm::synchronize() const {

@@ -56,11 +56,11 @@ class NcclComm {
   // calls of one collective on every communicator in group_start()/group_end(). AVG divides as
   // NCCL's ncclAvg does.
   void all_reduce(DeviceBuffer& buf, ReduceOp op);
-  void all_gather(DeviceBuffer& out, const DeviceBuffer& in);        // out.numel == size * in.numel
+  void all_gather(DeviceBuffer& out, const DeviceBuffer& in);                   // out.numel == size * in.numel
   void reduce_scatter(DeviceBuffer& out, const DeviceBuffer& in, ReduceOp op);  // in == size * out
   void broadcast(DeviceBuffer& buf, int root);
-  void reduce(DeviceBuffer& buf, int root, ReduceOp op);            // in place; result on root
-  void all_to_all(DeviceBuffer& out, const DeviceBuffer& in);       // equal chunks of numel/size
+  void reduce(DeviceBuffer& buf, int root, ReduceOp op);       // in place; result on root
+  void all_to_all(DeviceBuffer& out, const DeviceBuffer& in);  // equal chunks of numel/size
   // Uneven all-to-all: send_counts[j] elements from send_offsets[j] of `in` go to rank j, and
   // recv_counts[j] elements from rank j land at recv_offsets[j] of `out` (grouped send/recv).
   void all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std::vector<std::int64_t>& send_counts,

@@ -29,8 +29,7 @@ void copy_bytes(void* dst, const void* src, size_t n) {
 
 }  // namespace
 
-SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
-                       int nranks)
+SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm, int nranks)
     : engine_(engine),
       topology_(topology),
       network_(topology),
@@ -93,18 +92,18 @@ std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& g
   } else {
     const std::string diff = p.sig.difference(sig);
     if (!diff.empty()) {
-      throw Error("collective mismatch on " + g.name + " at call #" + std::to_string(call) +
-                  ": rank " + std::to_string(p.first_rank) + " called " + p.sig.describe() +
-                  " but rank " + std::to_string(me) + " called " + sig.describe() + " (" + diff +
+      throw Error("collective mismatch on " + g.name + " at call #" + std::to_string(call) + ": rank " +
+                  std::to_string(p.first_rank) + " called " + p.sig.describe() + " but rank " + std::to_string(me) +
+                  " called " + sig.describe() + " (" + diff +
                   "); every member must issue the same collectives in the same order");
     }
     const Arrival& first = p.arrivals[static_cast<size_t>(g.index_of[static_cast<size_t>(p.first_rank)])];
     const bool first_data = has_data(first.tensors), my_data = has_data(tensors);
     if (first_data != my_data) {
-      throw Error("collective " + sig.describe() + " on " + g.name + " call #" +
-                  std::to_string(call) + " mixes shape-only and data tensors: rank " +
-                  std::to_string(p.first_rank) + (first_data ? " has data" : " is shape-only") +
-                  ", rank " + std::to_string(me) + (my_data ? " has data" : " is shape-only"));
+      throw Error("collective " + sig.describe() + " on " + g.name + " call #" + std::to_string(call) +
+                  " mixes shape-only and data tensors: rank " + std::to_string(p.first_rank) +
+                  (first_data ? " has data" : " is shape-only") + ", rank " + std::to_string(me) +
+                  (my_data ? " has data" : " is shape-only"));
     }
   }
   auto work = std::make_shared<WorkState>();
@@ -122,8 +121,7 @@ std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& g
       std::vector<int> missing;
       for (int i = 0; i < n; ++i)
         if (!it->second.arrivals[static_cast<size_t>(i)].posted) missing.push_back(g2->ranks[static_cast<size_t>(i)]);
-      os << ": waiting for rank" << (missing.size() == 1 ? " " : "s ") << join_ranks(missing)
-         << " to join";
+      os << ": waiting for rank" << (missing.size() == 1 ? " " : "s ") << join_ranks(missing) << " to join";
     }
     return os.str();
   };
@@ -146,10 +144,12 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
   if (sig.kind == CollectiveKind::all_to_all) {
     req.splits.assign(static_cast<size_t>(n), {});
     for (int i = 0; i < n; ++i)
-      req.splits[static_cast<size_t>(i)] = std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(i)].tensors).input_splits;
+      req.splits[static_cast<size_t>(i)] =
+          std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(i)].tensors).input_splits;
     // Rank j's output splits must match what every rank sends it.
     for (int j = 0; j < n; ++j)
-      check_splits(g, call, req, j, std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(j)].tensors).output_splits);
+      check_splits(g, call, req, j,
+                   std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(j)].tensors).output_splits);
   }
   Schedule local;
   const Schedule* sched = &schedules_.get(g.id, req, local);
@@ -158,8 +158,8 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
 
   std::vector<sim::Time> start(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i)
-    start[static_cast<size_t>(i)] = p.arrivals[static_cast<size_t>(i)].post +
-                                    topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
+    start[static_cast<size_t>(i)] =
+        p.arrivals[static_cast<size_t>(i)].post + topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
   const std::vector<sim::Time> done = time_schedule(g, *sched, start, esize);
 
   CollectiveRecord rec = collective_record(g, sig, algo, call, req);
@@ -173,8 +173,11 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     const std::string name = to_string(sig.kind);
     for (int i = 0; i < n; ++i) {
       const Arrival& arrival = p.arrivals[static_cast<size_t>(i)];
-      engine_.trace().add(sim::Span{g.ranks[static_cast<size_t>(i)], sim::SpanKind::comm, arrival.post,
-                                    done[static_cast<size_t>(i)], name,
+      engine_.trace().add(sim::Span{g.ranks[static_cast<size_t>(i)],
+                                    sim::SpanKind::comm,
+                                    arrival.post,
+                                    done[static_cast<size_t>(i)],
+                                    name,
                                     {{"group", g.name},
                                      {"call", std::to_string(call)},
                                      {"bytes", std::to_string(rec.bytes)},
@@ -199,7 +202,7 @@ void SimBackend::execute_data(SimGroup& g, Pending& p, const Schedule& s) {
 }
 
 std::vector<sim::Time> SimBackend::time_schedule(const GroupState& g, const Schedule& s,
-                                            const std::vector<sim::Time>& start, size_t elem_size) {
+                                                 const std::vector<sim::Time>& start, size_t elem_size) {
   std::vector<sim::Time> t = start;
   std::vector<std::tuple<int, int, int64_t>> pairs;
   std::vector<sim::Transfer> transfers;
@@ -268,8 +271,8 @@ void SimBackend::finish(WorkState& work, sim::Time done) {
 void SimBackend::wait(WorkState& work) {
   const int me = rank();
   if (work.owner != me) {
-    throw Error("rank " + std::to_string(me) + " waited on a Work owned by rank " +
-                std::to_string(work.owner) + ": a Work belongs to the rank that started it");
+    throw Error("rank " + std::to_string(me) + " waited on a Work owned by rank " + std::to_string(work.owner) +
+                ": a Work belongs to the rank that started it");
   }
   const sim::Time before = engine_.now();
   if (!work.matched) {
@@ -300,8 +303,7 @@ std::shared_ptr<WorkState> SimBackend::post_p2p(bool is_send, const Tensor& tens
   const int me = rank();
   const char* verb = is_send ? "send" : "recv";
   if (g.index_of[static_cast<size_t>(me)] < 0)
-    throw Error(std::string(verb) + " on " + g.name + " from rank " + std::to_string(me) +
-                ", which is not a member");
+    throw Error(std::string(verb) + " on " + g.name + " from rank " + std::to_string(me) + ", which is not a member");
   if (peer < 0 || peer >= nranks_ || g.index_of[static_cast<size_t>(peer)] < 0)
     throw Error(std::string(verb) + (is_send ? " to" : " from") + " rank " + std::to_string(peer) +
                 ", which is not in " + g.name + " (members: " + join_ranks(g.ranks) + ")");
@@ -314,9 +316,8 @@ std::shared_ptr<WorkState> SimBackend::post_p2p(bool is_send, const Tensor& tens
   auto work = std::make_shared<WorkState>();
   work->owner = me;
   const std::string desc = std::string(verb) + "(" + (is_send ? "dst=" : "src=") + std::to_string(peer) +
-                           ", tag=" + std::to_string(tag) + ", " + g.name + ", " + tensor.str() +
-                           "): no matching " + (is_send ? "recv" : "send") + " posted by rank " +
-                           std::to_string(peer);
+                           ", tag=" + std::to_string(tag) + ", " + g.name + ", " + tensor.str() + "): no matching " +
+                           (is_send ? "recv" : "send") + " posted by rank " + std::to_string(peer);
   work->describe = [desc] { return desc; };
   Channel& ch = channels_[key];
   (is_send ? ch.sends : ch.recvs).push_back(P2PPost{tensor, engine_.now(), work});
@@ -332,22 +333,20 @@ void SimBackend::match_p2p(const ChannelKey& key, Channel& ch) {
     ch.recvs.pop_front();
     const int src = std::get<1>(key), dst = std::get<2>(key);
     if (s.tensor.dtype() != r.tensor.dtype() || s.tensor.numel() != r.tensor.numel()) {
-      throw Error("send/recv mismatch: rank " + std::to_string(src) + " sends " + s.tensor.str() +
-                  " to rank " + std::to_string(dst) + " (tag " + std::to_string(std::get<3>(key)) +
-                  ") but rank " + std::to_string(dst) + " receives into " + r.tensor.str() +
-                  "; dtype and element count must match");
+      throw Error("send/recv mismatch: rank " + std::to_string(src) + " sends " + s.tensor.str() + " to rank " +
+                  std::to_string(dst) + " (tag " + std::to_string(std::get<3>(key)) + ") but rank " +
+                  std::to_string(dst) + " receives into " + r.tensor.str() + "; dtype and element count must match");
     }
     if (s.tensor.has_data() != r.tensor.has_data())
       throw Error("send/recv between ranks " + std::to_string(src) + " and " + std::to_string(dst) +
                   " mixes shape-only and data tensors");
-    if (s.tensor.has_data())
-      copy_bytes(bytes_of(r.tensor), bytes_of(s.tensor), s.tensor.nbytes());
+    if (s.tensor.has_data()) copy_bytes(bytes_of(r.tensor), bytes_of(s.tensor), s.tensor.nbytes());
     const sim::Time start = std::max(s.post, r.post) + topology_.kind_of(src).launch_overhead;
     const sim::Transfer tr{src, dst, static_cast<uint64_t>(s.tensor.nbytes()), start};
     const sim::Time done = network_.complete(std::span<const sim::Transfer>(&tr, 1)).front();
     if (engine_.options().trace) {
-      const std::vector<std::pair<std::string, std::string>> args{
-          {"bytes", std::to_string(s.tensor.nbytes())}, {"tag", std::to_string(std::get<3>(key))}};
+      const std::vector<std::pair<std::string, std::string>> args{{"bytes", std::to_string(s.tensor.nbytes())},
+                                                                  {"tag", std::to_string(std::get<3>(key))}};
       engine_.trace().add(sim::Span{src, sim::SpanKind::comm, s.post, done, "send to " + std::to_string(dst), args});
       engine_.trace().add(sim::Span{dst, sim::SpanKind::comm, r.post, done, "recv from " + std::to_string(src), args});
     }

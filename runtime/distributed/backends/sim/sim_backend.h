@@ -62,14 +62,13 @@ struct Pending {
 
 // The SimBackend's groups: call matching state besides what every backend keeps.
 struct SimGroup : GroupState {
-  std::vector<uint64_t> next_call; // per member
+  std::vector<uint64_t> next_call;  // per member
   std::map<uint64_t, Pending> pending;
 };
 
 class SimBackend : public Backend, public CostSink {
  public:
-  SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
-        int nranks);
+  SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm, int nranks);
 
   sim::Engine& engine() { return engine_; }
 
@@ -110,8 +109,8 @@ class SimBackend : public Backend, public CostSink {
   std::shared_ptr<SimGroup> make_group(std::vector<int> ranks);
   void complete(SimGroup& g, uint64_t call, Pending& p);
   void execute_data(SimGroup& g, Pending& p, const Schedule& s);
-  std::vector<sim::Time> time_schedule(const GroupState& g, const Schedule& s,
-                                       const std::vector<sim::Time>& start, size_t elem_size);
+  std::vector<sim::Time> time_schedule(const GroupState& g, const Schedule& s, const std::vector<sim::Time>& start,
+                                       size_t elem_size);
   void finish(WorkState& work, sim::Time done);
   void match_p2p(const ChannelKey& key, Channel& ch);
 
