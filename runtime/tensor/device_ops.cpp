@@ -17,13 +17,6 @@ using In = DeviceInput;
 using Ids = DeviceIndices;
 using Out = DeviceOutput;
 
-void* writable(Device& dev, const Tensor& t) { return device_writable(dev, t); }
-
-template <class K>
-void run(Device& dev, const K& kernel, i64 n) {
-  launch(dev, kernel, n);
-}
-
 void run_gemm(Device& dev, const GemmArgs& g) {
   if (g.batch * g.m * g.n == 0) return;
   if (g.k == 0) {
@@ -97,7 +90,7 @@ MatmulGrads matmul_backward(Device& dev, const Tensor& dc, const Tensor& a, cons
     c.sizes[0] = L, c.sizes[1] = M, c.sizes[2] = K;
     c.src_strides[0] = M * K, c.src_strides[1] = 1, c.src_strides[2] = M;
     c.dst_strides[0] = M * K, c.dst_strides[1] = K, c.dst_strides[2] = 1;
-    run(dev, c, L * M * K);
+    launch(dev, c, L * M * K);
     db(ahat, false, 0, 1, L * M);
   }
   return {dA.t, dB.t};
@@ -109,7 +102,7 @@ Tensor add(Device& dev, const Tensor& a, const Tensor& b) {
   In A(dev, a), B(dev, b);
   Out C(dev, a.shape(), a.dtype());
   const i64 inner = b.numel();
-  if (inner > 0) run(dev, k::AddKernel{A.get(), B.get(), C.ptr, a.dtype(), inner}, a.numel());
+  if (inner > 0) launch(dev, k::AddKernel{A.get(), B.get(), C.ptr, a.dtype(), inner}, a.numel());
   return C.t;
 }
 
@@ -118,28 +111,28 @@ Tensor column_sum(Device& dev, const Tensor& dc, const Shape& b_shape) {
   Out DB(dev, b_shape, dc.dtype());
   const i64 inner = shape_numel(b_shape);
   const i64 rows = inner == 0 ? 0 : dc.numel() / inner;
-  run(dev, k::ColumnSumKernel{G.get(), DB.ptr, dc.dtype(), rows, inner}, inner);
+  launch(dev, k::ColumnSumKernel{G.get(), DB.ptr, dc.dtype(), rows, inner}, inner);
   return DB.t;
 }
 
 Tensor scale(Device& dev, const Tensor& x, double alpha) {
   In X(dev, x);
   Out Y(dev, x.shape(), x.dtype());
-  run(dev, k::ScaleKernel{X.get(), Y.ptr, x.dtype(), static_cast<float>(alpha)}, x.numel());
+  launch(dev, k::ScaleKernel{X.get(), Y.ptr, x.dtype(), static_cast<float>(alpha)}, x.numel());
   return Y.t;
 }
 
 Tensor gelu(Device& dev, const Tensor& x) {
   In X(dev, x);
   Out Y(dev, x.shape(), x.dtype());
-  run(dev, k::GeluKernel{X.get(), Y.ptr, x.dtype()}, x.numel());
+  launch(dev, k::GeluKernel{X.get(), Y.ptr, x.dtype()}, x.numel());
   return Y.t;
 }
 
 Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x) {
   In DY(dev, dy), X(dev, x);
   Out DX(dev, x.shape(), x.dtype());
-  run(dev, k::GeluBackwardKernel{DY.get(), X.get(), DX.ptr, x.dtype()}, x.numel());
+  launch(dev, k::GeluBackwardKernel{DY.get(), X.get(), DX.ptr, x.dtype()}, x.numel());
   return DX.t;
 }
 
@@ -150,10 +143,10 @@ LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, c
   const i64 H = x.size(-1);
   const Shape stat(x.shape().begin(), x.shape().end() - 1);
   Out Y(dev, x.shape(), x.dtype()), Mean(dev, stat, DType::f32), Rstd(dev, stat, DType::f32);
-  run(dev,
-      k::LayerNormKernel{X.get(), W.get(), B.get(), Y.ptr, Mean.as<float>(), Rstd.as<float>(), x.dtype(), H,
-                         static_cast<float>(eps)},
-      H == 0 ? 0 : shape_numel(stat));
+  launch(dev,
+         k::LayerNormKernel{X.get(), W.get(), B.get(), Y.ptr, Mean.as<float>(), Rstd.as<float>(), x.dtype(), H,
+                            static_cast<float>(eps)},
+         H == 0 ? 0 : shape_numel(stat));
   return {Y.t, Mean.t, Rstd.t};
 }
 
@@ -165,12 +158,13 @@ LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& 
   const i64 H = x.size(-1);
   const i64 rows = H == 0 ? 0 : x.numel() / H;
   Out DX(dev, x.shape(), x.dtype()), DW(dev, {H}, weight.dtype()), DB(dev, {H}, weight.dtype());
-  run(dev, k::LayerNormBackwardKernel{DY.get(), X.get(), W.get(), Mu.as<float>(), Rs.as<float>(), DX.ptr, x.dtype(), H},
-      rows);
-  run(dev,
-      k::LayerNormParamGradKernel{DY.get(), X.get(), Mu.as<float>(), Rs.as<float>(), DW.ptr, DB.ptr, x.dtype(), rows,
-                                  H},
-      H);
+  launch(dev,
+         k::LayerNormBackwardKernel{DY.get(), X.get(), W.get(), Mu.as<float>(), Rs.as<float>(), DX.ptr, x.dtype(), H},
+         rows);
+  launch(dev,
+         k::LayerNormParamGradKernel{DY.get(), X.get(), Mu.as<float>(), Rs.as<float>(), DW.ptr, DB.ptr, x.dtype(), rows,
+                                     H},
+         H);
   return {DX.t, DW.t, DB.t};
 }
 
@@ -178,7 +172,7 @@ Tensor softmax(Device& dev, const Tensor& x) {
   In X(dev, x);
   Out Y(dev, x.shape(), x.dtype());
   const i64 V = x.size(-1);
-  run(dev, k::SoftmaxKernel{X.get(), Y.ptr, x.dtype(), V}, V == 0 ? 0 : x.numel() / V);
+  launch(dev, k::SoftmaxKernel{X.get(), Y.ptr, x.dtype(), V}, V == 0 ? 0 : x.numel() / V);
   return Y.t;
 }
 
@@ -186,7 +180,7 @@ Tensor softmax_backward(Device& dev, const Tensor& dy, const Tensor& y) {
   In DY(dev, dy), Y(dev, y);
   Out DX(dev, y.shape(), y.dtype());
   const i64 V = y.size(-1);
-  run(dev, k::SoftmaxBackwardKernel{DY.get(), Y.get(), DX.ptr, y.dtype(), V}, V == 0 ? 0 : y.numel() / V);
+  launch(dev, k::SoftmaxBackwardKernel{DY.get(), Y.get(), DX.ptr, y.dtype(), V}, V == 0 ? 0 : y.numel() / V);
   return DX.t;
 }
 
@@ -199,7 +193,7 @@ Tensor embedding(Device& dev, const Tensor& ids, const Tensor& weight) {
   Shape out_shape = ids.shape();
   out_shape.push_back(H);
   Out O(dev, out_shape, weight.dtype());
-  if (H > 0) run(dev, k::EmbeddingKernel{I.get(), W.get(), O.ptr, weight.dtype(), H}, ids.numel() * H);
+  if (H > 0) launch(dev, k::EmbeddingKernel{I.get(), W.get(), O.ptr, weight.dtype(), H}, ids.numel() * H);
   return O.t;
 }
 
@@ -211,7 +205,7 @@ Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids, std:
   // Sums in f32, rounded once into dy's dtype (as the CPU op's compute-type buffer).
   Out Acc(dev, w_shape, DType::f32);
   dev.zero(Acc.ptr, static_cast<std::size_t>(num_embeddings * H) * sizeof(float));
-  run(dev, k::EmbeddingBackwardKernel{DY.get(), I.get(), Acc.as<float>(), dy.dtype(), ids.numel(), H}, H);
+  launch(dev, k::EmbeddingBackwardKernel{DY.get(), I.get(), Acc.as<float>(), dy.dtype(), ids.numel(), H}, H);
   if (dy.dtype() == DType::f32) return Acc.t;
   Out DW(dev, w_shape, dy.dtype());
   k::CopyKernel c{};
@@ -223,7 +217,7 @@ Tensor embedding_backward(Device& dev, const Tensor& dy, const Tensor& ids, std:
   c.sizes[0] = num_embeddings * H;
   c.src_strides[0] = 1;
   c.dst_strides[0] = 1;
-  run(dev, c, num_embeddings * H);
+  launch(dev, c, num_embeddings * H);
   return DW.t;
 }
 
@@ -236,11 +230,12 @@ CrossEntropyResult cross_entropy(Device& dev, const Tensor& logits, const Tensor
   const i64 rows = targets.numel();
   Out Lse(dev, targets.shape(), DType::f32), RowLoss(dev, targets.shape(), DType::f32);
   Out Loss(dev, {}, logits.dtype());
-  run(dev,
-      k::CrossEntropyRowKernel{X.get(), Tg.get(), Lse.as<float>(), RowLoss.as<float>(), logits.dtype(), V,
-                               ignore_index},
-      rows);
-  run(dev, k::CrossEntropyMeanKernel{RowLoss.as<float>(), Tg.get(), Loss.ptr, logits.dtype(), rows, ignore_index}, 1);
+  launch(dev,
+         k::CrossEntropyRowKernel{X.get(), Tg.get(), Lse.as<float>(), RowLoss.as<float>(), logits.dtype(), V,
+                                  ignore_index},
+         rows);
+  launch(dev, k::CrossEntropyMeanKernel{RowLoss.as<float>(), Tg.get(), Loss.ptr, logits.dtype(), rows, ignore_index},
+         1);
   return {Loss.t, Lse.t};
 }
 
@@ -257,9 +252,9 @@ Tensor cross_entropy_backward(Device& dev, const Tensor& dloss, const Tensor& lo
   }
   // The scale as the CPU op computes it: dloss rounded to f32, divided by the count in f32.
   const float g = static_cast<float>(dloss.item()) / static_cast<float>(count);
-  run(dev,
-      k::CrossEntropyBackwardKernel{X.get(), Lse.as<float>(), Tg.get(), DX.ptr, logits.dtype(), V, ignore_index, g},
-      logits.numel());
+  launch(dev,
+         k::CrossEntropyBackwardKernel{X.get(), Lse.as<float>(), Tg.get(), DX.ptr, logits.dtype(), V, ignore_index, g},
+         logits.numel());
   return DX.t;
 }
 
@@ -299,14 +294,14 @@ k::CopyKernel strided_copy(const void* src, const Tensor& s, void* dst, const Te
 Tensor copy_to_new(Device& dev, const Tensor& src, DType dtype) {
   const void* from = device_pointer(dev, src);
   Out O(dev, src.shape(), dtype);
-  run(dev, strided_copy(from, src, O.ptr, O.t), src.numel());
+  launch(dev, strided_copy(from, src, O.ptr, O.t), src.numel());
   return O.t;
 }
 
 void copy_into(Device& dev, const Tensor& dst, const Tensor& src) {
   const void* from = device_pointer(dev, src);
-  void* to = writable(dev, dst);
-  run(dev, strided_copy(from, src, to, dst), src.numel());
+  void* to = device_writable(dev, dst);
+  launch(dev, strided_copy(from, src, to, dst), src.numel());
   mark_device_written(dev, dst);
 }
 
@@ -339,7 +334,7 @@ Tensor cat(Device& dev, const std::vector<Tensor>& xs, std::int64_t dim, const S
         c.dst_strides[d] = out_strides[static_cast<std::size_t>(d)];
       }
       c.dst_offset = offset * out_strides[static_cast<std::size_t>(dim)];
-      run(dev, c, x.numel());
+      launch(dev, c, x.numel());
     }
     offset += x.size(dim);
   }
