@@ -1,7 +1,5 @@
 #include "app/devices.h"
 
-#include <cstdlib>
-
 #include "runtime/device/emulated_device.h"
 #include "sim/error.h"
 #if RANKSIM_HAVE_CUDA_DEVICE
@@ -14,15 +12,6 @@ namespace ranksim::app {
 
 namespace {
 
-#if RANKSIM_HAVE_CUDA_DEVICE
-int local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return 0;
-}
-#endif
-
 std::shared_ptr<runtime::Device> make_gpu() {
 #if RANKSIM_HAVE_CUDA_DEVICE
   const runtime::gpu::DeviceInfo info = runtime::gpu::device_info();
@@ -32,7 +21,10 @@ std::shared_ptr<runtime::Device> make_gpu() {
   }
   runtime::gpu::CudaKernels kernels;
   models::add_cuda_kernels(kernels);
-  return runtime::gpu::make_cuda_device(local_rank() % info.count, std::move(kernels));
+  // The one rule for this process's GPU (runtime/device/cuda/cuda.h): the nccl backend's
+  // communicators use the compute device's GPU, so both always agree.
+  return runtime::gpu::make_cuda_device(runtime::gpu::process_device(runtime::gpu::launcher_local_rank()),
+                                        std::move(kernels));
 #else
   throw Error(
       "--device gpu: this ranksim was built without the GPU backend (RANKSIM_WITH_CUDA is OFF: "

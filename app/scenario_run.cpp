@@ -48,6 +48,14 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   stack *= 4;
 #endif
   so.engine.stack.size = stack;
+  // CUDA, cuBLAS and NCCL run from the ranks' fibers too: their first calls (NCCL's topology
+  // search, cuBLAS's heuristics) go deep. GPU runs have few ranks per process, so they get large
+  // stacks (only the pages touched cost memory) behind guard pages, so an overflow faults at
+  // once instead of corrupting a neighbour.
+  if (flags.device == "gpu" || flags.backend == "nccl") {
+    so.engine.stack.size = std::max(stack, kGpuFiberStackBytes);
+    so.engine.stack.guard_page = true;
+  }
   // A progress line on a terminal for runs longer than a second; nothing when piped.
   const bool tty = !flags.quiet && ::isatty(STDERR_FILENO) != 0;
   bool printed = false;

@@ -151,6 +151,7 @@ class Engine {
     progress_every_ = every_seconds;
   }
   const EngineOptions& options() const { return options_; }
+  const StackPool& stacks() const { return stacks_; }
   Trace& trace() { return trace_; }
   const Trace& trace() const { return trace_; }
 

@@ -38,7 +38,8 @@ namespace ranksim::sim {
 
 namespace {
 constexpr size_t kSlabTarget = 8u << 20;  // map stacks 8 MiB at a time
-}
+constexpr unsigned char kPaint = 0xA5;    // StackOptions::measure's fill
+}  // namespace
 
 StackPool::StackPool(StackOptions options) : options_(options) {
   page_ = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -90,11 +91,19 @@ boost::context::stack_context StackPool::allocate() {
   sctx.size = stack_bytes_;
   free_tops_.pop_back();
   RANKSIM_UNPOISON(static_cast<char*>(sctx.sp) - sctx.size, sctx.size);
+  if (options_.measure) std::memset(static_cast<char*>(sctx.sp) - sctx.size, kPaint, sctx.size);
   ++in_use_;
   return sctx;
 }
 
 void StackPool::deallocate(boost::context::stack_context& sctx) noexcept {
+  if (options_.measure) {
+    // Stacks grow down: the lowest byte no longer holding the paint marks the deepest frame.
+    const auto* bottom = static_cast<const unsigned char*>(sctx.sp) - sctx.size;
+    size_t untouched = 0;
+    while (untouched < sctx.size && bottom[untouched] == kPaint) ++untouched;
+    high_water_ = std::max(high_water_, sctx.size - untouched);
+  }
   free_tops_.push_back(static_cast<char*>(sctx.sp));
   --in_use_;
 }

@@ -37,6 +37,10 @@ struct StackOptions {
   size_t size = 256 * 1024;
   // An inaccessible page below each stack. Default: on in debug and asan builds, off in release.
   bool guard_page = kGuardPagesDefault;
+  // Measure how deep the fibers' stacks went (StackPool::high_water): each stack is filled with
+  // a pattern when handed out and scanned when given back. It writes every page of every stack,
+  // so it is for tests and diagnostics, not for runs of many ranks.
+  bool measure = false;
 };
 
 class StackPool {
@@ -53,6 +57,9 @@ class StackPool {
   size_t stack_size() const { return stack_bytes_; }
   size_t in_use() const { return in_use_; }
   size_t mapped_bytes() const { return mapped_bytes_; }
+  // With StackOptions::measure: the most bytes any stack given back so far had written (from its
+  // top down); 0 otherwise.
+  size_t high_water() const { return high_water_; }
 
  private:
   void grow();
@@ -66,6 +73,7 @@ class StackPool {
   std::vector<char*> free_tops_;  // highest address of each free stack
   size_t in_use_ = 0;
   size_t mapped_bytes_ = 0;
+  size_t high_water_ = 0;
 };
 
 class Fiber {

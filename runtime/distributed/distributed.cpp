@@ -88,7 +88,13 @@ void require_usable(const Tensor& t, const char* op, const char* what) {
   if (t.has_data() && !t.is_contiguous())
     throw Error(std::string(op) + ": the " + what + " tensor " + t.str() +
                 " is not contiguous; call .contiguous() first (collectives work on dense buffers)");
-  t.wait_pending();
+  // A backend that works on the device copy in place needs no host bytes: downloading them here
+  // would be a round trip per collective.
+  if (Backend::current().in_place_on_device(t)) {
+    t.wait_pending_writes();
+  } else {
+    t.wait_pending();
+  }
 }
 
 // The group a handle names (the world for a default handle). Throws Error for a group made by
@@ -112,7 +118,8 @@ Work finish_post(Backend& backend, const std::shared_ptr<WorkState>& work, bool 
                  std::initializer_list<const Tensor*> outputs) {
   if (async) {
     for (const Tensor* t : outputs)
-      if (t && t->defined()) t->set_pending_write(std::make_shared<WorkPendingWrite>(work));
+      if (t && t->defined())
+        t->set_pending_write(std::make_shared<WorkPendingWrite>(work), !backend.in_place_on_device(*t));
   } else {
     backend.wait(*work);
   }

@@ -443,9 +443,9 @@ void* Tensor::raw_data_unsynchronized() const {
   return storage_->host() + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
-void Tensor::set_pending_write(std::shared_ptr<PendingWrite> pending) const {
+void Tensor::set_pending_write(std::shared_ptr<PendingWrite> pending, bool host_write) const {
   if (!defined()) throw Error("Tensor::set_pending_write: the tensor is undefined");
-  ++storage_->host_version;
+  if (host_write) ++storage_->host_version;
   storage_->pending.push_back(std::move(pending));
 }
 
@@ -479,9 +479,16 @@ void Tensor::count_host_write() const { ++storage_->host_version; }
 void Tensor::wait_pending() const {
   if (!storage_) return;
   if (storage_->host_stale) {
-    storage_->host_stale = false;
+    // The flag clears only once the bytes have arrived: a download that throws (an earlier kernel
+    // fault surfacing at the synchronisation) leaves the host bytes marked stale, not valid.
     storage_->mirror->download(storage_->host(), storage_->nbytes);
+    storage_->host_stale = false;
   }
+  wait_pending_writes();
+}
+
+void Tensor::wait_pending_writes() const {
+  if (!storage_) return;
   // Each is detached before its wait, so a wait that throws is not repeated by the next access,
   // while the writes after it stay attached.
   while (!storage_->pending.empty()) {

@@ -167,10 +167,17 @@ class Tensor {
   const void* raw_read_data() const;
 
   // --- Pending writes (see the header comment).
-  // Attaches pending to the storage (in addition to any already attached).
-  void set_pending_write(std::shared_ptr<PendingWrite> pending) const;
-  // Waits for and detaches the storage's pending writes, oldest first. No-op when there are none.
+  // Attaches pending to the storage (in addition to any already attached). host_write: the write
+  // lands in the host bytes (the sim and mpi backends), so the device copy is out of date from
+  // now on. false: it was written to the device copy already (a collective run in place on the
+  // device copy), and waiting only orders the host's next access after the work's completion.
+  void set_pending_write(std::shared_ptr<PendingWrite> pending, bool host_write = true) const;
+  // Makes the host bytes current: downloads the device copy when it is newer (host_stale), then
+  // waits for and detaches the storage's pending writes, oldest first.
   void wait_pending() const;
+  // Waits for and detaches the pending writes only, leaving a newer device copy where it is: for
+  // a writer that works on the device copy in place.
+  void wait_pending_writes() const;
   // The data pointer without waiting: only for the pending writer itself, which fills the storage.
   void* raw_data_unsynchronized() const;
 

@@ -12,8 +12,8 @@
 
 #include "cp/attention_device_cases.h"
 #include "cp/attention_kernels.h"
+#include "gpu/gpu_testing.h"
 #include "models/adamw_kernels.h"
-#include "models/cuda_kernels.h"
 #include "models/device_cases.h"
 #include "runtime/device/cuda/cuda.h"
 #include "runtime/device/cuda/cuda_device.h"
@@ -31,22 +31,6 @@ namespace ranksim::runtime::gpu {
 namespace {
 
 using ::testing::HasSubstr;
-
-#define REQUIRE_DEVICES(n)                                                                   \
-  do {                                                                                       \
-    const DeviceInfo info_ = device_info();                                                  \
-    if (info_.count < (n)) {                                                                 \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << info_.count \
-                   << (info_.reason.empty() ? "" : " (" + info_.reason + ")");               \
-    }                                                                                        \
-  } while (0)
-
-// Every kernel the reference models run, as the app registers them (app/devices.cpp).
-CudaKernels every_kernel() {
-  CudaKernels t;
-  models::add_cuda_kernels(t);
-  return t;
-}
 
 // Needs no GPU: the table is filled by nvcc-compiled code in each layer. 15 kernels of
 // runtime/tensor/ops_kernels.h, 5 of tp/cross_entropy_kernels.h, 6 of cp/attention_kernels.h and
@@ -185,7 +169,7 @@ TEST(GpuNccl, CollectivesMatchClosedFormSums) {
   NcclComm::group_end();
   for (int r = 0; r < n; ++r) {
     set_device(r);
-    const auto& comm = comms[static_cast<std::size_t>(r)];
+    auto& comm = comms[static_cast<std::size_t>(r)];
     comm.synchronize();
     const std::vector<float> sum = ar[static_cast<std::size_t>(r)].download({c}, comm.stream()).to_vector<float>();
     for (float v : sum) ASSERT_EQ(v, static_cast<float>(n * (n + 1) / 2));

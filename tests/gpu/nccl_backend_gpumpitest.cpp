@@ -3,19 +3,24 @@
 // reduction order enters (gathers, scatters, broadcasts, all-to-all, integer-valued sums) and to
 // fp32 rounding elsewhere. Without a GPU in every process the device tests skip, saying why,
 // and the backend's own error is checked instead.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "app/devices.h"
 #include "mpi/compare.h"
 #include "runtime/device/cuda/cuda.h"
 #include "runtime/distributed/backends/mpi/mpi.h"
 #include "runtime/distributed/backends/nccl/nccl_collectives.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/mlp.h"
 
@@ -27,26 +32,53 @@ using mpitest::Program;
 using mpitest::run_on;
 using ::testing::HasSubstr;
 
-// Every process must have a GPU (the backend needs one per process); all ranks agree.
-bool every_process_has_a_gpu() {
-  return gpu::device_info().count > 0;  // one node's processes see the same devices
+// Processes of this job on this node (one node's processes see the same devices).
+int processes_on_this_node() {
+  mpi::init();
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
 }
 
-#define REQUIRE_GPU_PER_PROCESS()                                                                 \
-  do {                                                                                            \
-    if (!every_process_has_a_gpu()) {                                                             \
-      GTEST_SKIP() << "the nccl backend needs a CUDA device per process; this machine has none (" \
-                   << gpu::device_info().reason << ")";                                           \
-    }                                                                                             \
+// NCCL refuses two ranks of one communicator on one GPU: the device tests need a GPU for every
+// process on the node (all ranks agree: they see the same devices).
+bool every_process_has_a_gpu() {
+  const int gpus = gpu::device_info().count;
+  return gpus > 0 && gpus >= processes_on_this_node();
+}
+
+#define REQUIRE_GPU_PER_PROCESS()                                                                      \
+  do {                                                                                                 \
+    if (!every_process_has_a_gpu()) {                                                                  \
+      GTEST_SKIP() << "the nccl backend needs a CUDA device per process: " << processes_on_this_node() \
+                   << " process(es) on this node, " << gpu::device_info().count << " GPU(s) "          \
+                   << gpu::device_info().reason;                                                       \
+    }                                                                                                  \
   } while (0)
 
 TEST(NcclBackend, WithoutAGpuTheBackendSaysSoOnEveryRank) {
-  if (every_process_has_a_gpu()) GTEST_SKIP() << "this machine has GPUs: the device tests run instead";
+  if (gpu::device_info().count > 0) GTEST_SKIP() << "this machine has GPUs: the device tests run instead";
   SpawnOptions so;
   so.backend = BackendKind::nccl;
   so.device_collectives = gpu::nccl_collectives;
   EXPECT_THAT([&] { spawn([](int) {}, mpi::world_size(), so); },
               ::testing::ThrowsMessage<Error>(HasSubstr("needs a CUDA device in every process")));
+}
+
+TEST(NcclBackend, MoreProcessesThanGpusIsAClearError) {
+  const int gpus = gpu::device_info().count;
+  if (gpus == 0 || gpus >= processes_on_this_node()) {
+    GTEST_SKIP() << "needs fewer GPUs than processes on this node, and at least one (" << gpus << " GPU(s), "
+                 << processes_on_this_node() << " process(es))";
+  }
+  SpawnOptions so;
+  so.backend = BackendKind::nccl;
+  so.device_collectives = gpu::nccl_collectives;
+  EXPECT_THAT([&] { spawn([](int) {}, mpi::world_size(), so); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("needs one GPU per process")));
 }
 
 // Exact: data movement and sums of small integers.
@@ -107,6 +139,42 @@ TEST(NcclBackend, DataMovementEqualsSimBitForBit) {
     EXPECT_TRUE(got[static_cast<size_t>(me)][k] == want[static_cast<size_t>(me)][k])
         << "rank " << me << " output " << k;
   }
+}
+
+// The default path (--backend nccl --device gpu): a tensor the GPU wrote goes through sync and
+// async collectives and on to the next kernel without crossing to the host, and the host reads
+// the right values at the end.
+TEST(NcclBackend, InPlaceCollectivesKeepTensorsOnTheGpu) {
+  REQUIRE_GPU_PER_PROCESS();
+  const std::shared_ptr<Device> dev = app::make_device("gpu");
+  const ScopedComputeDevice on(dev);
+  SpawnOptions so;
+  so.backend = BackendKind::nccl;
+  so.device_collectives = gpu::nccl_collectives;
+  const int n = mpi::world_size();
+  std::vector<float> got;
+  DeviceStats before{}, after{};
+  spawn(
+      [&](int rank) {
+        const Tensor x = Tensor::full({4096}, 0.25 * (rank + 1));
+        Tensor y = add(x, x);  // on the GPU: 0.5 (rank + 1)
+        dev->synchronize();
+        before = dev->stats();
+        all_reduce(y);  // sum: 0.25 n (n + 1)
+        AllreduceOptions async;
+        async.async_op = true;
+        Work w = all_reduce(y, async);  // x n
+        w.wait();
+        Tensor z = add(y, y);  // the next kernel reads the device copy
+        after = dev->stats();
+        got = z.to_vector<float>();
+      },
+      n, so);
+  EXPECT_EQ(after.downloads - before.downloads, 0) << "a collective downloaded its tensor";
+  EXPECT_EQ(after.uploads - before.uploads, 0) << "a result went through the host";
+  ASSERT_EQ(got.size(), 4096u);
+  const float want = 2.0f * 0.25f * static_cast<float>(n * (n + 1)) * static_cast<float>(n);
+  for (float v : got) ASSERT_EQ(v, want);
 }
 
 // Rounding: the TP MLP's all-reduces in f32, against sim to fp32 rounding.

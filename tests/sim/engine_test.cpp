@@ -296,6 +296,36 @@ TEST(StackPool, RecyclesStacks) {
   pool.deallocate(b);
 }
 
+TEST(StackPool, MeasuresHowDeepAFiberWent) {
+  StackOptions o;
+  o.size = 256 * 1024;
+  o.measure = true;
+  StackPool pool(o);
+  {
+    Fiber shallow(pool, [] {});
+    shallow.resume();
+  }
+  const size_t base = pool.high_water();
+  EXPECT_GT(base, 0u) << "boost::context's fiber record sits at the top";
+  EXPECT_LT(base, 16u * 1024u);
+  {
+    Fiber deep(pool, [] {
+      volatile char big[100 * 1024];
+      for (size_t i = 0; i < sizeof big; i += 512) big[i] = 1;
+      big[0] = 2;  // the lowest byte of the array: at least 100 KiB below the top
+    });
+    deep.resume();
+  }
+  EXPECT_GE(pool.high_water(), 100u * 1024u);
+  EXPECT_LT(pool.high_water(), 100u * 1024u + 16u * 1024u);
+  StackPool unmeasured(StackOptions{64 * 1024, false});
+  {
+    Fiber f(unmeasured, [] {});
+    f.resume();
+  }
+  EXPECT_EQ(unmeasured.high_water(), 0u);
+}
+
 #ifndef RANKSIM_ASAN  // AddressSanitizer reports the overflow itself, differently.
 // Recurses until `depth` runs out; called with a depth far beyond what 64 KiB can hold.
 int recurse_deeply(volatile char* p, long depth) {

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <utility>
 
 #include "sim/error.h"
@@ -48,6 +49,44 @@ int current_device() {
   int d = 0;
   check_cuda(cudaGetDevice(&d), "cudaGetDevice");
   return d;
+}
+
+ScopedDevice::ScopedDevice(int device) {
+  previous_ = current_device();
+  if (previous_ != device) set_device(device);
+}
+ScopedDevice::~ScopedDevice() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+}
+
+int launcher_local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    const char* s = std::getenv(v);
+    if (s == nullptr || *s == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(s, &end, 10);
+    if (*end != '\0' || r < 0) {
+      throw Error(std::string(v) + "='" + s + "' is not a local rank (a number >= 0); fix the launcher's environment");
+    }
+    return static_cast<int>(r);
+  }
+  return -1;
+}
+
+int process_device(int local_rank) {
+  const DeviceInfo info = device_info();
+  if (info.count == 0) throw Error("no CUDA device is visible to this process (" + info.reason + ")");
+  if (const char* s = std::getenv("RANKSIM_GPU"); s != nullptr && *s != '\0') {
+    char* end = nullptr;
+    const long d = std::strtol(s, &end, 10);
+    if (*end != '\0' || d < 0 || d >= info.count) {
+      throw Error(std::string("RANKSIM_GPU='") + s + "' is not a visible CUDA device (this process sees " +
+                  std::to_string(info.count) + ": 0 to " + std::to_string(info.count - 1) + ")");
+    }
+    return static_cast<int>(d);
+  }
+  return (local_rank < 0 ? 0 : local_rank) % info.count;
 }
 
 Stream::Stream() {

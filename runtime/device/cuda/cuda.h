@@ -21,6 +21,31 @@ DeviceInfo device_info();
 void set_device(int device);  // Error for a device that does not exist
 int current_device();
 
+// Makes `device` current for the scope and restores the previous current device after it, so
+// every entry point of the CUDA device and of an NCCL communicator runs on its own GPU whatever
+// another one left current. Costs one cudaGetDevice (host-side, no synchronisation) and a
+// cudaSetDevice only when the device differs.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// The process's launcher-assigned rank on its node, read from the variables mpirun, MPICH's
+// hydra, Slurm and torchrun set (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,
+// LOCAL_RANK, in that order); -1 when none is set.
+int launcher_local_rank();
+
+// The one rule that picks this process's GPU, for the compute device and the nccl backend alike:
+// RANKSIM_GPU=N when set (an ordinal among the visible devices), else local_rank modulo the
+// visible devices. Error when there is no device, or RANKSIM_GPU is not a visible device.
+int process_device(int local_rank);
+
 // Throw ranksim::Error("<what>: <library message>") on failure. The status is the library's own
 // code (cudaError_t, cublasStatus_t), passed as int to keep the CUDA headers out
 // of callers.

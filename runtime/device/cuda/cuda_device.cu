@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -35,18 +36,31 @@ cudaDataType_t cuda_type(DType t) {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, CudaKernels table) : ordinal_(ordinal), kernels_(std::move(table)) {
+  CudaDevice(int ordinal, CudaKernels table)
+      : ordinal_(ordinal), kernels_(std::move(table)), launch_blocking_(launch_blocking()) {
     kernels_.add<kernels::CopyKernel>("CopyKernel");  // the device's own
-    set_device(ordinal);                              // first: the stream and the cuBLAS handle belong to the device
+    set_device(ordinal);             // checks the ordinal; the guard below restores the caller's device
+    const ScopedDevice on(ordinal);  // the stream, the pool and the cuBLAS handle belong to the device
     stream_ = std::make_unique<Stream>();
+    // The default pool gives its free memory back to the driver at every synchronisation unless
+    // told to keep it (release threshold 0): every allocation after a download or a collective
+    // would then be a driver allocation. Keep what was freed for reuse.
+    cudaMemPool_t pool = nullptr;
+    check_cuda(cudaDeviceGetDefaultMemPool(&pool, ordinal), "cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
     cublasHandle_t h = nullptr;
     check_cublas(cublasCreate(&h), "cublasCreate");
     blas_ = h;
     check_cublas(cublasSetStream(h, stream()), "cublasSetStream");
   }
   ~CudaDevice() override {
+    int previous = -1;
+    (void)cudaGetDevice(&previous);
+    (void)cudaSetDevice(ordinal_);
     (void)cudaStreamSynchronize(stream());
     (void)cublasDestroy(blas_);
+    if (previous >= 0) (void)cudaSetDevice(previous);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
@@ -55,30 +69,44 @@ class CudaDevice final : public Device {
 
   void* allocate(std::size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    const ScopedDevice on(ordinal_);
     void* p = nullptr;
     check_cuda(cudaMallocAsync(&p, nbytes, stream()),
                ("cudaMallocAsync of " + std::to_string(nbytes) + " bytes on " + name()).c_str());
     return p;
   }
   void release(void* p) noexcept override {
-    if (p) (void)cudaFreeAsync(p, stream());
+    if (p == nullptr) return;
+    int previous = -1;
+    (void)cudaGetDevice(&previous);
+    if (previous != ordinal_) (void)cudaSetDevice(ordinal_);
+    (void)cudaFreeAsync(p, stream());
+    if (previous >= 0 && previous != ordinal_) (void)cudaSetDevice(previous);
   }
   void upload(void* dst, const void* src, std::size_t nbytes) override {
-    if (nbytes)
-      check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
+    if (nbytes == 0) return;
+    const ScopedDevice on(ordinal_);
+    check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
   }
   void download(void* dst, const void* src, std::size_t nbytes) override {
     if (nbytes == 0) return;
+    const ScopedDevice on(ordinal_);
     check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync (download)");
     synchronize();
   }
   void zero(void* p, std::size_t nbytes) override {
-    if (nbytes) check_cuda(cudaMemsetAsync(p, 0, nbytes, stream()), "cudaMemsetAsync");
+    if (nbytes == 0) return;
+    const ScopedDevice on(ordinal_);
+    check_cuda(cudaMemsetAsync(p, 0, nbytes, stream()), "cudaMemsetAsync");
   }
-  void synchronize() override { check_cuda(cudaStreamSynchronize(stream()), ("kernels on " + name()).c_str()); }
+  void synchronize() override {
+    const ScopedDevice on(ordinal_);
+    check_cuda(cudaStreamSynchronize(stream()), ("kernels on " + name()).c_str());
+  }
 
   void gemm(const GemmArgs& g) override {
     const cudaDataType_t t = cuda_type(g.dtype);
+    const ScopedDevice on(ordinal_);
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major [r, c]
     // buffer read column-major is its transpose: so B goes first, then A.
     const cublasOperation_t op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -86,11 +114,15 @@ class CudaDevice final : public Device {
     const auto ldb = static_cast<int>(g.tb ? g.k : g.n);
     const auto lda = static_cast<int>(g.ta ? g.m : g.k);
     const float alpha = 1.0f, beta = 0.0f;
-    check_cublas(cublasGemmStridedBatchedEx(
-                     blas_, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
-                     g.b, t, ldb, g.stride_b, g.a, t, lda, g.stride_a, &beta, g.c, t, static_cast<int>(g.n), g.stride_c,
-                     static_cast<int>(g.batch), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+    check_cublas(cublasGemmStridedBatchedEx(blas_, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
+                                            static_cast<int>(g.k), &alpha, g.b, t, ldb, g.stride_b, g.a, t, lda,
+                                            g.stride_a, &beta, g.c, t, static_cast<int>(g.n), g.stride_c,
+                                            static_cast<int>(g.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx");
+    if (launch_blocking_) {
+      after_launch("GEMM " + std::to_string(g.batch) + " x [" + std::to_string(g.m) + ", " + std::to_string(g.k) +
+                   "] x [" + std::to_string(g.k) + ", " + std::to_string(g.n) + "] " + dtype_name(g.dtype));
+    }
   }
 
   void launch(const KernelLaunch& l) override {
@@ -100,13 +132,30 @@ class CudaDevice final : public Device {
           name() + ": kernel " + l.type.name() +
           " has no CUDA launcher; its layer's add_cuda_kernels must register it (runtime/device/cuda/cuda_device.h)");
     }
+    const ScopedDevice on(ordinal_);
     e->launch(l.kernel, l.items, stream());
     check_cuda(cudaGetLastError(), (e->name + " launch on " + name()).c_str());
+    if (launch_blocking_) after_launch(e->name + " over " + std::to_string(l.items) + " items");
   }
 
  private:
+  // RANKSIM_CUDA_LAUNCH_BLOCKING=1: wait for every kernel and GEMM as it is launched, so a fault is
+  // reported by the launch that caused it, with the kernel's name and size, instead of by a
+  // later download or collective. For debugging: it serialises host and device.
+  static bool launch_blocking() {
+    const char* v = std::getenv("RANKSIM_CUDA_LAUNCH_BLOCKING");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }
+  void after_launch(const std::string& what) {
+    const cudaError_t e = cudaStreamSynchronize(stream());
+    if (e != cudaSuccess) {
+      throw Error(name() + ": " + what + " failed: " + cudaGetErrorString(e) + " (RANKSIM_CUDA_LAUNCH_BLOCKING)");
+    }
+  }
+
   int ordinal_;
   CudaKernels kernels_;
+  bool launch_blocking_ = false;
   std::unique_ptr<Stream> stream_;
   cublasHandle_t blas_ = nullptr;
 };

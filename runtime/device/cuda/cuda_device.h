@@ -10,9 +10,15 @@
 //   __shfl_xor_sync; column reductions one thread per column. Results match the CPU ops to f32
 //   rounding: the lanes sum in another order than the CPU's one-by-one loop. A kernel missing
 //   from the table is an Error naming it.
-// - GEMMs: cublasGemmStridedBatchedEx with f32 accumulation and no TF32
-//   (CUBLAS_COMPUTE_32F_PEDANTIC).
-// - Everything runs on one stream in issue order; download() waits for it.
+// - GEMMs: cublasGemmStridedBatchedEx with f32 accumulation (CUBLAS_COMPUTE_32F): bf16 and f16 on
+//   tensor cores, f32 in f32 (no TF32). CUBLAS_COMPUTE_32F_PEDANTIC, used before, kept bf16 off the
+//   tensor cores: 33 TFLOP/s instead of ~700 on an H100 (benches/device_bench BM_Gemm).
+// - Everything runs on one stream in issue order; download() waits for it. Every entry point
+//   makes the device's GPU current for its call (ScopedDevice) and restores the caller's.
+// - The stream-ordered pool keeps freed memory (release threshold: all), so allocations after a
+//   synchronisation are served from the pool, not the driver.
+// - RANKSIM_CUDA_LAUNCH_BLOCKING=1 waits after every kernel and GEMM, so a fault names the launch
+//   that caused it (kernel name and item count, GEMM shape).
 // Errors: ranksim::Error with the CUDA or cuBLAS message (no device, out of memory, a launch).
 #pragma once
 

@@ -127,6 +127,10 @@ class Backend {
                                               const std::shared_ptr<GroupState>& g, int tag) = 0;
   // Blocks until the work completes; rethrows its error.
   virtual void wait(WorkState& work) = 0;
+  // True when this backend's collectives work on t's device copy in place (the nccl backend with
+  // the CUDA compute device; DeviceCollectives::in_place): the front end then neither downloads
+  // t before the call nor marks the host's copy as the one an async call writes.
+  virtual bool in_place_on_device(const Tensor& /*t*/) const { return false; }
   virtual bool poll(WorkState& work) = 0;
 };
 

@@ -25,6 +25,11 @@ class DeviceCollectives {
   // Runs the collective sig with this rank's tensors (of sig.kind, holding data; roots are group
   // indices) on group id: reads the inputs, writes the outputs.
   virtual void run(int id, const Signature& sig, const CollectiveTensors& tensors, int index) = 0;
+  // True when a collective reads and writes t's device copy in place (t on this process's GPU,
+  // the compute device's, dense): t's host bytes need not be current before the call, and its
+  // result lands in the device copy, not on the host. Gather and scatter still stage their
+  // tensors through the host, with the synchronising accessors.
+  virtual bool in_place(const Tensor& /*t*/) const { return false; }
 };
 
 }  // namespace ranksim::runtime::detail

@@ -127,6 +127,44 @@ TEST(DeviceResidency, WhatStaysOnTheCpu) {
   EXPECT_EQ(device->stats().ops, 0);
 }
 
+// An emulated device whose next download throws when armed: a kernel fault that surfaces at the
+// synchronisation a download waits for.
+class FaultyDownloadDevice final : public Device {
+ public:
+  bool fail_next_download = false;
+  std::string name() const override { return "faulty"; }
+  void* allocate(std::size_t n) override { return inner_.allocate(n); }
+  void release(void* p) noexcept override { inner_.release(p); }
+  void upload(void* d, const void* h, std::size_t n) override { inner_.upload(d, h, n); }
+  void download(void* h, const void* d, std::size_t n) override {
+    if (fail_next_download) {
+      fail_next_download = false;
+      throw Error("faulty: an earlier kernel faulted");
+    }
+    inner_.download(h, d, n);
+  }
+  void zero(void* p, std::size_t n) override { inner_.zero(p, n); }
+  void synchronize() override {}
+  void gemm(const GemmArgs& a) override { inner_.gemm(a); }
+  void launch(const KernelLaunch& l) override { inner_.launch(l); }
+
+ private:
+  EmulatedDevice inner_;
+};
+
+TEST(DeviceResidency, AFailedDownloadLeavesTheHostBytesStale) {
+  const Tensor x = rnd({8, 16}, 40, DType::f32);
+  const std::vector<float> want = gelu(x).to_vector<float>();  // on the CPU
+  auto device = std::make_shared<FaultyDownloadDevice>();
+  ScopedComputeDevice on(device);
+  const Tensor y = gelu(x);
+  ASSERT_TRUE(y.host_stale());
+  device->fail_next_download = true;
+  EXPECT_THAT([&] { (void)y.to_vector<float>(); }, ::testing::ThrowsMessage<Error>(HasSubstr("kernel faulted")));
+  EXPECT_TRUE(y.host_stale()) << "the host bytes were never written";
+  EXPECT_EQ(y.to_vector<float>(), want) << "the next read downloads again";
+}
+
 TEST(DeviceResidency, MemoryIsReleasedWithTheLastTensor) {
   auto device = std::make_shared<EmulatedDevice>();
   {

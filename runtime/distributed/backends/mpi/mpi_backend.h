@@ -24,6 +24,7 @@
 #include "runtime/distributed/backends/backend.h"
 #include "runtime/distributed/backends/device_collectives.h"
 #include "runtime/distributed/backends/mpi/mpi.h"
+#include "runtime/distributed/backends/timeout.h"
 #include "runtime/tensor/cost.h"
 #include "sim/engine.h"
 
@@ -33,11 +34,6 @@ namespace ranksim::runtime::detail {
 
 // Throws Error("MPI: <what> failed: <MPI's text>") unless rc is MPI_SUCCESS.
 void check_mpi(int rc, const char* what);
-
-// How long a blocked collective or receive waits for its peers before the run is declared hung:
-// RANKSIM_COLLECTIVE_TIMEOUT seconds (default 600, as torch.distributed's NCCL default; 0 waits
-// forever). Throws Error when the variable is not a number of seconds.
-double collective_timeout();
 
 // MPI_Waitall that gives up: polls the requests, and after collective_timeout() seconds calls
 // timed_out(indices of the requests still pending, seconds waited), which throws.
@@ -135,6 +131,7 @@ class MpiBackend final : public Backend, public CostSink {
   std::shared_ptr<WorkState> post_p2p(bool is_send, const Tensor& tensor, int peer,
                                       const std::shared_ptr<GroupState>& group, int tag) override;
   void wait(WorkState& work) override;
+  bool in_place_on_device(const Tensor& t) const override { return device_ && t.has_data() && device_->in_place(t); }
   bool poll(WorkState& work) override;
 
   // Compute ops run for real; their charge arrives when they finish. The time since the previous

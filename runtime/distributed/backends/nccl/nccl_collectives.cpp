@@ -4,6 +4,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "runtime/device/cuda/cuda_device.h"
 #include "runtime/device/device.h"
 #include "runtime/distributed/backends/nccl/nccl_comm.h"
+#include "runtime/distributed/backends/timeout.h"
 #include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
 
@@ -33,14 +35,15 @@ void check_mpi(int rc, const char* what) {
   }
 }
 
-// This process's rank among the processes of its node.
-int local_rank() {
+// This process's rank among the processes of its node, and how many they are.
+std::pair<int, int> node_rank_and_size() {
   MPI_Comm node = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-  int r = 0;
+  int r = 0, n = 1;
   MPI_Comm_rank(node, &r);
+  MPI_Comm_size(node, &n);
   MPI_Comm_free(&node);
-  return r;
+  return {r, n};
 }
 
 class NcclCollectives final : public detail::DeviceCollectives {
@@ -51,7 +54,18 @@ class NcclCollectives final : public detail::DeviceCollectives {
       throw Error("the nccl backend needs a CUDA device in every process, and this one has none (" + info.reason +
                   "); run with --backend mpi, or on GPU nodes");
     }
-    device_ = local_rank() % info.count;
+    // One GPU per process for compute and communication: the compute device's when it is a CUDA
+    // device, else the rule the compute device would use (process_device), fed the MPI node-local
+    // rank, which every launcher provides.
+    const auto [local_rank, local_size] = node_rank_and_size();
+    if (local_size > info.count && std::getenv("RANKSIM_GPU") == nullptr) {
+      throw Error("the nccl backend needs one GPU per process: " + std::to_string(local_size) +
+                  " processes run on this node, which has " + std::to_string(info.count) +
+                  " GPU(s) (NCCL refuses two ranks of one communicator on one GPU); start at most " +
+                  std::to_string(info.count) + " processes per node, or use --backend mpi");
+    }
+    const Device* dev = compute_device();
+    device_ = dev != nullptr && cuda_ordinal_of(*dev) >= 0 ? cuda_ordinal_of(*dev) : process_device(local_rank);
     set_device(device_);
   }
   ~NcclCollectives() override { comms_.clear(); }
@@ -63,11 +77,23 @@ class NcclCollectives final : public detail::DeviceCollectives {
     UniqueId uid{};
     if (index == 0) uid = unique_id();
     check_mpi(MPI_Bcast(uid.data(), static_cast<int>(uid.size()), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
-    set_device(device_);
+    const ScopedDevice on(device_);
     comms_.emplace(id, std::make_unique<NcclComm>(uid, static_cast<int>(ranks.size()), index));
   }
 
   void run(int id, const Signature& sig, const CollectiveTensors& tensors, int index) override {
+    try {
+      run_one(id, sig, tensors, index);
+    } catch (...) {
+      // A failed collective leaves its peers waiting in it or in the next one: abort every
+      // communicator, so neither this process's teardown nor a later call waits on them.
+      for (auto& [gid, comm] : comms_) comm->abort();
+      throw;
+    }
+  }
+
+ private:
+  void run_one(int id, const Signature& sig, const CollectiveTensors& tensors, int index) {
     const auto it = comms_.find(id);
     if (it == comms_.end()) throw Error("nccl backend: group " + std::to_string(id) + " has no NCCL communicator");
     NcclComm& c = *it->second;
@@ -161,7 +187,11 @@ class NcclCollectives final : public detail::DeviceCollectives {
     }
   }
 
- private:
+  bool in_place(const Tensor& t) const override {
+    const Device* dev = compute_device();
+    return dev != nullptr && cuda_ordinal_of(*dev) == device_ && t.has_data() && t.is_contiguous();
+  }
+
   // The compute device when it is this process's GPU and the collective's tensors are contiguous:
   // NCCL then works on the tensors' device copies in place, with no host staging. Gather and
   // scatter, whose lists are separate tensors, stage through the host.
@@ -204,7 +234,9 @@ class NcclCollectives final : public detail::DeviceCollectives {
     const auto [out, in] = in_place_tensors(tensors);
     DeviceBuffer a = device_copy(dev, *out);
     DeviceBuffer b = in != nullptr ? device_copy(dev, *in) : DeviceBuffer();
-    dev.synchronize();  // the kernels that wrote the inputs ran on the compute device's stream
+    // The kernels that wrote the inputs are queued on the compute device's stream: NCCL's stream
+    // waits for them with an event, not the host. The host then waits once, for NCCL (done).
+    c.wait_for_stream(cuda_stream_of(dev));
     switch (sig.kind) {
       case K::all_reduce:
         c.all_reduce(a, checked_op(sig));
@@ -249,7 +281,10 @@ class NcclCollectives final : public detail::DeviceCollectives {
     }
     return sig.op;
   }
-  static void done(const NcclComm& c) { c.synchronize(); }
+  // Waits for the collective: the nccl backend's calls are synchronous for the host. A peer that
+  // failed or never called it ends the wait after RANKSIM_COLLECTIVE_TIMEOUT (the mpi backend's
+  // timeout, default 600 s) with an Error, the communicator aborted.
+  static void done(NcclComm& c) { c.synchronize(detail::collective_timeout()); }
 
   int device_ = 0;
   std::map<int, std::unique_ptr<NcclComm>> comms_;

@@ -3,9 +3,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "sim/error.h"
@@ -99,6 +102,7 @@ std::vector<NcclComm> NcclComm::init_all(const std::vector<int>& devices) {
     }
   }
   std::vector<ncclComm_t> raw(devices.size(), nullptr);
+  const ScopedDevice keep(current_device());  // leaves the caller's device current afterwards
   check_nccl(ncclCommInitAll(raw.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   std::vector<NcclComm> out;
   for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -114,34 +118,85 @@ std::vector<NcclComm> NcclComm::init_all(const std::vector<int>& devices) {
   return out;
 }
 
+namespace {
+// Ends a communicator: destroyed when all went well, aborted while an exception unwinds (its
+// peers may be gone, and ncclCommDestroy could wait for them).
+void release_comm(void* comm, int device) noexcept {
+  if (comm == nullptr) return;
+  int previous = -1;
+  (void)cudaGetDevice(&previous);
+  (void)cudaSetDevice(device);
+  if (std::uncaught_exceptions() > 0) {
+    (void)ncclCommAbort(comm_of(comm));
+  } else {
+    (void)ncclCommDestroy(comm_of(comm));
+  }
+  if (previous >= 0) (void)cudaSetDevice(previous);
+}
+}  // namespace
+
 NcclComm::~NcclComm() {
-  if (comm_ != nullptr) (void)ncclCommDestroy(comm_of(comm_));
+  release_comm(comm_, device_);
+  if (ready_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
 }
 NcclComm::NcclComm(NcclComm&& other) noexcept
     : comm_(std::exchange(other.comm_, nullptr)),
       rank_(other.rank_),
       nranks_(other.nranks_),
       device_(other.device_),
-      stream_(std::move(other.stream_)) {}
+      aborted_(other.aborted_),
+      stream_(std::move(other.stream_)),
+      ready_(std::exchange(other.ready_, nullptr)) {}
 NcclComm& NcclComm::operator=(NcclComm&& other) noexcept {
   if (this != &other) {
-    if (comm_ != nullptr) (void)ncclCommDestroy(comm_of(comm_));
+    release_comm(comm_, device_);
+    if (ready_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
     comm_ = std::exchange(other.comm_, nullptr);
     rank_ = other.rank_;
     nranks_ = other.nranks_;
     device_ = other.device_;
+    aborted_ = other.aborted_;
     stream_ = std::move(other.stream_);
+    ready_ = std::exchange(other.ready_, nullptr);
   }
   return *this;
 }
 
+void NcclComm::wait_for_stream(void* cuda_stream) {
+  live("wait_for_stream");
+  const ScopedDevice on(device_);
+  if (ready_ == nullptr) {
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    ready_ = e;
+  }
+  const auto e = static_cast<cudaEvent_t>(ready_);
+  check_cuda(cudaEventRecord(e, static_cast<cudaStream_t>(cuda_stream)), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(stream_of(*stream_), e, 0), "cudaStreamWaitEvent");
+}
+
+void NcclComm::abort() noexcept {
+  if (comm_ == nullptr) return;
+  int previous = -1;
+  (void)cudaGetDevice(&previous);
+  (void)cudaSetDevice(device_);
+  (void)ncclCommAbort(comm_of(comm_));
+  if (previous >= 0) (void)cudaSetDevice(previous);
+  comm_ = nullptr;
+  aborted_ = true;
+}
+
 void NcclComm::all_reduce(DeviceBuffer& buf, ReduceOp op) {
+  live("all_reduce");
+  const ScopedDevice on(device_);
   check_nccl(ncclAllReduce(buf.data(), buf.data(), count(buf.numel()), nccl_type(buf.dtype()), nccl_op(op),
                            comm_of(comm_), stream_of(*stream_)),
              "ncclAllReduce");
 }
 
 void NcclComm::all_gather(DeviceBuffer& out, const DeviceBuffer& in) {
+  live("all_gather");
+  const ScopedDevice on(device_);
   same_dtype(out, in, "NCCL all_gather");
   if (out.numel() != in.numel() * nranks_) {
     throw Error("NCCL all_gather: output of " + std::to_string(out.numel()) + " elements is not " +
@@ -153,6 +208,8 @@ void NcclComm::all_gather(DeviceBuffer& out, const DeviceBuffer& in) {
 }
 
 void NcclComm::reduce_scatter(DeviceBuffer& out, const DeviceBuffer& in, ReduceOp op) {
+  live("reduce_scatter");
+  const ScopedDevice on(device_);
   same_dtype(out, in, "NCCL reduce_scatter");
   if (in.numel() != out.numel() * nranks_) {
     throw Error("NCCL reduce_scatter: input of " + std::to_string(in.numel()) + " elements is not " +
@@ -164,18 +221,24 @@ void NcclComm::reduce_scatter(DeviceBuffer& out, const DeviceBuffer& in, ReduceO
 }
 
 void NcclComm::broadcast(DeviceBuffer& buf, int root) {
+  live("broadcast");
+  const ScopedDevice on(device_);
   check_nccl(ncclBroadcast(buf.data(), buf.data(), count(buf.numel()), nccl_type(buf.dtype()), root, comm_of(comm_),
                            stream_of(*stream_)),
              "ncclBroadcast");
 }
 
 void NcclComm::reduce(DeviceBuffer& buf, int root, ReduceOp op) {
+  live("reduce");
+  const ScopedDevice on(device_);
   check_nccl(ncclReduce(buf.data(), buf.data(), count(buf.numel()), nccl_type(buf.dtype()), nccl_op(op), root,
                         comm_of(comm_), stream_of(*stream_)),
              "ncclReduce");
 }
 
 void NcclComm::all_to_all(DeviceBuffer& out, const DeviceBuffer& in) {
+  live("all_to_all");
+  const ScopedDevice on(device_);
   same_dtype(out, in, "NCCL all_to_all");
   if (in.numel() != out.numel() || in.numel() % nranks_ != 0) {
     throw Error("NCCL all_to_all: input and output must hold the same number of elements, divisible by " +
@@ -199,6 +262,8 @@ void NcclComm::all_to_all(DeviceBuffer& out, const DeviceBuffer& in) {
 void NcclComm::all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std::vector<std::int64_t>& send_counts,
                             const std::vector<std::int64_t>& send_offsets, const std::vector<std::int64_t>& recv_counts,
                             const std::vector<std::int64_t>& recv_offsets) {
+  live("all_to_all_v");
+  const ScopedDevice on(device_);
   same_dtype(out, in, "NCCL all_to_all");
   const auto n = static_cast<std::size_t>(nranks_);
   if (send_counts.size() != n || send_offsets.size() != n || recv_counts.size() != n || recv_offsets.size() != n) {
@@ -230,6 +295,8 @@ void NcclComm::all_to_all_v(DeviceBuffer& out, const DeviceBuffer& in, const std
 }
 
 void NcclComm::gather(DeviceBuffer& out, const DeviceBuffer& in, int root) {
+  live("gather");
+  const ScopedDevice on(device_);
   const std::int64_t c = in.numel();
   if (rank_ == root && (out.numel() != c * nranks_ || out.dtype() != in.dtype())) {
     throw Error("NCCL gather: the root's output must hold " + std::to_string(nranks_) + " x " + std::to_string(c) +
@@ -249,6 +316,8 @@ void NcclComm::gather(DeviceBuffer& out, const DeviceBuffer& in, int root) {
 }
 
 void NcclComm::scatter(DeviceBuffer& out, const DeviceBuffer& in, int root) {
+  live("scatter");
+  const ScopedDevice on(device_);
   const std::int64_t c = out.numel();
   if (rank_ == root && (in.numel() != c * nranks_ || out.dtype() != in.dtype())) {
     throw Error("NCCL scatter: the root's input must hold " + std::to_string(nranks_) + " x " + std::to_string(c) +
@@ -269,23 +338,61 @@ void NcclComm::scatter(DeviceBuffer& out, const DeviceBuffer& in, int root) {
 }
 
 void NcclComm::send(const DeviceBuffer& buf, int peer) {
+  live("send");
+  const ScopedDevice on(device_);
   check_nccl(
       ncclSend(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
       "ncclSend");
 }
 
 void NcclComm::recv(DeviceBuffer& buf, int peer) {
+  live("recv");
+  const ScopedDevice on(device_);
   check_nccl(
       ncclRecv(buf.data(), count(buf.numel()), nccl_type(buf.dtype()), peer, comm_of(comm_), stream_of(*stream_)),
       "ncclRecv");
 }
 
-void NcclComm::synchronize() const {
-  const cudaError_t e = cudaStreamSynchronize(stream_of(*stream_));
-  ncclResult_t async = ncclSuccess;
-  check_nccl(ncclCommGetAsyncError(comm_of(comm_), &async), "ncclCommGetAsyncError");
-  check_nccl(async, "NCCL (asynchronous error)");
-  check_cuda(e, "cudaStreamSynchronize");
+void NcclComm::synchronize(double timeout_seconds) {
+  live("synchronize");
+  const ScopedDevice on(device_);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream_of(*stream_));
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm_of(comm_), &async);
+    if (q != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+      abort();
+      check_nccl(q, "ncclCommGetAsyncError");
+      check_nccl(async, "NCCL (asynchronous error; the communicator was aborted)");
+    }
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      abort();
+      check_cuda(e, "NCCL stream (the communicator was aborted)");
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_seconds > 0 && waited > timeout_seconds) {
+      abort();
+      throw Error("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + " on device " +
+                  std::to_string(device_) + " waited " + std::to_string(static_cast<long long>(waited)) +
+                  " s for a collective that did not finish (a peer failed or never called it); the communicator "
+                  "was aborted. Set RANKSIM_COLLECTIVE_TIMEOUT=SECONDS to wait longer (0: forever)");
+    }
+    // Spin while the work is likely short, then let other processes have the core.
+    if (waited < 0.01) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+void NcclComm::live(const char* what) const {
+  if (comm_ == nullptr) {
+    throw Error(std::string("NCCL ") + what + ": the communicator was aborted after an earlier error (rank " +
+                std::to_string(rank_) + " of " + std::to_string(nranks_) + ")");
+  }
 }
 
 void NcclComm::group_start() { check_nccl(ncclGroupStart(), "ncclGroupStart"); }

@@ -11,7 +11,11 @@
 // not bit for bit.
 //
 // Errors (ranksim::Error naming the call and NCCL's message): a dtype or size that does not fit
-// the contract, a failed NCCL call, an asynchronous communicator error found by synchronize().
+// the contract, a failed NCCL call, an asynchronous communicator error found by synchronize(),
+// and a collective that does not finish within synchronize()'s timeout (a peer that failed or
+// never came). A communicator that saw an error is aborted (ncclCommAbort), never destroyed,
+// so no later call waits on its dead peers; one destroyed while an exception unwinds is aborted
+// too. Every call runs on the communicator's device and restores the caller's current device.
 #pragma once
 
 #include <array>
@@ -72,17 +76,29 @@ class NcclComm {
   void scatter(DeviceBuffer& out, const DeviceBuffer& in, int root);
   void send(const DeviceBuffer& buf, int peer);
   void recv(DeviceBuffer& buf, int peer);
-  // Waits for this communicator's stream; reports an asynchronous NCCL error as an Error.
-  void synchronize() const;
+  // Orders this communicator's next work after everything queued so far on `cuda_stream` (a
+  // cudaStream_t, e.g. the compute device's), with an event: no host wait.
+  void wait_for_stream(void* cuda_stream);
+  // Waits for this communicator's stream, polling it and NCCL's asynchronous error: an
+  // asynchronous error, or work still running after timeout_seconds (> 0; 0 waits forever),
+  // aborts the communicator and throws an Error that says which.
+  void synchronize(double timeout_seconds = 0);
+  // ncclCommAbort: ends this rank's part in every pending operation at once; the communicator
+  // is unusable after it. Idempotent.
+  void abort() noexcept;
+  bool aborted() const { return aborted_; }
 
   static void group_start();
   static void group_end();
 
  private:
   NcclComm() = default;
-  void* comm_ = nullptr;  // ncclComm_t
+  void live(const char* what) const;  // Error once the communicator was aborted
+  void* comm_ = nullptr;              // ncclComm_t
   int rank_ = 0, nranks_ = 1, device_ = 0;
+  bool aborted_ = false;
   std::unique_ptr<Stream> stream_;
+  void* ready_ = nullptr;  // cudaEvent_t for wait_for_stream, made on first use
 };
 
 }  // namespace ranksim::runtime::gpu
