@@ -17,16 +17,26 @@
 // h 4096, ffn 11008, vocab 32000, bf16), inputs already resident, timed around the op and a
 // synchronize: counter bytes/s counts the bytes the op must read and write at least, so it
 // compares with the GPU's memory bandwidth (an H100 SXM: 3.35 TB/s). Skipped without a GPU.
+//
+// BM_Attention: cp's block attention (cp/attention.h) forward or backward on the CUDA device, one
+// sequence of `tokens`, 32 heads of 128, causal, bf16: counter FLOP/s as flash attention counts
+// it (4 s^2 h d forward, halved by the mask; backward 2.5 times that). BM_ClipNorm: AdamW's
+// gradient norm (the sum of squares of a [4096, 11008] f32 gradient, on the device) and update,
+// with clipping, against the update alone (arg 0).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "app/devices.h"
+#include "cp/attention.h"
+#include "models/adamw.h"
 #include "runtime/device/device.h"
+#include "runtime/distributed/spawn.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/tensor.h"
 
@@ -160,6 +170,60 @@ void BM_Op(benchmark::State& state, const std::string& op) {
   state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BM_Attention(benchmark::State& state, bool backward) {
+  const std::shared_ptr<runtime::Device> device = device_or_skip(state, "gpu");
+  if (!device) return;
+  const runtime::ScopedComputeDevice on(device);
+  const i64 s = state.range(0), h = 32, d = 128;
+  const Tensor q = Tensor::uniform({s, h, d}, 1, -1, 1, runtime::DType::bf16);
+  const Tensor k = Tensor::uniform({s, h, d}, 2, -1, 1, runtime::DType::bf16);
+  const Tensor v = Tensor::uniform({s, h, d}, 3, -1, 1, runtime::DType::bf16);
+  const Tensor dout = Tensor::uniform({s, h, d}, 4, -1, 1, runtime::DType::bf16);
+  const cp::TokenInfo t = cp::TokenInfo::sequence(s);
+  cp::AttentionOptions o;
+  o.causal = true;
+  const cp::AttentionResult r = cp::attention_forward(q, k, v, t, t, o);
+  device->synchronize();
+  for (auto _ : state) {
+    if (backward) {
+      (void)cp::attention_backward(dout, q, k, v, r.out, r.lse, t, t, o);
+    } else {
+      (void)cp::attention_forward(q, k, v, t, t, o);
+    }
+    device->synchronize();
+  }
+  const double flops = 4.0 * double(s) * double(s) * double(h) * double(d) * 0.5 * (backward ? 2.5 : 1.0);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_ClipNorm(benchmark::State& state) {
+  const std::shared_ptr<runtime::Device> device = device_or_skip(state, "gpu");
+  if (!device) return;
+  const runtime::ScopedComputeDevice on(device);
+  const bool clip = state.range(0) != 0;
+  runtime::SpawnOptions so;
+  so.engine.stack.size = app::kGpuFiberStackBytes;  // CUDA calls from the rank's fiber
+  runtime::spawn(
+      [&](int rank) {
+        tp::Parameter w;
+        w.value = Tensor::uniform({4096, 11008}, 1, -1, 1);
+        w.grad = Tensor::uniform({4096, 11008}, 2, -1, 1);
+        models::AdamW adam(
+            {{"w", &w}},
+            models::AdamW::Groups{runtime::new_group({rank}), runtime::new_group({rank}), runtime::ProcessGroup{}},
+            models::AdamWOptions{}, false);
+        (void)adam.step(clip ? std::optional<double>(1.0) : std::nullopt);  // the state goes to the device
+        device->synchronize();
+        for (auto _ : state) {
+          (void)adam.step(clip ? std::optional<double>(1.0) : std::nullopt);
+          device->synchronize();
+        }
+      },
+      1, so);
+  state.counters["bytes/s"] =
+      benchmark::Counter(4.0 * 4096 * 11008 * (clip ? 1 : 0), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void gemm_sizes(benchmark::internal::Benchmark* b) {
   for (const i64 t : {4096, 16384}) {
     b->Args({t, 4096, 4096});    // Llama-7B attention projection
@@ -191,6 +255,9 @@ RANKSIM_BM_OP(bias_grad);
 RANKSIM_BM_OP(softmax);
 RANKSIM_BM_OP(cross_entropy);
 RANKSIM_BM_OP(embedding_backward);
+BENCHMARK_CAPTURE(BM_Attention, forward, false)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, backward, true)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ClipNorm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -190,6 +190,19 @@ TEST(GpuOps, IndicesPastTwoToThe31) {
   EXPECT_EQ(at((std::int64_t{1} << 31) + 1), 1.5);
 }
 
+// cuBLAS takes int sizes: a GEMM with a size past 2^31 - 1 is refused, naming it, before any
+// memory is touched (strides are 64-bit and need no check).
+TEST(GpuOps, AGemmPastCublasIntLimitsIsRefused) {
+  REQUIRE_DEVICES(1);
+  const std::shared_ptr<Device> dev = make_cuda_device(0, every_kernel());
+  const std::int64_t big = std::int64_t{1} << 31;
+  GemmArgs g{nullptr, nullptr, nullptr, DType::bf16, 1, big, 8, 8, false, false, big * 8, 64, big * 8};
+  EXPECT_THAT([&] { dev->gemm(g); }, ::testing::ThrowsMessage<Error>(HasSubstr("cuBLAS's int limit")));
+  g.m = 8;
+  g.batch = big;
+  EXPECT_THAT([&] { dev->gemm(g); }, ::testing::ThrowsMessage<Error>(HasSubstr("cuBLAS's int limit")));
+}
+
 // NaN and infinities go through the GPU's kernels and cuBLAS as through the CPU ops: the same
 // elements come out NaN or infinite, the others agree to f32 rounding.
 TEST(GpuOps, NanAndInfinityComeOutWhereTheCpuPutsThem) {

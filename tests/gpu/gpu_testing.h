@@ -9,13 +9,13 @@
 #include "runtime/device/cuda/kernel_table.h"
 
 // Skips the test, saying why, unless this machine has n CUDA devices.
-#define REQUIRE_DEVICES(n)                                                                                    \
-  do {                                                                                                        \
-    const ::ranksim::runtime::gpu::DeviceInfo info_ = ::ranksim::runtime::gpu::device_info();                \
-    if (info_.count < (n)) {                                                                                  \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << info_.count                  \
-                   << (info_.reason.empty() ? "" : " (" + info_.reason + ")");                                \
-    }                                                                                                         \
+#define REQUIRE_DEVICES(n)                                                                    \
+  do {                                                                                        \
+    const ::ranksim::runtime::gpu::DeviceInfo info_ = ::ranksim::runtime::gpu::device_info(); \
+    if (info_.count < (n)) {                                                                  \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << info_.count  \
+                   << (info_.reason.empty() ? "" : " (" + info_.reason + ")");                \
+    }                                                                                         \
   } while (0)
 
 namespace ranksim::runtime::gpu {

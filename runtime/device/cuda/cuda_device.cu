@@ -106,6 +106,15 @@ class CudaDevice final : public Device {
 
   void gemm(const GemmArgs& g) override {
     const cudaDataType_t t = cuda_type(g.dtype);
+    // cuBLAS takes sizes and leading dimensions as int (strides are 64-bit): refuse what would
+    // wrap rather than multiply the wrong rows.
+    for (const i64 v : {g.batch, g.m, g.n, g.k}) {
+      if (v > INT32_MAX) {
+        throw Error(name() + ": GEMM " + std::to_string(g.batch) + " x [" + std::to_string(g.m) + ", " +
+                    std::to_string(g.k) + "] x [" + std::to_string(g.k) + ", " + std::to_string(g.n) +
+                    "] has a size past cuBLAS's int limit (2^31 - 1); split it");
+      }
+    }
     const ScopedDevice on(ordinal_);
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major [r, c]
     // buffer read column-major is its transpose: so B goes first, then A.
