@@ -1,6 +1,7 @@
 #include "app/cli.h"
 
 #include <exception>
+#include <filesystem>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -57,26 +58,45 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   DemoOptions demo_opts;
   auto* demo_cmd =
       cli.add_subcommand("demo", "Run ranks through one training step on a topology and show what happened");
-  demo_cmd->add_option("--topology,-t", demo_opts.topology, "Topology YAML file")->required();
+  // An input file that is a folder is refused by name (reading one fails obscurely); a missing
+  // one is reported by the reader, with its own context.
+  const CLI::Validator not_a_folder(
+      [](std::string& s) {
+        std::error_code ec;
+        return std::filesystem::is_directory(s, ec) ? "'" + s + "' is a folder; name a file" : std::string();
+      },
+      "FILE");
+  const CLI::Validator at_least_one(
+      [](std::string& s) {
+        try {
+          std::size_t used = 0;
+          if (std::stol(s, &used) >= 1 && used == s.size()) return std::string();
+        } catch (const std::exception&) {
+        }
+        return "must be a whole number of ranks, 1 or more; got '" + s + "'";
+      },
+      "N>=1");
+  demo_cmd->add_option("--topology,-t", demo_opts.topology, "Topology YAML file")->required()->check(not_a_folder);
   demo_cmd->add_option("--set", demo_opts.sets, "Override a topology key: --set nodes=4");
-  demo_cmd->add_option("--ranks,-n", demo_opts.ranks, "Ranks (default: every device)");
+  demo_cmd->add_option("--ranks,-n", demo_opts.ranks, "Ranks (default: every device)")->check(at_least_one);
   demo_cmd->add_option("--trace", demo_opts.trace, "Write a Chrome trace JSON (Perfetto)");
 
   std::string topo_file;
   std::vector<std::string> topo_sets;
   auto* topo_cmd = cli.add_subcommand("topo", "Print what a topology file holds: devices, links, the slowest route");
-  topo_cmd->add_option("file", topo_file, "Topology YAML file")->required();
+  topo_cmd->add_option("file", topo_file, "Topology YAML file")->required()->check(not_a_folder);
   topo_cmd->add_option("--set", topo_sets, "Override a key: --set nodes=128");
 
   BenchOptions bench_opts;
   auto* bench_cmd = cli.add_subcommand("bench", "Benchmarks on the simulated fabric");
   bench_cmd->require_subcommand(1);
   auto* coll_cmd = bench_cmd->add_subcommand("collectives", "nccl-tests-style sweep of one collective");
-  coll_cmd->add_option("--topology,-t", bench_opts.topology, "Topology YAML file")->required();
+  coll_cmd->add_option("--topology,-t", bench_opts.topology, "Topology YAML file")->required()->check(not_a_folder);
   coll_cmd->add_option("--set", bench_opts.sets, "Override a topology key: --set nodes=128");
   coll_cmd->add_option("--op", bench_opts.op, "all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv")
       ->capture_default_str();
-  coll_cmd->add_option("--ranks,-n", bench_opts.ranks, "Ranks: the first N devices (default: all)");
+  coll_cmd->add_option("--ranks,-n", bench_opts.ranks, "Ranks: the first N devices (default: all)")
+      ->check(at_least_one);
   coll_cmd->add_option("--sizes", bench_opts.sizes, "MIN:MAX bytes, doubling (e.g. 8B:8GiB)")->capture_default_str();
   coll_cmd->add_option("--algo", bench_opts.algorithm, "auto|ring|tree|direct|hierarchical")->capture_default_str();
   coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
@@ -89,7 +109,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run_flags.device_collectives = runtime::gpu::nccl_collectives;  // --backend nccl
 #endif
   auto* run_cmd = cli.add_subcommand("run", "Run a scenario file (topology, layout, workload, checks)");
-  run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
+  run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required()->check(not_a_folder);
   run_cmd->add_option("--set", scenario_sets,
                       "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");
   run_cmd->add_option("--trace", run_flags.trace, "Write a Chrome trace JSON (Perfetto)");
@@ -107,12 +127,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "emulated (the GPU kernels run on the CPU, for checking the device path)")
       ->check(CLI::IsMember({"cpu", "gpu", "emulated"}));
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
-  validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required();
+  validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required()->check(not_a_folder);
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
   std::string shard_dir, consolidated;
   auto* consolidate_cmd = cli.add_subcommand(
       "consolidate", "Join a training run's per-rank shard files (train.shards) into one checkpoint");
-  consolidate_cmd->add_option("scenario", scenario_file, "The scenario that wrote them (its model sizes)")->required();
+  consolidate_cmd->add_option("scenario", scenario_file, "The scenario that wrote them (its model sizes)")
+      ->required()
+      ->check(not_a_folder);
   consolidate_cmd->add_option("shards", shard_dir, "The folder of shard-tp<t>-pp<p>.safetensors files")->required();
   consolidate_cmd->add_option("output", consolidated, "The checkpoint to write (loadable as model.weights)")
       ->required();
@@ -121,10 +143,16 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::string predicted_json, measured_json;
   auto* compare_cmd = cli.add_subcommand(
       "compare", "Put a predicted run and a measured run of one scenario side by side (their --json summaries)");
-  compare_cmd->add_option("predicted", predicted_json, "The sim backend's summary (ranksim run --json)")->required();
-  compare_cmd->add_option("measured", measured_json, "A real run's summary of the same scenario")->required();
+  compare_cmd->add_option("predicted", predicted_json, "The sim backend's summary (ranksim run --json)")
+      ->required()
+      ->check(not_a_folder);
+  compare_cmd->add_option("measured", measured_json, "A real run's summary of the same scenario")
+      ->required()
+      ->check(not_a_folder);
   auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");
-  list_cmd->add_option("--root", list_root, "Where topologies/ and scenarios/ live")->capture_default_str();
+  list_cmd->add_option("--root", list_root, "Where topologies/ and scenarios/ live")
+      ->capture_default_str()
+      ->check(CLI::ExistingDirectory);
 
   try {
     cli.parse(argc, argv);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -51,36 +52,71 @@ Summary load(const std::string& path) {
     }
     return n.at(key);
   };
-  auto text_or = [](const nlohmann::json& n, const char* key, const char* otherwise) {
-    return n.contains(key) ? n.at(key).get<std::string>() : std::string(otherwise);
+  // Each field is checked for its type and range, and named in the message with where it is.
+  auto bad = [&](const std::string& where, const std::string& want, const nlohmann::json& got) {
+    throw Error("compare: '" + path + "': " + where + " must be " + want + ", got " + got.dump() +
+                "; is it a ranksim run summary (ranksim run --json FILE)?");
+  };
+  auto text = [&](const nlohmann::json& n, const char* key, const std::string& where) {
+    const nlohmann::json& v = need(n, key);
+    if (!v.is_string()) bad(where + key, "a string", v);
+    return v.get<std::string>();
+  };
+  auto text_or = [&](const nlohmann::json& n, const char* key, const char* otherwise, const std::string& where) {
+    return n.contains(key) ? text(n, key, where) : std::string(otherwise);
+  };
+  auto time_us = [&](const nlohmann::json& n, const char* key, const std::string& where) {
+    const nlohmann::json& v = need(n, key);
+    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
+      bad(where + key, "a time in microseconds (a number >= 0)", v);
+    }
+    return v.get<double>();
+  };
+  auto count = [&](const nlohmann::json& n, const char* key, const std::string& where, long long min) {
+    const nlohmann::json& v = need(n, key);
+    if (!v.is_number_integer() || v.get<long long>() < min) {
+      bad(where + key, "an integer >= " + std::to_string(min), v);
+    }
+    return v.get<long long>();
+  };
+  auto list = [&](const nlohmann::json& n, const char* key) -> const nlohmann::json& {
+    const nlohmann::json& v = need(n, key);
+    if (!v.is_array()) bad(key, "a list", v);
+    return v;
   };
   Summary s;
   s.path = path;
-  try {
-    s.scenario = need(root, "scenario").get<std::string>();
-    s.topology = text_or(root, "topology", "");
-    s.backend = text_or(root, "backend", "sim");
-    s.ranks = need(root, "ranks").get<long long>();
-    s.total_us = need(root, "virtual_time_us").get<double>();
-    for (const nlohmann::json& r : need(root, "ranks_detail")) {
-      s.ranks_detail.push_back(
-          {need(r, "clock_us").get<double>(), need(r, "compute_us").get<double>(), need(r, "comm_us").get<double>()});
-    }
-    for (const nlohmann::json& c : need(root, "collectives")) {
-      CollLine l;
-      l.op = need(c, "op").get<std::string>();
-      l.group_size = need(c, "group_size").get<long long>();
-      l.dtype = need(c, "dtype").get<std::string>();
-      l.bytes = need(c, "bytes").get<long long>();
-      l.algorithm = need(c, "algorithm").get<std::string>();
-      l.calls = need(c, "calls").get<long long>();
-      l.time_us = need(c, "time_us").get<double>();
-      l.group = text_or(c, "group", "");
-      s.collectives.push_back(l);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("compare: '" + path + "' has a field of the wrong type (" + e.what() +
-                "); is it a ranksim run summary?");
+  s.scenario = text(root, "scenario", "");
+  s.topology = text_or(root, "topology", "", "");
+  s.backend = text_or(root, "backend", "sim", "");
+  s.ranks = count(root, "ranks", "", 1);
+  s.total_us = time_us(root, "virtual_time_us", "");
+  const nlohmann::json& rows = list(root, "ranks_detail");
+  if (static_cast<long long>(rows.size()) != s.ranks) {
+    throw Error("compare: '" + path + "' has " + std::to_string(rows.size()) +
+                " rows in \"ranks_detail\" but \"ranks\" is " + std::to_string(s.ranks) +
+                "; a run summary has one row per rank");
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string where = "ranks_detail[" + std::to_string(i) + "].";
+    const nlohmann::json& r = rows[i];
+    s.ranks_detail.push_back(
+        {time_us(r, "clock_us", where), time_us(r, "compute_us", where), time_us(r, "comm_us", where)});
+  }
+  const nlohmann::json& colls = list(root, "collectives");
+  for (std::size_t i = 0; i < colls.size(); ++i) {
+    const std::string where = "collectives[" + std::to_string(i) + "].";
+    const nlohmann::json& c = colls[i];
+    CollLine l;
+    l.op = text(c, "op", where);
+    l.group_size = count(c, "group_size", where, 1);
+    l.dtype = text(c, "dtype", where);
+    l.bytes = count(c, "bytes", where, 0);
+    l.algorithm = text(c, "algorithm", where);
+    l.calls = count(c, "calls", where, 1);
+    l.time_us = time_us(c, "time_us", where);
+    l.group = text_or(c, "group", "", where);
+    s.collectives.push_back(l);
   }
   return s;
 }

@@ -134,7 +134,7 @@ int ScenarioReader::positive_int(const YAML::Node& n, const std::string& what) c
     if (used == s.size() && v >= 1 && v <= (1 << 24)) return static_cast<int>(v);
   } catch (const std::exception&) {
   }
-  fail(n, what + " must be a positive integer, got '" + s + "'");
+  fail(n, what + " must be an integer from 1 to 16777216 (2^24), got '" + s + "'");
 }
 
 int64_t ScenarioReader::integer(const YAML::Node& n, const std::string& what, int64_t min) const {

@@ -4,7 +4,7 @@
 //
 // ScenarioReader turns YAML nodes into checked values; each problem is a ConfigError at the
 // node's file:line:column, or at the --set override that put the node there (sim/yaml_input.h).
-// Messages name the key as the user wrote it ("parallel.tp must be a positive integer, got
+// Messages name the key as the user wrote it ("parallel.tp must be an integer from 1 to 16777216 (2^24), got
 // 'two'") and, for a choice, list the allowed values with the closest one suggested.
 #pragma once
 

@@ -71,12 +71,71 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   return rep;
 }
 
+namespace {
+
+// Refuses, before anything runs, outputs that could not all be written or that would destroy
+// something: an output the workload never writes, two outputs on one path, an output on one of
+// the run's inputs, an output in a folder that does not exist. (Found only after a whole
+// training run otherwise, or silently keeping one of two files.)
+void check_outputs(const Scenario& sc, const std::string& trace, const std::string& json, const std::string& report) {
+  if (sc.sweep_op && !trace.empty()) {
+    throw Error(sc.file +
+                ": a collectives sweep records no trace (each size is timed alone); drop --trace "
+                "(outputs.trace), or time the collective in a steps workload to trace it");
+  }
+  struct Output {
+    std::string what, path;
+  };
+  std::vector<Output> outs;
+  const auto add = [&](const char* what, const std::string& path) {
+    if (!path.empty()) outs.push_back({what, path});
+  };
+  add("--trace", trace);
+  add("--json", json);
+  add("--report", report);
+  std::vector<Output> ins = {{"the scenario", sc.file}, {"the topology", sc.topology_path}};
+  if (sc.model) {
+    add("dump", sc.model->dump);
+    if (sc.model->train) add("train.checkpoint", sc.model->train->checkpoint);
+    if (!sc.model->weights.empty()) ins.push_back({"model.weights", sc.model->weights});
+    if (!sc.model->batch.empty()) ins.push_back({"batch", sc.model->batch});
+  }
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ea, eb;
+    const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+    return ea || eb ? a == b : ca == cb;
+  };
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outs.size(); ++j) {
+      if (same(outs[i].path, outs[j].path)) {
+        throw Error(outs[i].what + " and " + outs[j].what + " both name '" + outs[i].path +
+                    "': one output would replace the other; give each its own file");
+      }
+    }
+    for (const Output& in : ins) {
+      if (!in.path.empty() && same(outs[i].path, in.path)) {
+        throw Error(outs[i].what + " '" + outs[i].path + "' is " + in.what +
+                    ", which the run reads: writing it would destroy the input; choose another file");
+      }
+    }
+    std::error_code ec;
+    const fs::path parent = fs::absolute(outs[i].path, ec).parent_path();
+    if (!ec && !fs::is_directory(parent, ec)) {
+      throw Error(outs[i].what + " '" + outs[i].path + "': the folder '" + parent.string() +
+                  "' does not exist; create it first");
+    }
+  }
+}
+
+}  // namespace
+
 int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   RANKSIM_CHECK(sc.topology != nullptr, "run_scenario: the scenario was not loaded by load_scenario");
   const sim::Topology& topo = *sc.topology;
   const std::string trace_path = !flags.trace.empty() ? flags.trace : sc.out_trace;
   const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
   const std::string report_path = !flags.report.empty() ? flags.report : sc.out_report;
+  check_outputs(sc, trace_path, json_path, report_path);
   RunSummary s;
   s.backend = flags.backend;
   s.device_kind = !flags.device.empty() ? flags.device : flags.backend == "nccl" ? "gpu" : "cpu";
@@ -123,7 +182,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     write_run_report(report_path, sc, topo, s);
     out << "report: " << report_path << "\n";
   }
-  if (!trace_path.empty() && !sc.sweep_op) {
+  if (!trace_path.empty()) {
     s.report.trace.save(trace_path);
     out << "trace: " << trace_path << " (open in ui.perfetto.dev)\n";
   }

@@ -1,6 +1,11 @@
-// Whole-or-nothing output files: content is written to a temporary file in the destination's
-// directory and renamed over the destination only when complete, so a failure (an exception in
-// the writer, a full disk) leaves either the old file or none, never a partial one.
+// Whole-or-nothing output files: content is written to a temporary file beside the destination
+// and renamed over it only when complete, so a failure (an exception in the writer, a full disk,
+// SIGINT or SIGTERM) leaves either the old file or none, never a partial one, and no temporary.
+//
+// The destination is what the user named, followed through symbolic links: a link is written
+// through (its target replaced, the link kept). A destination that exists and is not a regular
+// file (a device such as /dev/null or /dev/stdout, a FIFO) is written directly, since it cannot be
+// replaced; a folder is an Error.
 #pragma once
 
 #include <functional>
@@ -8,6 +13,33 @@
 #include <string>
 
 namespace ranksim::sim {
+
+// One output being written. Not copyable; one thread.
+class AtomicOutput {
+ public:
+  // Resolves the destination and creates the temporary file (Error naming path when it cannot).
+  explicit AtomicOutput(const std::string& path);
+  // Removes the temporary file unless commit() ran.
+  ~AtomicOutput();
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+
+  // Where to write: the temporary file, or the destination itself when it is not a regular file.
+  const std::string& write_path() const { return write_path_; }
+  // True when the destination is written directly (not a regular file: nothing to rename).
+  bool direct() const { return direct_; }
+  // Renames the temporary file over the destination (nothing for a direct write). Error naming
+  // the path on failure, with the temporary removed.
+  void commit();
+
+ private:
+  std::string path_;        // as the user named it, for messages
+  std::string target_;      // the file the temporary replaces
+  std::string write_path_;  // temporary, or target_ when direct
+  bool direct_ = false;
+  bool committed_ = false;
+  int slot_ = -1;  // the signal handler's registration of the temporary
+};
 
 // Calls write(stream) and commits the file. Throws ranksim::Error naming the path on any failure
 // (and removes the temporary file); rethrows the writer's own exception after cleaning up.

@@ -5,17 +5,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "runtime/tensor/cost.h"
 #include "sim/error.h"
+#include "sim/io.h"
 
 namespace ranksim::runtime {
 
@@ -611,21 +612,21 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   // Pad with spaces (valid JSON whitespace) so that the data starts 8-byte aligned.
   while ((8 + header.size()) % 8 != 0) header += ' ';
 
-  // A unique temporary beside the target, so the final rename stays within one file system.
-  static std::atomic<std::uint64_t> counter{0};
-  std::string tmp;
-  int raw_fd = -1;
-  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
-    tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    raw_fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (raw_fd < 0 && errno != EEXIST) break;
+  // Written whole or not at all (sim/io.h): a temporary beside the target, renamed over it when
+  // complete, removed on failure and on SIGINT/SIGTERM; links are written through, and a device
+  // such as /dev/null is written directly.
+  std::optional<sim::AtomicOutput> file;
+  try {
+    file.emplace(path);
+  } catch (const Error& e) {
+    fail(path, e.what());
   }
-  if (raw_fd < 0) fail(path, "cannot create a temporary file beside it: " + errno_text());
+  const int raw_fd = ::open(file->write_path().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (raw_fd < 0) fail(path, "cannot open it for writing: " + errno_text());
   Fd fd(raw_fd);
   auto abandon = [&](const std::string& what) {
     const std::string reason = what + ": " + errno_text();
     ::close(fd.release());
-    ::unlink(tmp.c_str());
     fail(path, reason + " (nothing was written)");
   };
   const std::uint64_t header_len = header.size();
@@ -635,16 +636,12 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   for (const Tensor& t : data) {
     if (t.nbytes() && !write_all(fd.get(), t.raw_data(), t.nbytes())) abandon("write failed");
   }
-  if (::fsync(fd.get()) != 0) abandon("fsync failed");
-  if (::close(fd.release()) != 0) {
-    const std::string reason = "close failed: " + errno_text();
-    ::unlink(tmp.c_str());
-    fail(path, reason + " (nothing was written)");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = "cannot rename the temporary file into place: " + errno_text();
-    ::unlink(tmp.c_str());
-    fail(path, reason);
+  if (!file->direct() && ::fsync(fd.get()) != 0) abandon("fsync failed");
+  if (::close(fd.release()) != 0) fail(path, "close failed: " + errno_text() + " (nothing was written)");
+  try {
+    file->commit();
+  } catch (const Error& e) {
+    fail(path, e.what());
   }
 }
 

@@ -1,6 +1,7 @@
 // The ranksim command line end to end (in-process through run_cli): exit codes, the demo, the
 // collectives benchmark with --check, and errors that name the input.
 #include "app/cli.h"
+#include "app/cli_run.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,21 +18,10 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
+using testing::run;
+using Result = testing::CliResult;
 
-Result run(std::vector<std::string> args) {
-  args.insert(args.begin(), "ranksim");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string topo(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name; }
+using testing::topo;
 
 TEST(Cli, DemoRunsEveryDeviceOfTheDgx) {
   const Result r = run({"demo", "--topology", topo("dgx-h100.yaml")});
@@ -102,6 +92,33 @@ TEST(Cli, BadInputExitsWithTwoAndNamesTheInput) {
   EXPECT_THAT(r.err, HasSubstr("--sizes"));
   r = run({"frobnicate"});
   EXPECT_EQ(r.code, 2);
+}
+
+// Inputs a new user gets wrong: zero or negative rank counts, a folder where a file belongs, a
+// missing --root. Each exits 2 naming the input, before anything runs.
+TEST(Cli, NonsenseCountsAndFoldersAreRefused) {
+  for (const std::string n : {"0", "-3"}) {
+    Result r = run({"bench", "collectives", "-t", topo("ring4.yaml"), "--ranks", n});
+    EXPECT_EQ(r.code, 2) << n;
+    EXPECT_THAT(r.err, HasSubstr("--ranks")) << n;
+    r = run({"demo", "-t", topo("ring4.yaml"), "--ranks", n});
+    EXPECT_EQ(r.code, 2) << n;
+    EXPECT_THAT(r.err, HasSubstr("--ranks")) << n;
+  }
+  const std::string folder = std::string(RANKSIM_SOURCE_DIR) + "/scenarios";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"run", folder},
+                                               {"validate", folder},
+                                               {"compare", folder, folder},
+                                               {"topo", folder},
+                                               {"demo", "-t", folder},
+                                               {"bench", "collectives", "-t", folder}}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_THAT(r.err, HasSubstr("is a folder; name a file")) << args[0];
+  }
+  const Result r = run({"list", "--root", "/no/such/folder"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("/no/such/folder"));
 }
 
 TEST(Cli, TopoPrintsWhatAFileHolds) {

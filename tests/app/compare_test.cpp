@@ -5,9 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,6 +132,42 @@ TEST(Compare, FilesThatCannotBeComparedAreErrors) {
   std::ofstream(d / "other.json") << "{\"name\": \"x\"}";
   EXPECT_EQ(cli({"compare", (d / "other.json").string(), (d / "q.json").string()}, &out, &err), 2);
   EXPECT_THAT(err, HasSubstr("not a ranksim run summary"));
+  fs::remove_all(d);
+}
+
+// Summaries that parse but cannot be a run's: each is refused, naming the field and where it is.
+TEST(Compare, SummariesThatCannotBeARunsAreRefusedNamingTheField) {
+  const fs::path d = dir();
+  std::string out, err;
+  ASSERT_EQ(cli({"run", kRoot + "/scenarios/quickstart.yaml", "--json", (d / "q.json").string()}, &out, &err), 0)
+      << err;
+  std::ifstream in(d / "q.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  const auto refused = [&](const std::string& what, const std::function<void(nlohmann::json&)>& edit,
+                           const std::string& message) {
+    nlohmann::json j = good;
+    edit(j);
+    std::ofstream(d / "bad.json") << j.dump();
+    EXPECT_EQ(cli({"compare", (d / "q.json").string(), (d / "bad.json").string()}, &out, &err), 2) << what;
+    EXPECT_THAT(err, HasSubstr(message)) << what;
+  };
+  refused(
+      "fewer rows than ranks", [](nlohmann::json& j) { j["ranks_detail"].erase(0); },
+      "has 7 rows in \"ranks_detail\" but \"ranks\" is 8");
+  refused(
+      "a negative time", [](nlohmann::json& j) { j["ranks_detail"][2]["comm_us"] = -1.0; },
+      "ranks_detail[2].comm_us must be a time in microseconds (a number >= 0), got -1.0");
+  refused(
+      "a time as text", [](nlohmann::json& j) { j["virtual_time_us"] = "fast"; },
+      "virtual_time_us must be a time in microseconds (a number >= 0), got \"fast\"");
+  refused(
+      "collectives not a list", [](nlohmann::json& j) { j["collectives"] = "x"; },
+      "collectives must be a list, got \"x\"");
+  refused(
+      "zero calls", [](nlohmann::json& j) { j["collectives"][0]["calls"] = 0; },
+      "collectives[0].calls must be an integer >= 1, got 0");
+  refused(
+      "zero ranks", [](nlohmann::json& j) { j["ranks"] = 0; }, "ranks must be an integer >= 1, got 0");
   fs::remove_all(d);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/cli.h"
+#include "app/cli_run.h"
 #include "app/devices.h"
 #include "runtime/device/device.h"
 
@@ -20,28 +21,12 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
+using testing::run;
+using Result = testing::CliResult;
 
-Result run(std::vector<std::string> args) {
-  args.insert(args.begin(), "ranksim");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using testing::scenario;
 
-std::string scenario(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/scenarios/" + name; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
 
 // The summary without the line that names the device.
 std::string without_device(const std::string& json) {

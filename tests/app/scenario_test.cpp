@@ -151,7 +151,9 @@ TEST(Scenario, ErrorsNameTheFileLineColumnAndSuggest) {
   EXPECT_THAT(load_error(kGood, {"parallel.tq=2"}),
               HasSubstr("override 'parallel.tq=2':1:10: unknown key 'tq'; did you mean 'tp'?"));
   EXPECT_THAT(load_error(kGood, {"parallel.tp=two"}),
-              HasSubstr("override 'parallel.tp=two':1:13: parallel.tp must be a positive integer"));
+              HasSubstr("override 'parallel.tp=two':1:13: parallel.tp must be an integer from 1 to 16777216 (2^24)"));
+  EXPECT_THAT(load_error(kGood, {"parallel.tp=2000000000"}),
+              HasSubstr("parallel.tp must be an integer from 1 to 16777216 (2^24), got '2000000000'"));
   EXPECT_THAT(load_error(kGood, {"topology.nodez=2"}), HasSubstr("nodez"));
 }
 
