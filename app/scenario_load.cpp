@@ -170,6 +170,10 @@ std::string ScenarioReader::one_of(const YAML::Node& n, const std::string& what,
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
   Scenario sc;
   sc.file = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error("scenario file '" + path + "' is a folder; name a scenario YAML file");
+  }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   if (in) text << in.rdbuf();
@@ -319,8 +323,14 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
             r.fail(list, "tp_mlp: with sequence_parallel, tokens " + std::to_string(st.tokens) +
                              " must be divisible by tp=" + std::to_string(sc.tp));
         }
-        if (st.kind == ScenarioStep::Kind::sendrecv && axis < 2 && st.group != "world")
-          r.fail(list, "a sendrecv step on group '" + st.group + "' needs that axis to have at least 2 ranks");
+        if (st.kind == ScenarioStep::Kind::sendrecv && (st.group == "world" ? sc.ranks : axis) < 2) {
+          r.fail(list, "a sendrecv step on group '" + st.group + "' needs at least 2 ranks in it (it has " +
+                           std::to_string(st.group == "world" ? sc.ranks : axis) + ")");
+        }
+        // The scenario's default algorithm applies to the steps that leave theirs at auto.
+        if (st.kind == ScenarioStep::Kind::collective && st.algorithm == "auto") {
+          check_collective_algorithm(st.name, sc.algorithm, entry(root, "algorithm"), r);
+        }
       }
     }
   }

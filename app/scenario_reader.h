@@ -62,6 +62,10 @@ extern const std::vector<std::string> kCollectiveOps;  // the collectives a step
 extern const std::vector<std::string> kDtypes;
 extern const std::vector<std::string> kAlgorithms;
 
+// Fails at `at` when collective `op` (a step's name) has no `algorithm` ("auto" always fits).
+void check_collective_algorithm(const std::string& op, const std::string& algorithm, const YAML::Node& at,
+                                const ScenarioReader& r);
+
 // One entry of workload.steps.do; read_step checks its keys and values alone.
 ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r);
 // The rules a cp_attention step must meet under the scenario's layout (sc.tp, sc.cp, the

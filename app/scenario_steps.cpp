@@ -1,8 +1,11 @@
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "app/scenario_reader.h"
+#include "runtime/distributed/schedule.h"
 #include "sim/suggest.h"
 #include "sim/units.h"
 
@@ -148,6 +151,26 @@ void check_cp_attention(ScenarioStep& st, const YAML::Node& body, const YAML::No
                                        " (every rank holds two chunks of each sequence); thd pads instead");
 }
 
+void check_collective_algorithm(const std::string& op, const std::string& algorithm, const YAML::Node& at,
+                                const ScenarioReader& r) {
+  // Whether the collective has that algorithm is the schedule builder's own answer (asked of a
+  // small group), found at load rather than by every rank at run time.
+  const std::optional<runtime::CollectiveKind> kind = runtime::parse_collective_kind(op);
+  if (!kind || algorithm == "auto") return;
+  runtime::ScheduleRequest req;
+  req.kind = *kind;
+  req.algorithm = runtime::parse_algorithm(algorithm);
+  req.nranks = 4;
+  req.count = 16;
+  if (req.kind == runtime::CollectiveKind::all_to_all) req.splits.assign(4, std::vector<std::int64_t>(4, 4));
+  try {
+    (void)runtime::make_schedule(req);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("algorithm; use one of") != std::string::npos) r.fail(at, what);
+  }
+}
+
 ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
   if (!n.IsMap() || n.size() != 1)
     r.fail(n, "a step must be a mapping with one key: compute, a collective name (" + sim::join(kCollectiveOps) +
@@ -220,7 +243,10 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
     r.fail(body, "a " + kind + " step needs bytes (the per-rank buffer, e.g. 256 MiB)");
   if (auto d = entry(body, "dtype"); d.IsDefined()) st.dtype = r.one_of(d, kind + ".dtype", kDtypes);
   if (auto g = entry(body, "group"); g.IsDefined()) st.group = r.one_of(g, kind + ".group", kGroups);
-  if (auto a = entry(body, "algorithm"); a.IsDefined()) st.algorithm = r.one_of(a, kind + ".algorithm", kAlgorithms);
+  if (auto a = entry(body, "algorithm"); a.IsDefined()) {
+    st.algorithm = r.one_of(a, kind + ".algorithm", kAlgorithms);
+    check_collective_algorithm(kind, st.algorithm, a, r);
+  }
   if (auto a = entry(body, "async"); a.IsDefined())
     st.async = r.one_of(a, kind + ".async", {"true", "false"}) == "true";
   return st;

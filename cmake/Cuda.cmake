@@ -21,8 +21,8 @@ if(NOT RANKSIM_SANITIZE)
     endif()
   endif()
 endif()
-option(RANKSIM_WITH_CUDA "Build the GPU backend (CUDA, cuBLAS, NCCL; default ON when found)"
-       ${RANKSIM_WITH_CUDA_DEFAULT})
+ranksim_auto_option(RANKSIM_WITH_CUDA "Build the GPU backend (CUDA, cuBLAS, NCCL; default ON when found)"
+                    "${RANKSIM_WITH_CUDA_DEFAULT}")
 if(RANKSIM_WITH_CUDA)
   if(RANKSIM_SANITIZE)
     message(FATAL_ERROR "RANKSIM_WITH_CUDA cannot be combined with RANKSIM_SANITIZE")

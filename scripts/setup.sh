@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages only, whatever ranksim needs to build and test that is not
 # already installed. Idempotent: a second run installs nothing. Runs apt-get as root, or via sudo.
-# Usage: scripts/setup.sh [--with-mpi]
+# Usage: scripts/setup.sh [--with-mpi] [--for-tests]
+#   (none): what building ranksim needs (the main job: scripts/quickstart.sh);
+#   --with-mpi: Open MPI too, for the mpi backend and the ctest label `mpi`;
+#   --for-tests: what only the tests use (a headless browser that renders --report pages).
 set -euo pipefail
 
 packages=(
@@ -15,12 +18,12 @@ packages=(
   python3                # scripts/check_layers.py (a ctest test)
   clang-format clang-tidy  # scripts/format.sh and scripts/tidy.sh (CI runs both)
   nlohmann-json3-dev     # the run summary (--json) and ranksim compare
-  chromium               # renders `ranksim run --report` pages in a test (headless)
 )
 for arg in "$@"; do
   case "$arg" in
     --with-mpi) packages+=(openmpi-bin libopenmpi-dev) ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --with-mpi)" >&2; exit 2 ;;
+    --for-tests) packages+=(chromium) ;;  # renders `ranksim run --report` pages in a test (headless)
+    *) echo "setup.sh: unknown option '$arg' (known: --with-mpi, --for-tests)" >&2; exit 2 ;;
   esac
 done
 

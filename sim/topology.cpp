@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <queue>
@@ -264,6 +265,10 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
 }
 
 Topology Topology::load_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error("topology file '" + path + "' is a folder; name a topology YAML file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open topology file '" + path + "': " + std::strerror(errno));
   std::ostringstream text;

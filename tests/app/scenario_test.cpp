@@ -152,6 +152,16 @@ TEST(Scenario, ErrorsNameTheFileLineColumnAndSuggest) {
               HasSubstr("override 'parallel.tq=2':1:10: unknown key 'tq'; did you mean 'tp'?"));
   EXPECT_THAT(load_error(kGood, {"parallel.tp=two"}),
               HasSubstr("override 'parallel.tp=two':1:13: parallel.tp must be an integer from 1 to 16777216 (2^24)"));
+  EXPECT_THAT(load_error(kGood, {"topology=" + std::string(RANKSIM_SOURCE_DIR) + "/topologies"}),
+              HasSubstr("/topologies' is a folder; name a topology YAML file"));
+  // What used to load and then fail on every rank at run time, with no position.
+  const std::string head = "name: t\ntopology: ../topologies/ring4.yaml\n";
+  EXPECT_THAT(load_error(head + "workload: {steps: {do: [all_to_all: {bytes: 1 MiB, algorithm: tree}]}}\n"),
+              HasSubstr(":3:63: collective all_to_all has no 'tree' algorithm; use one of: direct, ring"));
+  EXPECT_THAT(load_error(head + "algorithm: tree\nworkload: {steps: {do: [all_to_all: {bytes: 1 MiB}]}}\n"),
+              HasSubstr(":3:12: collective all_to_all has no 'tree' algorithm"));
+  EXPECT_THAT(load_error(head + "ranks: 1\nworkload: {steps: {do: [sendrecv: {bytes: 1 MiB}]}}\n"),
+              HasSubstr("a sendrecv step on group 'world' needs at least 2 ranks in it (it has 1)"));
   EXPECT_THAT(load_error(kGood, {"parallel.tp=2000000000"}),
               HasSubstr("parallel.tp must be an integer from 1 to 16777216 (2^24), got '2000000000'"));
   EXPECT_THAT(load_error(kGood, {"topology.nodez=2"}), HasSubstr("nodez"));

@@ -1,0 +1,35 @@
+# ranksim_auto_option(NAME DOC VALUE): an ON/OFF option whose default is what the configure step
+# found (VALUE). Unlike option(), which keeps the first value in the cache, it follows VALUE on
+# every configure while the user has not set it: after `scripts/setup.sh --with-mpi` on a machine
+# that already has a build, RANKSIM_WITH_MPI turns ON by itself. A value the user sets
+# (-DNAME=..., on the first configure or a later one) is kept from then on.
+function(ranksim_auto_option name doc value)
+  if(value)
+    set(found ON)
+  else()
+    set(found OFF)
+  endif()
+  set(last_var "${name}_FOLLOWED")
+  if(NOT DEFINED CACHE{${name}})
+    set(${name} ${found} CACHE BOOL "${doc}")
+    set(${last_var} ${found} CACHE INTERNAL "the value ${name} last followed, or USER")
+    return()
+  endif()
+  if(NOT DEFINED CACHE{${last_var}} OR "$CACHE{${last_var}}" STREQUAL "USER")
+    set(${last_var} USER CACHE INTERNAL "the value ${name} last followed, or USER")
+    return()
+  endif()
+  set(current OFF)
+  if(${name})
+    set(current ON)
+  endif()
+  if(NOT current STREQUAL "$CACHE{${last_var}}")
+    set(${last_var} USER CACHE INTERNAL "the value ${name} last followed, or USER")  # the user changed it
+    return()
+  endif()
+  if(NOT current STREQUAL found)
+    message(STATUS "ranksim: ${name} follows what this configure found: ${found}")
+    set(${name} ${found} CACHE BOOL "${doc}" FORCE)
+  endif()
+  set(${last_var} ${found} CACHE INTERNAL "the value ${name} last followed, or USER")
+endfunction()
