@@ -13,6 +13,7 @@
 #include "app/scenario.h"
 #include "app/scenario_reader.h"
 #include "sim/check.h"
+#include "sim/compute.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
 #include "sim/topology.h"
@@ -309,6 +310,24 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         sc.steps.push_back(read_step(st, r));
         if (sc.steps.back().kind == ScenarioStep::Kind::cp_attention)
           check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
+      }
+      // A compute step whose kernel the clock cannot hold on some device of the run (flops:
+      // 1e300) is refused here, at its position, not by every rank at run time.
+      const sim::ComputeModel compute(*sc.topology);
+      for (std::size_t i = 0; i < sc.steps.size(); ++i) {
+        const ScenarioStep& st = sc.steps[i];
+        if (st.kind != ScenarioStep::Kind::compute) continue;
+        std::vector<const sim::DeviceKind*> seen;
+        for (int d = 0; d < sc.ranks && d < sc.topology->num_devices(); ++d) {
+          const sim::DeviceKind* k = &sc.topology->kind_of(d);
+          if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
+          seen.push_back(k);
+          try {
+            (void)compute.cost(d, st.flops, st.bytes, st.dtype);
+          } catch (const Error& e) {
+            r.fail(list[i], e.what());
+          }
+        }
       }
       for (const ScenarioStep& st : sc.steps) {
         const int axis = st.group == "tp"   ? sc.tp

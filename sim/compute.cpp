@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "sim/check.h"
@@ -22,6 +23,14 @@ double ComputeModel::peak_flops(int device, std::string_view dtype) const {
               ". Add it under device_kinds." + kind.name + ".peak_flops in " + topology_->source());
 }
 
+namespace {
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+}  // namespace
+
 Time ComputeModel::cost(int device, double flops, double bytes, std::string_view dtype) const {
   RANKSIM_CHECK(std::isfinite(flops) && flops >= 0 && std::isfinite(bytes) && bytes >= 0,
                 "kernel flops and bytes are finite and non-negative");
@@ -30,9 +39,9 @@ Time ComputeModel::cost(int device, double flops, double bytes, std::string_view
   const double math = flops > 0 ? flops / peak_flops(device, dtype) : 0.0;
   const double seconds = std::max(math, memory);
   if (!(seconds < 8e6))  // the clock's range, with room to spare
-    throw Error("a kernel of " + std::to_string(flops) + " FLOP and " + std::to_string(bytes) + " bytes on " +
-                topology_->device(device).name + " would take " + std::to_string(seconds) +
-                " s, more than the simulated clock holds");
+    throw Error("a kernel of " + sci(flops) + " FLOP and " + sci(bytes) + " bytes on " +
+                topology_->device(device).name + " would take " + sci(seconds) +
+                " s, more than the simulated clock holds (8e6 s); check the sizes and the device's speeds");
   return Time::from_seconds(seconds) + kind.launch_overhead;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <queue>
 #include <string>
@@ -19,8 +20,11 @@ constexpr double kMaxSeconds = 8e6;
 Time seconds_to_time(double s) {
   RANKSIM_CHECK(s >= 0, "transfer times are not negative");
   if (!(s < kMaxSeconds))
-    throw Error("a transfer would take " + std::to_string(s) +
-                " s, more than the simulated clock holds (8e6 s); check the sizes and bandwidths");
+    throw Error("a transfer would take " + [&] {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3g", s);
+      return std::string(buf);
+    }() + " s, more than the simulated clock holds (8e6 s); check the sizes and bandwidths");
   return Time::from_seconds(s);
 }
 

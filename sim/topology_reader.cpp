@@ -158,13 +158,19 @@ class Reader {
     if (s == "false") return false;
     pos_.fail(f.value, "'" + f.path + "' must be true or false, got '" + s + "'");
   }
+  // A bandwidth below 1 kB/s (or a FLOP rate below 1 kFLOP/s) is a unit slip, and would make any
+  // transfer or kernel outlast the simulated clock: refused here, at its position.
   double bandwidth(const Field& f) const {
-    return with_units(f, "a bandwidth such as '450 GB/s'", units::parse_bandwidth);
+    const double v = with_units(f, "a bandwidth such as '450 GB/s'", units::parse_bandwidth);
+    if (!(v >= 1e3)) pos_.fail(f.value, "'" + f.path + "' must be at least 1 kB/s, got '" + scalar(f, "") + "'");
+    return v;
   }
   Time duration(const Field& f) const { return with_units(f, "a duration such as '2 us'", units::parse_duration); }
   uint64_t bytes(const Field& f) const { return with_units(f, "a size such as '80 GiB'", units::parse_bytes); }
   double flop_rate(const Field& f) const {
-    return with_units(f, "a FLOP rate such as '989.4 TFLOP/s'", units::parse_flop_rate);
+    const double v = with_units(f, "a FLOP rate such as '989.4 TFLOP/s'", units::parse_flop_rate);
+    if (!(v >= 1e3)) pos_.fail(f.value, "'" + f.path + "' must be at least 1 kFLOP/s, got '" + scalar(f, "") + "'");
+    return v;
   }
 
  private:

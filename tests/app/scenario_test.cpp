@@ -162,6 +162,9 @@ TEST(Scenario, ErrorsNameTheFileLineColumnAndSuggest) {
               HasSubstr(":3:12: collective all_to_all has no 'tree' algorithm"));
   EXPECT_THAT(load_error(head + "ranks: 1\nworkload: {steps: {do: [sendrecv: {bytes: 1 MiB}]}}\n"),
               HasSubstr("a sendrecv step on group 'world' needs at least 2 ranks in it (it has 1)"));
+  EXPECT_THAT(load_error(head + "workload: {steps: {do: [compute: {flops: 1e300}]}}\n"),
+              HasSubstr(":3:25: a kernel of 1e+300 FLOP and 0 bytes on node0.dev0 would take 2.5e+286 s, more than "
+                        "the simulated clock holds"));
   EXPECT_THAT(load_error(kGood, {"parallel.tp=2000000000"}),
               HasSubstr("parallel.tp must be an integer from 1 to 16777216 (2^24), got '2000000000'"));
   EXPECT_THAT(load_error(kGood, {"topology.nodez=2"}), HasSubstr("nodez"));
