@@ -77,6 +77,31 @@ TEST(Cli, BenchBusBandwidthApproachesTheLinkSpeedForLargeMessages) {
   EXPECT_LE(busbw, 450.0) << r.out;
 }
 
+// The documented contract of --check: the same collective times as shape-only (filling the
+// inputs is not the collective's time).
+TEST(Cli, BenchCheckTimesTheCollectivesAsShapeOnlyDoes) {
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}) {
+    std::vector<std::string> times[2];
+    for (int check = 0; check < 2; ++check) {
+      std::vector<std::string> args = {"bench", "collectives", "-t",       topo("ring4.yaml"), "--op",
+                                       op,      "--sizes",     "1KiB:1MiB"};
+      if (check) args.emplace_back("--check");
+      const Result r = run(args);
+      ASSERT_EQ(r.code, 0) << op << ": " << r.err;
+      std::istringstream lines(r.out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
+        std::istringstream f(line);
+        std::string size, count, type, algo, time_us;
+        f >> size >> count >> type >> algo >> time_us;
+        if (!time_us.empty()) times[check].push_back(size + " " + time_us);
+      }
+    }
+    EXPECT_FALSE(times[0].empty()) << op;
+    EXPECT_EQ(times[0], times[1]) << op;
+  }
+}
+
 TEST(Cli, BadInputExitsWithTwoAndNamesTheInput) {
   Result r = run({"bench", "collectives", "-t", topo("ring4.yaml"), "--op", "all_reduse"});
   EXPECT_EQ(r.code, 2);
