@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <memory>
@@ -301,6 +302,14 @@ TrainResult run_training(const TrainSpec& spec, const runtime::SpawnOptions& opt
 
 namespace ranksim::models {
 
+namespace {
+std::string number_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
 void save_checkpoint(const std::string& path, const TrainResult& r) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, t] : r.params) tensors.emplace_back(name, t.to(DType::f32));
@@ -317,6 +326,24 @@ std::pair<Weights, CheckpointState> load_checkpoint(const std::string& path, con
   }
   if (!st.empty()) {
     if (!st.count("step")) throw Error(path + ": optimizer state without 'optimizer.step'");
+    // The step count is a whole number of steps already taken; the second moments are squares.
+    const Tensor& step = st.at("step");
+    const double n = step.numel() == 1 ? step.to_vector<double>()[0] : -1;
+    if (step.numel() != 1 || !(n >= 0) || n > double(1 << 24) || n != std::floor(n)) {
+      throw Error(path + ": 'optimizer.step' must hold one whole number of steps, 0 to 2^24, got " +
+                  (step.numel() == 1 ? number_str(n) : step.str()));
+    }
+    for (const auto& [key, t] : st) {
+      if (key == "step") continue;
+      const bool square = key.rfind("exp_avg_sq.", 0) == 0;
+      const std::vector<float> v = t.to_vector<float>();
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (!std::isfinite(v[i]) || (square && v[i] < 0)) {
+          throw Error(path + ": 'optimizer." + key + "' holds " + number_str(v[i]) + " at element " +
+                      std::to_string(i) + (square ? "; second moments must be finite and >= 0" : "; must be finite"));
+        }
+      }
+    }
     for (const auto& [name, shape] : parameter_shapes(config)) {
       for (const char* k : {"exp_avg.", "exp_avg_sq."}) {
         const auto it = st.find(k + name);

@@ -237,6 +237,14 @@ Weights checked_weights(const runtime::SafetensorsFile& file, const TransformerC
                   str(c.ffn));
     }
     w[s.name] = t.to(DType::f32);
+    // A NaN or infinite weight makes every loss NaN (null in the summary): refused by name.
+    const std::vector<float> v = w[s.name].to_vector<float>();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) {
+        throw Error(file.path + ": tensor '" + s.name + "' holds " + (std::isnan(v[i]) ? "NaN" : "an infinity") +
+                    " at element " + std::to_string(i) + "; weights must be finite");
+      }
+    }
   }
   return w;
 }

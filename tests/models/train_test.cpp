@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,29 @@ TEST(Train, CheckpointsConsolidateAndReloadIntoAnotherLayout) {
   EXPECT_TRUE(f.contains("layers.1.qkv.weight"));
   EXPECT_TRUE(f.contains("optimizer.exp_avg.layers.1.qkv.weight"));
   EXPECT_NO_THROW(checked_weights(f, first.config));
+  // A checkpoint whose numbers cannot be a training run's is refused, naming the tensor.
+  const auto refused = [&](const std::string& key, double value, const std::string& message) {
+    std::vector<std::pair<std::string, Tensor>> edited;
+    for (const auto& [name, t] : f.tensors) {
+      Tensor c = t.clone();
+      if (name == key) c.reshape({c.numel()}).set({0}, value);
+      edited.emplace_back(name, c);
+    }
+    const std::string bad = path + ".bad.safetensors";
+    runtime::save_safetensors(bad, edited);
+    EXPECT_THAT([&] { (void)load_checkpoint(bad, first.config); }, ::testing::ThrowsMessage<Error>(HasSubstr(message)))
+        << key;
+    std::filesystem::remove(bad);
+  };
+  refused("optimizer.step", -5, "'optimizer.step' must hold one whole number of steps, 0 to 2^24, got -5");
+  refused("optimizer.step", std::nan(""), "'optimizer.step' must hold one whole number of steps");
+  refused("optimizer.step", 2.5, "'optimizer.step' must hold one whole number of steps");
+  refused("optimizer.exp_avg_sq.layers.1.qkv.weight", -1,
+          "'optimizer.exp_avg_sq.layers.1.qkv.weight' holds -1 at element 0; second moments must be finite");
+  refused("optimizer.exp_avg.layers.0.fc1.bias", std::numeric_limits<double>::infinity(),
+          "'optimizer.exp_avg.layers.0.fc1.bias' holds inf at element 0; must be finite");
+  refused("layers.0.fc2.weight", std::nan(""),
+          "tensor 'layers.0.fc2.weight' holds NaN at element 0; weights must be finite");
   std::filesystem::remove(path);
   TrainSpec second = base(cp::Format::thd, 2);
   second.weights = weights;
