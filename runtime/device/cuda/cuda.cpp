@@ -55,9 +55,13 @@ ScopedDevice::ScopedDevice(int device) {
   previous_ = current_device();
   if (previous_ != device) set_device(device);
 }
+ScopedDevice::ScopedDevice(int device, std::nothrow_t) noexcept {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  if (previous_ != device) (void)cudaSetDevice(device);
+}
 ScopedDevice::~ScopedDevice() {
   int now = -1;
-  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+  if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
 }
 
 int launcher_local_rank() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <new>
 #include <string>
 
 namespace ranksim::runtime::gpu {
@@ -28,6 +29,9 @@ int current_device();
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device);
+  // For destructors and other noexcept paths: ignores CUDA's errors instead of throwing (an
+  // unusable device then stays as it was).
+  ScopedDevice(int device, std::nothrow_t) noexcept;
   ~ScopedDevice();
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;

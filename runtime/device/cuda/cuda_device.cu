@@ -55,12 +55,9 @@ class CudaDevice final : public Device {
     check_cublas(cublasSetStream(h, stream()), "cublasSetStream");
   }
   ~CudaDevice() override {
-    int previous = -1;
-    (void)cudaGetDevice(&previous);
-    (void)cudaSetDevice(ordinal_);
+    const ScopedDevice on(ordinal_, std::nothrow);
     (void)cudaStreamSynchronize(stream());
     (void)cublasDestroy(blas_);
-    if (previous >= 0) (void)cudaSetDevice(previous);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
@@ -77,11 +74,8 @@ class CudaDevice final : public Device {
   }
   void release(void* p) noexcept override {
     if (p == nullptr) return;
-    int previous = -1;
-    (void)cudaGetDevice(&previous);
-    if (previous != ordinal_) (void)cudaSetDevice(ordinal_);
+    const ScopedDevice on(ordinal_, std::nothrow);
     (void)cudaFreeAsync(p, stream());
-    if (previous >= 0 && previous != ordinal_) (void)cudaSetDevice(previous);
   }
   void upload(void* dst, const void* src, std::size_t nbytes) override {
     if (nbytes == 0) return;

@@ -196,17 +196,13 @@ class NcclCollectives final : public detail::DeviceCollectives {
   // NCCL then works on the tensors' device copies in place, with no host staging. Gather and
   // scatter, whose lists are separate tensors, stage through the host.
   Device* direct_device(const Signature& sig, const CollectiveTensors& tensors) const {
-    Device* dev = compute_device();
-    if (!dev || cuda_ordinal_of(*dev) != device_) return nullptr;
     if (sig.kind == CollectiveKind::gather || sig.kind == CollectiveKind::scatter ||
         sig.kind == CollectiveKind::barrier) {
       return nullptr;
     }
     const auto [out, in] = in_place_tensors(tensors);
-    for (const Tensor* t : {out, in}) {
-      if (t != nullptr && (!t->has_data() || !t->is_contiguous())) return nullptr;
-    }
-    return dev;
+    if (!in_place(*out) || (in != nullptr && !in_place(*in))) return nullptr;
+    return compute_device();
   }
 
   // The tensors NCCL works on in place: {the output (or the in-place tensor), the input or

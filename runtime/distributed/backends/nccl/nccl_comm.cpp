@@ -123,15 +123,12 @@ namespace {
 // peers may be gone, and ncclCommDestroy could wait for them).
 void release_comm(void* comm, int device) noexcept {
   if (comm == nullptr) return;
-  int previous = -1;
-  (void)cudaGetDevice(&previous);
-  (void)cudaSetDevice(device);
+  const ScopedDevice on(device, std::nothrow);
   if (std::uncaught_exceptions() > 0) {
     (void)ncclCommAbort(comm_of(comm));
   } else {
     (void)ncclCommDestroy(comm_of(comm));
   }
-  if (previous >= 0) (void)cudaSetDevice(previous);
 }
 }  // namespace
 
@@ -177,11 +174,10 @@ void NcclComm::wait_for_stream(void* cuda_stream) {
 
 void NcclComm::abort() noexcept {
   if (comm_ == nullptr) return;
-  int previous = -1;
-  (void)cudaGetDevice(&previous);
-  (void)cudaSetDevice(device_);
-  (void)ncclCommAbort(comm_of(comm_));
-  if (previous >= 0) (void)cudaSetDevice(previous);
+  {
+    const ScopedDevice on(device_, std::nothrow);
+    (void)ncclCommAbort(comm_of(comm_));
+  }
   comm_ = nullptr;
   aborted_ = true;
 }
