@@ -28,6 +28,12 @@ struct SweepOp {
 
 }  // namespace
 
+std::optional<sim::Protocol> parse_protocol_option(const std::string& name) {
+  if (name == "auto") return std::nullopt;
+  if (auto p = sim::parse_protocol(name)) return p;
+  throw Error("unknown protocol '" + name + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
+}
+
 std::vector<int64_t> parse_size_sweep(const std::string& spec) {
   const auto colon = spec.find(':');
   try {
@@ -66,6 +72,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   req.ranks = o.ranks;
   req.sizes = parse_size_sweep(o.sizes);
   req.algorithm = o.algorithm;
+  req.protocol = o.protocol;
   req.dtype = o.dtype;
   req.check = o.check;
   const SweepOp op = find_op(o.op);
@@ -73,13 +80,16 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   if (!runtime::dtype_from_name(o.dtype))
     throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
   (void)runtime::parse_algorithm(o.algorithm);
+  (void)parse_protocol_option(o.protocol);
   if (n > topo.num_devices())
     throw Error("--ranks " + std::to_string(n) + " is more than the " + std::to_string(topo.num_devices()) +
                 " devices of topology '" + topo.name() + "' (" + o.topology +
                 "); use fewer ranks or more nodes (--set nodes=N)");
   out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << o.dtype << ", algorithm "
-      << o.algorithm << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
+      << o.algorithm << (o.protocol == "auto" ? "" : ", protocol " + o.protocol) << ", collectives timed by the "
+      << (topo.collectives().model == sim::CollectiveTimingModel::nccl ? "nccl model" : "schedule on the network")
+      << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
   print_table_header(out);
   int64_t total_wrong = 0;
   for (const SweepRow& r : run_sweep(topo, req)) {
@@ -105,6 +115,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
   const auto dtype = runtime::dtype_from_name(o.dtype);
   if (!dtype) throw Error("unknown dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
   const runtime::Algorithm algo = runtime::parse_algorithm(o.algorithm);
+  const std::optional<sim::Protocol> protocol = parse_protocol_option(o.protocol);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
   if (n > topo.num_devices())
     throw Error(std::to_string(n) + " ranks are more than the " + std::to_string(topo.num_devices()) +
@@ -122,6 +133,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     int64_t wrong = 0;
     runtime::SpawnOptions so;
     so.topology = &topo;
+    so.protocol = protocol;
     so.engine.trace = false;
     so.engine.stack.size = 64 * 1024;
     // The expected sums, once per size: checking is linear in the data (it re-summed every
@@ -223,7 +235,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
       // charges a copy first, which is no part of the collective's time.
       const auto& rec = rep.collectives.at(0);
       row.seconds = (rec.end - rec.start).seconds();
-      row.algorithm = runtime::to_string(rec.algorithm);
+      row.algorithm = runtime::algorithm_label(rec);
     }
     row.algbw = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds : 0.0;
     row.busbw = row.algbw * busbw_factor(op.kind, n);

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "sim/collective_model.h"
 #include "sim/topology.h"
 
 namespace ranksim::app {
@@ -18,9 +20,14 @@ struct BenchOptions {
   int ranks = 0;                    // 0: every device of the topology
   std::string sizes = "8B:128MiB";  // MIN:MAX (doubling) or one size
   std::string algorithm = "auto";
+  std::string protocol = "auto";  // NCCL_PROTO: auto, LL, LL128, Simple (nccl timing model only)
   std::string dtype = "f32";
   bool check = false;
 };
+
+// The protocol option: nullopt for "auto", else NCCL's protocol name (any case). Throws
+// ranksim::Error naming the choices otherwise.
+std::optional<sim::Protocol> parse_protocol_option(const std::string& name);
 
 // Prints the table; returns 0, or 1 when --check found wrong elements. Throws ranksim::Error on
 // bad options (unknown op, dtype or algorithm, more ranks than devices, malformed sizes).
@@ -32,6 +39,7 @@ struct SweepRequest {
   int ranks = 0;
   std::vector<int64_t> sizes;
   std::string algorithm = "auto";
+  std::string protocol = "auto";
   std::string dtype = "f32";
   bool check = false;
 };

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/bench.h"
+#include "app/calibrate.h"
 #include "app/compare.h"
 #include "app/demo.h"
 #include "app/scenario.h"
@@ -98,7 +99,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   coll_cmd->add_option("--ranks,-n", bench_opts.ranks, "Ranks: the first N devices (default: all)")
       ->check(at_least_one);
   coll_cmd->add_option("--sizes", bench_opts.sizes, "MIN:MAX bytes, doubling (e.g. 8B:8GiB)")->capture_default_str();
-  coll_cmd->add_option("--algo", bench_opts.algorithm, "auto|ring|tree|direct|hierarchical")->capture_default_str();
+  coll_cmd
+      ->add_option("--algo", bench_opts.algorithm,
+                   "auto|ring|tree|direct|hierarchical, and with the nccl timing model nvls|nvls_tree|collnet|pat "
+                   "(as NCCL_ALGO)")
+      ->capture_default_str();
+  coll_cmd->add_option("--proto", bench_opts.protocol, "auto|LL|LL128|Simple (as NCCL_PROTO; nccl timing model)")
+      ->capture_default_str();
   coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
   coll_cmd->add_flag("--check,-c", bench_opts.check, "Move real numbers and verify every rank's result");
 
@@ -149,6 +156,26 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   compare_cmd->add_option("measured", measured_json, "A real run's summary of the same scenario")
       ->required()
       ->check(not_a_folder);
+  CalibrateOptions cal_opts;
+  auto* cal_cmd = cli.add_subcommand(
+      "calibrate", "Fit a topology's collective timing to nccl-tests outputs and write the calibrated topology");
+  cal_cmd->add_option("--topology,-t", cal_opts.topology, "Topology YAML file to start from")
+      ->required()
+      ->check(not_a_folder);
+  cal_cmd->add_option("--set", cal_opts.sets, "Override a topology key: --set nodes=2");
+  cal_cmd->add_option("--ranks,-n", cal_opts.ranks, "Ranks of the measured runs (when the files do not say)")
+      ->check(at_least_one);
+  cal_cmd->add_option("--op", cal_opts.op, "The collective, when a file does not name it (all_reduce, ...)");
+  cal_cmd->add_option("--algo", cal_opts.algorithm,
+                      "NCCL_ALGO of the measured runs: auto|ring|tree|nvls|nvls_tree|collnet|pat (default: as the "
+                      "files say, else auto)");
+  cal_cmd->add_option("--proto", cal_opts.protocol, "NCCL_PROTO of the measured runs: auto|LL|LL128|Simple")
+      ->capture_default_str();
+  cal_cmd->add_option("--output,-o", cal_opts.output, "The calibrated topology YAML to write")->check(not_a_folder);
+  cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
+  cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, or CSV)")
+      ->required()
+      ->check(CLI::ExistingFile);
   auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");
   list_cmd->add_option("--root", list_root, "Where topologies/ and scenarios/ live")
       ->capture_default_str()
@@ -203,6 +230,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return 0;
     }
     if (*compare_cmd) return compare_summaries(predicted_json, measured_json, out);
+    if (*cal_cmd) return calibrate(cal_opts, out);
     if (*list_cmd) {
       list_shipped(list_root, out);
       return 0;

@@ -62,7 +62,7 @@ int demo(const DemoOptions& o, std::ostream& out) {
     row.bytes = rec.bytes;
     row.count = rec.count;
     row.dtype = rec.dtype;
-    row.algorithm = runtime::to_string(rec.algorithm);
+    row.algorithm = runtime::algorithm_label(rec);
     row.seconds = (rec.end - rec.start).seconds();
     out << std::string(runtime::to_string(rec.kind)) << ":\n";
     print_table_row(out, row, rec.kind, rec.group_size);

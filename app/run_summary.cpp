@@ -23,7 +23,7 @@ std::vector<CollectiveLine> group_collectives(const runtime::RunReport& report) 
   std::vector<CollectiveLine> lines;
   for (const auto& rec : report.collectives) {
     const std::string op = runtime::to_string(rec.kind);
-    const std::string algo = runtime::to_string(rec.algorithm);
+    const std::string algo = runtime::algorithm_label(rec);
     const std::string desc = runtime::group_desc_of(rec.group);
     auto it = std::find_if(lines.begin(), lines.end(), [&](const CollectiveLine& l) {
       return l.op == op && l.group_size == rec.group_size && l.dtype == rec.dtype && l.bytes == rec.bytes &&

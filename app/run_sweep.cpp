@@ -8,6 +8,7 @@ std::vector<SweepRow> run_sweep_workload(const Scenario& sc) {
   req.ranks = sc.ranks;
   req.sizes = sc.sweep_sizes;
   req.algorithm = sc.algorithm;
+  req.protocol = sc.protocol;
   req.dtype = sc.sweep_dtype;
   req.check = sc.real_data;
   return run_sweep(*sc.topology, req);

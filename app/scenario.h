@@ -79,6 +79,7 @@ struct Scenario {
   std::string cp_comm = "p2p";       // parallel.cp_comm: p2p, all_gather, a2a, a2a+p2p
   std::vector<int> hierarchical_cp;  // parallel.hierarchical_cp: [a2a, p2p]; empty = [2, cp/2]
   std::string algorithm = "auto";
+  std::string protocol = "auto";  // NCCL_PROTO for the nccl timing model: auto, LL, LL128, Simple
   bool real_data = false;
   // Workload: exactly one of these (model: the reference transformer, one forward + backward).
   std::optional<ModelWorkload> model;

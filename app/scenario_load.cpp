@@ -24,7 +24,8 @@ namespace ranksim::app {
 const std::vector<std::string> kCollectiveOps = {"all_reduce", "all_gather", "reduce_scatter",
                                                  "all_to_all", "broadcast",  "barrier"};
 const std::vector<std::string> kDtypes = {"f32", "f64", "bf16", "f16", "i64", "i32"};
-const std::vector<std::string> kAlgorithms = {"auto", "ring", "tree", "direct", "hierarchical"};
+const std::vector<std::string> kAlgorithms = {"auto", "ring",      "tree",    "direct", "hierarchical",
+                                              "nvls", "nvls_tree", "collnet", "pat"};
 
 namespace {
 
@@ -64,7 +65,8 @@ struct ScenarioSchema {
     outputs.keys = {{"json", nullptr}, {"report", nullptr}, {"trace", nullptr}};
     root.keys = {{"algorithm", nullptr},   {"batch", &batch},         {"checks", &checks},     {"data", nullptr},
                  {"description", nullptr}, {"dump", nullptr},         {"encoder", &encoder},   {"model", &model},
-                 {"name", nullptr},        {"outputs", &outputs},     {"parallel", &parallel}, {"ranks", nullptr},
+                 {"name", nullptr},        {"outputs", &outputs},     {"parallel", &parallel}, {"protocol", nullptr},
+                 {"ranks", nullptr},
                  {"topology", nullptr},    {"topology_set", nullptr}, {"train", &train},       {"validate", &validate},
                  {"workload", &workload}};
   }
@@ -263,6 +265,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                           "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
   if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
+  if (auto a = entry(root, "protocol"); a.IsDefined())
+    sc.protocol = r.one_of(a, "protocol", {"auto", "LL", "LL128", "Simple"});
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include "app/bench.h"
 #include "app/devices.h"
 #include "app/model_workload.h"
 #include "app/run_summary.h"
@@ -34,6 +35,7 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   runtime::SpawnOptions so;
   so.topology = sc.topology.get();
   so.algorithm = runtime::parse_algorithm(sc.algorithm);
+  so.protocol = parse_protocol_option(sc.protocol);
   so.backend = runtime::parse_backend(flags.backend);
   so.device_collectives = flags.device_collectives;
   so.engine.trace = trace;

@@ -157,6 +157,7 @@ void check_collective_algorithm(const std::string& op, const std::string& algori
   // small group), found at load rather than by every rank at run time.
   const std::optional<runtime::CollectiveKind> kind = runtime::parse_collective_kind(op);
   if (!kind || algorithm == "auto") return;
+  if (runtime::timing_only(runtime::parse_algorithm(algorithm))) return;  // checked by the timing model at run time
   runtime::ScheduleRequest req;
   req.kind = *kind;
   req.algorithm = runtime::parse_algorithm(algorithm);

@@ -53,6 +53,7 @@ class TopologyBuilder {
     t_.fabric_ = std::move(spec.fabric);
     t_.has_network_ = spec.has_network;
     t_.network_ = std::move(spec.network);
+    t_.collectives_ = spec.collectives;
     kind_index_ = spec.kind_index;
     lay_out();
   }
@@ -143,14 +144,17 @@ class TopologyBuilder {
     const int nic_up = add_kind("nic up", "device -> " + leaf);
     const int nic_down = add_kind("nic down", leaf + " -> device");
     t.nic_link_base_ = static_cast<int>(t.links_.size());
+    // The graph keeps one NIC link per device: with fewer NICs than devices, each device's link
+    // carries its share of the node's NIC bandwidth.
+    const double nic_bw = net.nic_bandwidth * (net.nics_per_node > 0 ? net.nics_per_node : n) / n;
     for (int d = 0; d < ndev; ++d) {
       const int g = t.level_vertex_base_[0] + t.level1_group(d);
-      add_link(d, g, net.nic_bandwidth, net.nic_latency + net.levels[0].latency, nic_up);
-      add_link(g, d, net.nic_bandwidth, net.nic_latency, nic_down);
+      add_link(d, g, nic_bw, net.nic_latency + net.levels[0].latency, nic_up);
+      add_link(g, d, nic_bw, net.nic_latency, nic_down);
     }
     // Aggregate bandwidth below each group (what its NICs can inject) and its uplink bandwidth.
     std::vector<double> nic_sum(static_cast<size_t>(t.level_groups_[0]), 0.0);
-    for (int d = 0; d < ndev; ++d) nic_sum[static_cast<size_t>(t.level1_group(d))] += net.nic_bandwidth;
+    for (int d = 0; d < ndev; ++d) nic_sum[static_cast<size_t>(t.level1_group(d))] += nic_bw;
     std::vector<double> below = nic_sum;  // downlink aggregate of each group at this level
     t.level_link_base_.resize(static_cast<size_t>(std::max(0, L - 1)));
     for (int i = 0; i + 1 < L; ++i) {

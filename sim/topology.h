@@ -102,6 +102,10 @@ class Topology {
   const Fabric& fabric() const { return fabric_; }
   bool has_network() const { return has_network_; }
   const Network& network() const { return network_; }  // meaningful when has_network()
+  // How collectives are timed, and the constants of the nccl model (sim/collective_model.h).
+  const CollectiveTiming& collectives() const { return collectives_; }
+  // NICs per node (network().nics_per_node, or one per device when not given).
+  int nics_per_node() const { return network_.nics_per_node > 0 ? network_.nics_per_node : devices_per_node_; }
 
   int num_vertices() const { return num_vertices_; }
   std::string vertex_name(int vertex) const;  // "node0.gpu3", "node0.nvswitch", "leaf2.rail5"
@@ -135,6 +139,7 @@ class Topology {
   Fabric fabric_;
   bool has_network_ = false;
   Network network_;
+  CollectiveTiming collectives_;
 
   // Vertex layout: devices, node switches (one per node when switched), fat-tree groups.
   int num_vertices_ = 0;

@@ -22,7 +22,8 @@ const char* const kFabricTypes[] = {"switch", "ring", "mesh", "links"};
 // ---- Schema: the known keys, shared by validation and by overrides -------------------------
 
 struct Schemas {
-  YamlSchema peak_flops, device_kind, device_kinds, local_link, local_links, fabric, node, level, levels, network, root;
+  YamlSchema peak_flops, device_kind, device_kinds, local_link, local_links, fabric, node, level, levels, network,
+      collectives, root;
   Schemas() {
     for (const char* d : kDtypes) peak_flops.keys.push_back({d, nullptr});
     device_kind.keys = {
@@ -39,9 +40,14 @@ struct Schemas {
                   {"oversubscription", nullptr},
                   {"rail_optimized", nullptr}};
     levels.items = &level;
-    network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr}, {"levels", &levels}};
-    root.keys = {{"name", nullptr}, {"description", nullptr}, {"nodes", nullptr}, {"device_kinds", &device_kinds},
-                 {"node", &node},   {"network", &network}};
+    network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr},   {"levels", &levels},
+                    {"nics_per_node", nullptr}, {"transport", nullptr}, {"sharp", nullptr}};
+    for (const char* k : {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency", "nvls",
+                          "nvls_efficiency", "ll_max_bandwidth", "intra_latency", "inter_latency", "sharp_latency", "call_overhead"})
+      collectives.keys.push_back({k, nullptr});
+    root.keys = {{"name", nullptr},          {"description", nullptr}, {"nodes", nullptr},
+                 {"device_kinds", &device_kinds}, {"node", &node},          {"network", &network},
+                 {"collectives", &collectives}};
   }
   Schemas(const Schemas&) = delete;
   Schemas& operator=(const Schemas&) = delete;
@@ -221,6 +227,7 @@ class TopologyReader {
 
     const Field* net = top.find("network");
     if (net != nullptr) read_network(*net, nodes_field, top);
+    if (const Field* c = top.find("collectives")) read_collectives(*c);
 
     if (s_.num_nodes > 1 && !s_.has_network)
       fail_nodes(nodes_field, top,
@@ -477,6 +484,21 @@ class TopologyReader {
     net.nic_latency = rd_.duration(nv.need("nic_latency",
                                            "the latency at each end of a transfer, e.g. "
                                            "'300 ns'"));
+    if (const Field* k = nv.find("nics_per_node")) {
+      net.nics_per_node =
+          static_cast<int>(rd_.integer(*k, 1, s_.devices_per_node, "NICs per node, at most node.devices"));
+      if (s_.devices_per_node % net.nics_per_node != 0)
+        rd_.pos().fail(k->value, "'" + k->path + "' = " + std::to_string(net.nics_per_node) +
+                                     " does not divide node.devices = " + std::to_string(s_.devices_per_node) +
+                                     "; each NIC serves the same number of devices");
+    }
+    if (const Field* t = nv.find("transport")) {
+      const std::string v = rd_.name(*t);
+      if (v == "infiniband") net.transport = Transport::infiniband;
+      else if (v == "roce") net.transport = Transport::roce;
+      else rd_.pos().fail(t->value, "'" + t->path + "' must be infiniband or roce, got '" + v + "'");
+    }
+    if (const Field* sh = nv.find("sharp")) net.sharp = rd_.boolean(*sh);
     const Field& lv = nv.need("levels", "the fat-tree levels, leaf first");
     if (!lv.value.IsSequence())
       rd_.pos().fail(lv.value.IsNull() ? lv.key_node : lv.value,
@@ -560,6 +582,53 @@ class TopologyReader {
       rd_.pos().fail(top_children ? top_children->value : top.node(), what);
     }
     s_.has_network = true;
+  }
+
+  void read_collectives(const Field& f) {
+    const MapView cv(rd_.pos(), f, schemas().collectives,
+                     "a mapping with the keys model, channels, fabric_efficiency, network_efficiency, nvls, "
+                     "intra_latency, inter_latency, ...");
+    CollectiveTiming& c = s_.collectives;
+    if (const Field* m = cv.find("model")) {
+      const std::string v = rd_.name(*m);
+      if (v == "nccl") c.model = CollectiveTimingModel::nccl;
+      else if (v == "schedule") c.model = CollectiveTimingModel::schedule;
+      else
+        rd_.pos().fail(m->value, "'" + m->path + "' must be nccl (NCCL's channels, algorithms and protocols) or " +
+                                     "schedule (point-to-point schedules on the network graph), got '" + v + "'");
+    }
+    if (const Field* k = cv.find("channels"))
+      c.channels = static_cast<int>(rd_.integer(*k, 1, 64, "channels per collective, as NCCL_MAX_NCHANNELS"));
+    auto fraction = [&](const char* key, double& out) {
+      if (const Field* k = cv.find(key)) {
+        out = rd_.positive_number(*k, "a fraction of the hardware bandwidth, at most 1");
+        if (out > 1) rd_.pos().fail(k->value, "'" + k->path + "' must be at most 1 (a fraction of the hardware " +
+                                                  "bandwidth), got " + rd_.scalar(*k, ""));
+      }
+    };
+    fraction("fabric_efficiency", c.fabric_efficiency);
+    fraction("network_efficiency", c.network_efficiency);
+    fraction("alltoall_efficiency", c.alltoall_efficiency);
+    fraction("nvls_efficiency", c.nvls_efficiency);
+    if (const Field* k = cv.find("nvls")) {
+      c.nvls = rd_.boolean(*k);
+      if (c.nvls && s_.fabric.type != FabricType::switched)
+        rd_.pos().fail(k->value, "'" + k->path + "': NVLS reduces inside an NVSwitch; node.fabric.type must be " +
+                                     "switch");
+    }
+    if (const Field* k = cv.find("ll_max_bandwidth")) c.ll_max_bandwidth = rd_.bandwidth(*k);
+    auto latency = [&](const char* key, Time& out) {
+      if (const Field* k = cv.find(key)) {
+        out = rd_.duration(*k);
+        if (out > Time::ms(100))
+          rd_.pos().fail(k->value, "'" + k->path + "' must be at most 100 ms per hop, got '" + rd_.scalar(*k, "") +
+                                       "'");
+      }
+    };
+    latency("intra_latency", c.intra_latency);
+    latency("inter_latency", c.inter_latency);
+    latency("sharp_latency", c.sharp_latency);
+    latency("call_overhead", c.call_overhead);
   }
 
   Reader rd_;

@@ -50,10 +50,44 @@ struct FatTreeLevel {
   bool rail_optimized = false;    // level 1 only: one group per local device index (rail)
 };
 
+enum class Transport : uint8_t { infiniband, roce };
+
 struct Network {
-  double nic_bandwidth = 0;          // bytes/s per device, each direction
+  double nic_bandwidth = 0;          // bytes/s per NIC, each direction
   Time nic_latency;                  // at each end of a transfer (NIC, PCIe, host)
   std::vector<FatTreeLevel> levels;  // bottom (leaf) first
+  // NICs per node, each on its own rail (NIC i serves local devices i*d/k .. (i+1)*d/k - 1 for
+  // k NICs and d devices). Default: one per device. Used by the nccl collective model; the
+  // network graph keeps one NIC link per device (with nic_bandwidth * nics / devices each).
+  int nics_per_node = 0;
+  Transport transport = Transport::infiniband;
+  bool sharp = false;  // in-network reduction (SHARP): NCCL's CollNet algorithms
+};
+
+// How collectives are timed (docs/collective-timing.md).
+// - schedule: each collective's point-to-point schedule runs on the network graph (sim/network.h):
+//   link contention inside a collective, datasheet link speeds, one ring.
+// - nccl: NCCL's own structure (sim/collective_model.h): channels, algorithms (ring, tree, NVLS,
+//   NVLS+tree, CollNet, PAT) and protocols (LL, LL128, Simple), chosen per call by predicted
+//   time, with the constants below (NCCL's published defaults, or fitted by `ranksim calibrate`).
+enum class CollectiveTimingModel : uint8_t { schedule, nccl };
+
+struct CollectiveTiming {
+  CollectiveTimingModel model = CollectiveTimingModel::schedule;
+  int channels = 16;                // channels (rings / trees) a large collective runs at once
+  double fabric_efficiency = 0.80;  // share of the fabric bandwidth a ring's bus bandwidth reaches
+  double network_efficiency = 0.95;  // share of the NICs' bandwidth a ring's bus bandwidth reaches
+  double alltoall_efficiency = 0.80;  // share of the fabric/NIC bandwidth all-to-all reaches
+  bool nvls = false;                  // NVLink SHARP: reductions inside the NVSwitch
+  double nvls_efficiency = 0.60;      // NVLS all_reduce algorithm bandwidth / fabric bandwidth
+  double ll_max_bandwidth = 141e9;    // cap on LL's bus bandwidth (NCCL's llMaxBw, Hopper, 1 node)
+  // Per-hop latencies of the Simple protocol; LL and LL128 scale them by NCCL's published ratios.
+  Time intra_latency = Time::ns(3400);  // one hop inside a node (NCCL's NVLink ring Simple: 3.4 us)
+  Time inter_latency = Time::us(14);    // one hop between nodes (NCCL's NET ring Simple: 14 us)
+  Time sharp_latency = Time::us(30);    // one in-network reduction (NCCL's CollNet NET latency)
+  // A fixed cost of every call beyond NCCL's latency model (host-side launch and synchronisation
+  // of the ranks; nccl-tests with one process driving 8 GPUs shows ~30 us). Fitted; default 0.
+  Time call_overhead = Time::zero();
 };
 
 // A topology as written: validated, not yet laid out as a graph.
@@ -67,6 +101,7 @@ struct TopologySpec {
   Fabric fabric;  // ring and mesh expanded into explicit links
   bool has_network = false;
   Network network;  // meaningful when has_network
+  CollectiveTiming collectives;
 };
 
 }  // namespace ranksim::sim

@@ -16,7 +16,11 @@ namespace ranksim::runtime {
 // One completed collective, as nccl-tests would time it.
 struct CollectiveRecord {
   CollectiveKind kind;
-  Algorithm algorithm;
+  Algorithm algorithm;  // as timed: the nccl model's choice where the topology uses it
+  // The nccl timing model's protocol ("LL", "LL128", "Simple") and channel count; empty and 0
+  // when the collective was timed as a schedule on the network graph.
+  std::string protocol;
+  int channels = 0;
   std::string group;
   int group_size = 0;
   uint64_t call = 0;  // call number within the group
@@ -33,6 +37,10 @@ struct CollectiveRecord {
 // first member, with that member's start and end; ordered by start) and, elsewhere, those of
 // the groups this process is the first member of, and trace holds every rank's spans on rank 0 and this rank's own
 // elsewhere.
+// "ring", or with the nccl model "ring/LL128/16ch": the label of a record's algorithm in
+// summaries, tables and JSON.
+std::string algorithm_label(const CollectiveRecord& rec);
+
 struct RunReport {
   sim::Time makespan;
   std::vector<sim::Time> clocks;   // each rank's final clock

@@ -86,6 +86,10 @@ Steps all_reduce(const ScheduleRequest& req) {
       return s;
     }
     case Algorithm::automatic:
+    case Algorithm::nvls:
+    case Algorithm::nvls_tree:
+    case Algorithm::collnet:
+    case Algorithm::pat:
       break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
@@ -147,6 +151,10 @@ Steps broadcast(const ScheduleRequest& req) {
       return s;
     }
     case Algorithm::automatic:
+    case Algorithm::nvls:
+    case Algorithm::nvls_tree:
+    case Algorithm::collnet:
+    case Algorithm::pat:
       break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
@@ -204,6 +212,10 @@ Steps reduce(const ScheduleRequest& req) {
       return s;
     }
     case Algorithm::automatic:
+    case Algorithm::nvls:
+    case Algorithm::nvls_tree:
+    case Algorithm::collnet:
+    case Algorithm::pat:
       break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
@@ -270,6 +282,10 @@ Steps all_gather(const ScheduleRequest& req) {
       return s;
     }
     case Algorithm::automatic:
+    case Algorithm::nvls:
+    case Algorithm::nvls_tree:
+    case Algorithm::collnet:
+    case Algorithm::pat:
       break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
@@ -332,6 +348,10 @@ Steps reduce_scatter(const ScheduleRequest& req) {
       return s;
     }
     case Algorithm::automatic:
+    case Algorithm::nvls:
+    case Algorithm::nvls_tree:
+    case Algorithm::collnet:
+    case Algorithm::pat:
       break;
   }
   unsupported(req, "ring, tree, direct, hierarchical");
@@ -470,6 +490,10 @@ Steps barrier(const ScheduleRequest& req) {
       return s;
     }
     case Algorithm::automatic:
+    case Algorithm::nvls:
+    case Algorithm::nvls_tree:
+    case Algorithm::collnet:
+    case Algorithm::pat:
       break;
   }
   unsupported(req, "tree, direct");
@@ -479,7 +503,8 @@ Steps barrier(const ScheduleRequest& req) {
 
 Schedule make_schedule(const ScheduleRequest& req) {
   RANKSIM_CHECK(req.nranks >= 1, "schedule for an empty group");
-  RANKSIM_CHECK(req.algorithm != Algorithm::automatic, "resolve Algorithm::automatic first");
+  RANKSIM_CHECK(req.algorithm != Algorithm::automatic && !timing_only(req.algorithm),
+                "resolve Algorithm::automatic and the timing-only algorithms first");
   RANKSIM_CHECK(req.root >= 0 && req.root < req.nranks, "root outside the group");
   RANKSIM_CHECK(req.node_of.empty() || static_cast<int>(req.node_of.size()) == req.nranks,
                 "node_of must name a node per rank");

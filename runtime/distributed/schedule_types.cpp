@@ -50,17 +50,30 @@ const char* to_string(Algorithm a) {
       return "direct";
     case Algorithm::hierarchical:
       return "hierarchical";
+    case Algorithm::nvls:
+      return "nvls";
+    case Algorithm::nvls_tree:
+      return "nvls_tree";
+    case Algorithm::collnet:
+      return "collnet";
+    case Algorithm::pat:
+      return "pat";
   }
   return "?";
 }
 
+bool timing_only(Algorithm a) {
+  return a == Algorithm::nvls || a == Algorithm::nvls_tree || a == Algorithm::collnet || a == Algorithm::pat;
+}
+
 Algorithm parse_algorithm(std::string_view name) {
-  for (Algorithm a :
-       {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct, Algorithm::hierarchical}) {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct,
+                      Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree, Algorithm::collnet,
+                      Algorithm::pat}) {
     if (name == to_string(a)) return a;
   }
   throw Error("unknown collective algorithm '" + std::string(name) +
-              "': expected one of auto, ring, tree, direct, hierarchical");
+              "': expected one of auto, ring, tree, direct, hierarchical, nvls, nvls_tree, collnet, pat");
 }
 
 }  // namespace ranksim::runtime

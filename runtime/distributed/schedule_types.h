@@ -38,9 +38,18 @@ enum class Algorithm : uint8_t {
   tree,          // recursive halving-doubling / binomial trees; O(log n) steps
   direct,        // every pair at once (all-to-all, gather, scatter) or root fan-out/fan-in
   hierarchical,  // intra-node first, then across nodes with one rank per node and local index
+  // NCCL's algorithms that only the nccl timing model knows (sim/collective_model.h). They time
+  // the call as NCCL would; its data moves by the schedule choose_algorithm() picks.
+  nvls,       // NVLink SHARP: reduction inside the NVSwitch
+  nvls_tree,  // NVLS within nodes, trees between them
+  collnet,    // in-network reduction (SHARP)
+  pat,        // NCCL's PAT all_gather / reduce_scatter, one rank per node
 };
+// True for the algorithms above that have no schedule of their own.
+bool timing_only(Algorithm a);
 const char* to_string(Algorithm a);
-// Parses "auto", "ring", "tree", "direct", "hierarchical"; throws ranksim::Error otherwise.
+// Parses "auto", "ring", "tree", "direct", "hierarchical", "nvls", "nvls_tree", "collnet", "pat";
+// throws ranksim::Error otherwise.
 Algorithm parse_algorithm(std::string_view name);
 
 struct Move {

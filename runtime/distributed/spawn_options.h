@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "runtime/distributed/schedule.h"
+#include "sim/collective_model.h"
 #include "sim/engine.h"
 #include "sim/topology.h"
 
@@ -37,6 +39,9 @@ struct SpawnOptions {
   // Algorithm for collectives that ask for Algorithm::automatic. Default: automatic, i.e.
   // choose_algorithm() by size, group size and node layout.
   Algorithm algorithm = Algorithm::automatic;
+  // The protocol collectives use where the topology times them with the nccl model, as NCCL_PROTO
+  // forces it. Default: none, the model picks the fastest per call.
+  std::optional<sim::Protocol> protocol;
   // Called about once a second of wall time during long runs (see sim::Engine::set_progress).
   std::function<void(const sim::Engine::Progress&)> progress;
   // Where the ranks run. mpi and nccl initialise MPI (an Error when ranksim was built without

@@ -40,11 +40,17 @@ void set_node_layout(GroupState& g, const std::function<int(int)>& node_of_rank)
     if (k != per_node.begin()->second) g.equal_per_node = false;
 }
 
+Algorithm requested_algorithm(const GroupState& g, const Signature& sig, Algorithm run_default) {
+  return sig.algorithm != Algorithm::automatic ? sig.algorithm
+         : g.algorithm != Algorithm::automatic ? g.algorithm
+                                               : run_default;
+}
+
 Algorithm resolve_algorithm(const GroupState& g, const Signature& sig, Algorithm run_default) {
   Algorithm algo = sig.algorithm != Algorithm::automatic ? sig.algorithm
                    : g.algorithm != Algorithm::automatic ? g.algorithm
                                                          : run_default;
-  if (algo == Algorithm::automatic) {
+  if (algo == Algorithm::automatic || timing_only(algo)) {
     algo = choose_algorithm(sig.kind, static_cast<int>(g.ranks.size()),
                             sig.count * static_cast<int64_t>(dtype_size(sig.dtype)), g.nodes, g.equal_per_node);
   }

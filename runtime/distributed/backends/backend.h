@@ -67,8 +67,12 @@ struct GroupState {
 // Fills the node layout of g (node_of, nodes, equal_per_node) from each member's node.
 void set_node_layout(GroupState& g, const std::function<int(int global_rank)>& node_of_rank);
 
-// The algorithm a collective runs: the call's choice, else the group's, else the run's default,
-// else choose_algorithm() by size and node layout. Both backends resolve it the same way.
+// The algorithm a collective asks for: the call's choice, else the group's, else the run's
+// default (possibly automatic or timing-only). The nccl timing model times this one.
+Algorithm requested_algorithm(const GroupState& g, const Signature& sig, Algorithm run_default);
+// The algorithm whose schedule moves a collective's data: the requested one, or
+// choose_algorithm() by size and node layout when that is automatic or timing-only (nvls, ...).
+// Both backends resolve it the same way.
 Algorithm resolve_algorithm(const GroupState& g, const Signature& sig, Algorithm run_default);
 
 // The ScheduleRequest of a collective on g (all_to_all splits left for the caller to fill).

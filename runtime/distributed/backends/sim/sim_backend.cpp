@@ -27,14 +27,38 @@ void copy_bytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
 }
 
+// The runtime's name for the algorithm the nccl model timed.
+Algorithm timed_algorithm(sim::CollAlgo a) {
+  switch (a) {
+    case sim::CollAlgo::ring:
+      return Algorithm::ring;
+    case sim::CollAlgo::tree:
+      return Algorithm::tree;
+    case sim::CollAlgo::nvls:
+      return Algorithm::nvls;
+    case sim::CollAlgo::nvls_tree:
+      return Algorithm::nvls_tree;
+    case sim::CollAlgo::collnet:
+      return Algorithm::collnet;
+    case sim::CollAlgo::pat:
+      return Algorithm::pat;
+    case sim::CollAlgo::direct:
+      break;
+  }
+  return Algorithm::direct;
+}
+
 }  // namespace
 
-SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm, int nranks)
+SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
+                       std::optional<sim::Protocol> protocol, int nranks)
     : engine_(engine),
       topology_(topology),
       network_(topology),
+      collective_model_(topology),
       compute_(topology),
       default_algorithm_(default_algorithm),
+      protocol_(protocol),
       nranks_(nranks),
       initialized_(static_cast<size_t>(nranks), 0),
       compute_time_(static_cast<size_t>(nranks)),
@@ -139,6 +163,12 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
   const size_t esize = dtype_size(sig.dtype);
 
   // The call's choice, else the group's, else the run's, else by size and layout.
+  const Algorithm requested = requested_algorithm(g, sig, default_algorithm_);
+  const bool nccl = topology_.collectives().model == sim::CollectiveTimingModel::nccl;
+  if (!nccl && timing_only(requested))
+    throw Error(std::string("collective algorithm '") + to_string(requested) + "' is NCCL's, timed only by the nccl " +
+                "collective model; topology '" + topology_.name() + "' times collectives as schedules (set " +
+                "collectives.model: nccl in the topology, or use ring, tree, direct or hierarchical)");
   const Algorithm algo = resolve_algorithm(g, sig, default_algorithm_);
   ScheduleRequest req = schedule_request(g, sig, algo);
   if (sig.kind == CollectiveKind::all_to_all) {
@@ -151,23 +181,34 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
       check_splits(g, call, req, j,
                    std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(j)].tensors).output_splits);
   }
+  const bool data = has_data(p.arrivals.front().tensors);
   Schedule local;
-  const Schedule* sched = &schedules_.get(g.id, req, local);
-
-  if (has_data(p.arrivals.front().tensors)) execute_data(g, p, *sched);
+  // The nccl model times shape-only calls without a schedule: none is built for them.
+  const Schedule* sched = data || !nccl ? &schedules_.get(g.id, req, local) : nullptr;
+  if (data) execute_data(g, p, *sched);
 
   std::vector<sim::Time> start(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i)
     start[static_cast<size_t>(i)] =
         p.arrivals[static_cast<size_t>(i)].post + topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
-  const std::vector<sim::Time> done = time_schedule(g, *sched, start, esize);
-
   CollectiveRecord rec = collective_record(g, sig, algo, call, req);
+  std::vector<sim::Time> done;
+  if (nccl) {
+    const sim::CollectiveEstimate est = time_nccl(g, sig, requested, rec);
+    rec.algorithm = timed_algorithm(est.algorithm);
+    rec.protocol = sim::to_string(est.protocol);
+    rec.channels = est.channels;
+    const sim::Time t0 = *std::max_element(start.begin(), start.end());
+    done.assign(static_cast<size_t>(n), t0 + sim::Time::from_seconds(est.seconds));
+  } else {
+    done = time_schedule(g, *sched, start, esize);
+  }
   for (int i = 0; i < n; ++i) {
     rec.start = std::max(rec.start, p.arrivals[static_cast<size_t>(i)].post);
     rec.end = std::max(rec.end, done[static_cast<size_t>(i)]);
   }
   records_.push_back(rec);
+  const std::string label = algorithm_label(rec);
 
   if (engine_.options().trace) {
     const std::string name = to_string(sig.kind);
@@ -182,10 +223,88 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
                                      {"call", std::to_string(call)},
                                      {"bytes", std::to_string(rec.bytes)},
                                      {"dtype", rec.dtype},
-                                     {"algorithm", to_string(algo)}}});
+                                     {"algorithm", label}}});
     }
   }
   for (int i = 0; i < n; ++i) finish(*p.arrivals[static_cast<size_t>(i)].work, done[static_cast<size_t>(i)]);
+}
+
+sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signature& sig, Algorithm requested,
+                                              const CollectiveRecord& rec) const {
+  sim::CollectiveShape shape;
+  shape.nranks = static_cast<int>(g.ranks.size());
+  shape.nodes = g.nodes;
+  std::map<int, int> per_node;
+  for (int node : g.node_of) shape.ranks_per_node = std::max(shape.ranks_per_node, ++per_node[node]);
+  shape.bytes = static_cast<double>(rec.bytes);
+  bool p2p = false;
+  switch (sig.kind) {
+    case CollectiveKind::all_reduce:
+      shape.op = sim::CollOp::all_reduce;
+      break;
+    case CollectiveKind::barrier:  // torch.distributed's NCCL barrier: an all_reduce of one element
+      shape.op = sim::CollOp::all_reduce;
+      shape.bytes = 4;
+      break;
+    case CollectiveKind::broadcast:
+      shape.op = sim::CollOp::broadcast;
+      break;
+    case CollectiveKind::reduce:
+      shape.op = sim::CollOp::reduce;
+      break;
+    case CollectiveKind::all_gather:
+      shape.op = sim::CollOp::all_gather;
+      break;
+    case CollectiveKind::reduce_scatter:
+      shape.op = sim::CollOp::reduce_scatter;
+      break;
+    case CollectiveKind::all_to_all:
+      shape.op = sim::CollOp::all_to_all;
+      p2p = true;
+      break;
+    case CollectiveKind::gather:
+      shape.op = sim::CollOp::gather;
+      p2p = true;
+      break;
+    case CollectiveKind::scatter:
+      shape.op = sim::CollOp::scatter;
+      p2p = true;
+      break;
+  }
+  // NCCL_ALGO: ring and tree as NCCL has them, and its own algorithms; ranksim's direct and
+  // hierarchical schedules (and any choice for point-to-point collectives) leave NCCL's pick.
+  std::optional<sim::CollAlgo> forced;
+  if (!p2p) {
+    switch (requested) {
+      case Algorithm::ring:
+        forced = sim::CollAlgo::ring;
+        break;
+      case Algorithm::tree:
+        forced = sim::CollAlgo::tree;
+        break;
+      case Algorithm::nvls:
+        forced = sim::CollAlgo::nvls;
+        break;
+      case Algorithm::nvls_tree:
+        forced = sim::CollAlgo::nvls_tree;
+        break;
+      case Algorithm::collnet:
+        forced = sim::CollAlgo::collnet;
+        break;
+      case Algorithm::pat:
+        forced = sim::CollAlgo::pat;
+        break;
+      default:
+        break;
+    }
+  }
+  try {
+    return collective_model_.choose(shape, forced, protocol_);
+  } catch (const Error& e) {
+    throw Error(std::string(to_string(sig.kind)) + " on " + g.name + " (" + std::to_string(shape.nranks) +
+                " ranks on " + std::to_string(shape.nodes) + " node(s), " + std::to_string(rec.bytes) +
+                " bytes): " + e.what());
+  }
 }
 
 void SimBackend::execute_data(SimGroup& g, Pending& p, const Schedule& s) {
@@ -380,7 +499,7 @@ RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const S
                     const sim::Topology& topology) {
   sim::Engine engine(opts.engine);
   if (opts.progress) engine.set_progress(opts.progress);
-  SimBackend backend(engine, topology, opts.algorithm, nprocs);
+  SimBackend backend(engine, topology, opts.algorithm, opts.protocol, nprocs);
   {
     ScopedCostSink sink(&backend);
     engine.run(nprocs, fn);

@@ -8,10 +8,13 @@
 // and both signatures. When the last member posts, the SimBackend, on that member's fiber:
 //   1. builds the algorithm's Schedule (cached per shape) and, if the tensors hold data, executes
 //      it on the members' buffers (runtime/distributed/execute.h) — one fixed reduction order;
-//   2. times it: every rank starts at its post time plus the device's launch overhead; each step's
-//      transfers (moves aggregated per source/destination pair) start when both ends are ready
-//      and are timed together by the NetworkModel, so flows of one step share links; a rank is
-//      ready for the next step when all its transfers of this step have finished;
+//   2. times it: every rank starts at its post time plus the device's launch overhead. With the
+//      topology's collectives.model nccl, the collective model (sim/collective_model.h) gives
+//      the call's time from the latest start, for every member (NCCL's ranks finish together),
+//      and the schedule is built only when the tensors hold data. With the schedule model, each
+//      step's transfers (moves aggregated per source/destination pair) start when both ends are
+//      ready and are timed together by the NetworkModel, so flows of one step share links; a
+//      rank is ready for the next step when all its transfers of this step have finished;
 //   3. completes each member's Work at its own finish time, waking members blocked in wait().
 // Point-to-point: sends and recvs queue per (group, src, dst, tag) and match in order; a matched
 // pair is one transfer starting when both have posted.
@@ -29,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,6 +41,7 @@
 #include "runtime/distributed/run_report.h"
 #include "runtime/distributed/spawn_options.h"
 #include "runtime/tensor/cost.h"
+#include "sim/collective_model.h"
 #include "sim/compute.h"
 #include "sim/engine.h"
 #include "sim/network.h"
@@ -68,7 +73,8 @@ struct SimGroup : GroupState {
 
 class SimBackend : public Backend, public CostSink {
  public:
-  SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm, int nranks);
+  SimBackend(sim::Engine& engine, const sim::Topology& topology, Algorithm default_algorithm,
+             std::optional<sim::Protocol> protocol, int nranks);
 
   sim::Engine& engine() { return engine_; }
 
@@ -109,6 +115,9 @@ class SimBackend : public Backend, public CostSink {
   std::shared_ptr<SimGroup> make_group(std::vector<int> ranks);
   void complete(SimGroup& g, uint64_t call, Pending& p);
   void execute_data(SimGroup& g, Pending& p, const Schedule& s);
+  // The nccl model's time for the call (the topology's collectives.model is nccl).
+  sim::CollectiveEstimate time_nccl(const GroupState& g, const Signature& sig, Algorithm requested,
+                                    const CollectiveRecord& rec) const;
   std::vector<sim::Time> time_schedule(const GroupState& g, const Schedule& s, const std::vector<sim::Time>& start,
                                        size_t elem_size);
   void finish(WorkState& work, sim::Time done);
@@ -117,8 +126,10 @@ class SimBackend : public Backend, public CostSink {
   sim::Engine& engine_;
   const sim::Topology& topology_;
   sim::NetworkModel network_;
+  sim::CollectiveModel collective_model_;
   sim::ComputeModel compute_;
   Algorithm default_algorithm_;
+  std::optional<sim::Protocol> protocol_;
   int nranks_;
   std::vector<char> initialized_;
   std::shared_ptr<SimGroup> world_;

@@ -1,0 +1,415 @@
+#include "app/calibrate.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "sim/error.h"
+#include "sim/io.h"
+#include "sim/topology_reader.h"
+#include "sim/yaml_input.h"
+
+namespace ranksim::app {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A constant the fit may move, in an unbounded coordinate: fractions through the logistic
+// function (they stay in (0, 1)), latencies through exp (they stay positive).
+struct Param {
+  const char* name;
+  bool fraction;
+  std::function<double(const sim::CollectiveTiming&)> get;
+  std::function<void(sim::CollectiveTiming&, double)> set;
+};
+
+double to_x(const Param& p, double v) { return p.fraction ? std::log(v / (1 - v)) : std::log(v); }
+double from_x(const Param& p, double x) {
+  if (p.fraction) return std::clamp(1 / (1 + std::exp(-x)), 1e-4, 1.0 - 1e-9);
+  return std::clamp(std::exp(x), 1e-9, 0.1);
+}
+
+Param fraction_param(const char* name, double sim::CollectiveTiming::*field) {
+  return {name, true, [field](const sim::CollectiveTiming& c) { return c.*field; },
+          [field](sim::CollectiveTiming& c, double v) { c.*field = v; }};
+}
+Param latency_param(const char* name, sim::Time sim::CollectiveTiming::*field) {
+  return {name, false, [field](const sim::CollectiveTiming& c) { return (c.*field).seconds(); },
+          [field](sim::CollectiveTiming& c, double v) { c.*field = sim::Time::from_seconds(v); }};
+}
+
+// Nelder-Mead on f from x0: deterministic, derivative-free (the model's minimum over algorithms
+// and protocols has kinks where the choice switches).
+std::vector<double> nelder_mead(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x0,
+                                int max_evals) {
+  const size_t n = x0.size();
+  if (n == 0) return x0;
+  for (int restart = 0; restart < 3; ++restart) {
+    std::vector<std::vector<double>> s(n + 1, x0);
+    for (size_t i = 0; i < n; ++i) s[i + 1][i] += 0.5;
+    std::vector<double> fs(n + 1);
+    for (size_t i = 0; i <= n; ++i) fs[i] = f(s[i]);
+    int evals = static_cast<int>(n) + 1;
+    while (evals < max_evals) {
+      std::vector<size_t> order(n + 1);
+      for (size_t i = 0; i <= n; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fs[a] < fs[b]; });
+      std::vector<std::vector<double>> s2;
+      std::vector<double> f2;
+      for (size_t i : order) {
+        s2.push_back(s[i]);
+        f2.push_back(fs[i]);
+      }
+      s = std::move(s2);
+      fs = std::move(f2);
+      if (fs[n] - fs[0] < 1e-14 * (1 + fs[0])) break;
+      std::vector<double> c(n, 0.0);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < n; ++k) c[k] += s[i][k] / static_cast<double>(n);
+      auto along = [&](double t) {
+        std::vector<double> x(n);
+        for (size_t k = 0; k < n; ++k) x[k] = c[k] + t * (s[n][k] - c[k]);
+        return x;
+      };
+      const std::vector<double> xr = along(-1);
+      const double fr = f(xr);
+      ++evals;
+      if (fr < fs[0]) {
+        const std::vector<double> xe = along(-2);
+        const double fe = f(xe);
+        ++evals;
+        if (fe < fr) {
+          s[n] = xe;
+          fs[n] = fe;
+        } else {
+          s[n] = xr;
+          fs[n] = fr;
+        }
+      } else if (fr < fs[n - 1]) {
+        s[n] = xr;
+        fs[n] = fr;
+      } else {
+        const std::vector<double> xc = fr < fs[n] ? along(-0.5) : along(0.5);
+        const double fc = f(xc);
+        ++evals;
+        if (fc < std::min(fr, fs[n])) {
+          s[n] = xc;
+          fs[n] = fc;
+        } else {
+          for (size_t i = 1; i <= n; ++i) {
+            for (size_t k = 0; k < n; ++k) s[i][k] = s[0][k] + 0.5 * (s[i][k] - s[0][k]);
+            fs[i] = f(s[i]);
+            ++evals;
+          }
+        }
+      }
+    }
+    size_t best = 0;
+    for (size_t i = 1; i <= n; ++i)
+      if (fs[i] < fs[best]) best = i;
+    x0 = s[best];
+  }
+  return x0;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::optional<sim::CollAlgo> parse_nccl_algo(const std::string& name, const std::string& where) {
+  if (name.empty() || name == "auto") return std::nullopt;
+  static const std::pair<const char*, sim::CollAlgo> kNames[] = {
+      {"ring", sim::CollAlgo::ring},       {"tree", sim::CollAlgo::tree},       {"nvls", sim::CollAlgo::nvls},
+      {"nvls_tree", sim::CollAlgo::nvls_tree}, {"collnet", sim::CollAlgo::collnet}, {"pat", sim::CollAlgo::pat}};
+  for (const auto& [n, a] : kNames)
+    if (name == n) return a;
+  throw Error(where + ": algorithm '" + name + "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
+}
+
+sim::CollOp coll_op(const std::string& op) {
+  if (op == "all_reduce") return sim::CollOp::all_reduce;
+  if (op == "all_gather") return sim::CollOp::all_gather;
+  if (op == "reduce_scatter") return sim::CollOp::reduce_scatter;
+  if (op == "all_to_all") return sim::CollOp::all_to_all;
+  if (op == "broadcast") return sim::CollOp::broadcast;
+  if (op == "reduce") return sim::CollOp::reduce;
+  throw Error("unknown --op '" + op + "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or reduce");
+}
+
+// Rows below 1 MiB weigh less: they are latency only, many, and noisier (the targets are 5% from
+// 1 MiB up and 25% below).
+constexpr double kSmallWeight = 0.3;
+
+double case_error(const sim::CollectiveModel& m, const FitCase& c, double launch) {
+  double sum = 0, weights = 0;
+  for (const MeasuredRow& r : c.rows) {
+    const double e = std::log(predict_row(m, c, r.bytes, launch) / r.seconds);
+    const double w = r.bytes >= kMiB ? 1.0 : kSmallWeight;
+    sum += w * e * e;
+    weights += w;
+  }
+  return sum / weights;
+}
+
+}  // namespace
+
+double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds) {
+  sim::CollectiveShape s = c.shape;
+  s.bytes = bytes;
+  return launch_seconds + model.choose(s, c.algorithm, c.protocol).seconds;
+}
+
+double geomean_error(const std::vector<std::pair<double, double>>& pm) {
+  if (pm.empty()) return 0;
+  double sum = 0;
+  for (const auto& [p, m] : pm) sum += std::abs(std::log(p / m));
+  return std::exp(sum / static_cast<double>(pm.size())) - 1;
+}
+
+FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
+                          const std::vector<FitCase>& cases) {
+  const double launch = topology.kind_of(0).launch_overhead.seconds();
+  bool ring_intra = false, ring_inter = false, nvls = false, a2a = false;
+  // Hop latencies are told apart from the fixed overhead only by tables with different hop
+  // counts: fitted when the tables hold two or more rank counts per node (resp. node counts).
+  std::set<int> per_node_counts, node_counts;
+  for (const FitCase& c : cases) {
+    if (c.shape.ranks_per_node > 1) per_node_counts.insert(c.shape.ranks_per_node);
+    if (c.shape.nodes > 1) node_counts.insert(c.shape.nodes);
+  }
+  const bool intra = per_node_counts.size() >= 2, inter = node_counts.size() >= 2;
+  for (const FitCase& c : cases) {
+    const bool direct = c.shape.op == sim::CollOp::all_to_all;
+    ring_intra = ring_intra || (!direct && c.shape.ranks_per_node > 1);
+    ring_inter = ring_inter || (!direct && c.shape.nodes > 1);
+    a2a = a2a || direct;
+    nvls = nvls || (start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
+                    (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree));
+  }
+  std::vector<Param> params;
+  if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
+  if (intra) params.push_back(latency_param("intra_latency", &sim::CollectiveTiming::intra_latency));
+  if (ring_inter) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
+  if (inter) params.push_back(latency_param("inter_latency", &sim::CollectiveTiming::inter_latency));
+  if (nvls) params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
+  if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
+  params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
+
+  auto constants_at = [&](const std::vector<double>& x) {
+    sim::CollectiveTiming c = start;
+    for (size_t i = 0; i < params.size(); ++i) params[i].set(c, from_x(params[i], x[i]));
+    return c;
+  };
+  auto objective = [&](const std::vector<double>& x) {
+    const sim::CollectiveModel m(topology, constants_at(x));
+    double sum = 0;
+    for (const FitCase& c : cases) sum += case_error(m, c, launch);
+    return sum / static_cast<double>(cases.size());
+  };
+  std::vector<double> x0;
+  for (const Param& p : params) x0.push_back(to_x(p, std::clamp(p.get(start), 1e-6, 1.0 - 1e-6)));
+  const std::vector<double> x = nelder_mead(objective, x0, 600 * static_cast<int>(params.size() + 1));
+  FitResult r;
+  r.constants = constants_at(x);
+  for (const Param& p : params) r.fitted.emplace_back(p.name);
+  r.rms_log_error = std::sqrt(objective(x));
+  return r;
+}
+
+namespace {
+
+// The cases of the files, checked against the topology and the options.
+std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& topo,
+                                std::vector<MeasuredTable>& tables) {
+  std::vector<FitCase> cases;
+  const std::optional<sim::Protocol> proto = [&]() -> std::optional<sim::Protocol> {
+    if (o.protocol == "auto") return std::nullopt;
+    if (auto p = sim::parse_protocol(o.protocol)) return p;
+    throw Error("unknown --proto '" + o.protocol + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
+  }();
+  if (!o.op.empty()) (void)coll_op(o.op);
+  for (const std::string& path : o.files) {
+    MeasuredTable t = read_nccl_tests(path);
+    if (!o.op.empty() && !t.op.empty() && t.op != o.op)
+      throw Error(path + ": the table is " + t.op + " but --op says " + o.op);
+    const std::string op = !t.op.empty() ? t.op : o.op;
+    if (op.empty())
+      throw Error(path + ": the file does not name its collective; give it with --op (all_reduce, all_gather, ...)");
+    if (o.ranks > 0 && t.ranks > 0 && t.ranks != o.ranks)
+      throw Error(path + ": wrong rank count: the table ran on " + std::to_string(t.ranks) + " ranks but --ranks is " +
+                  std::to_string(o.ranks));
+    const int n = t.ranks > 0 ? t.ranks : o.ranks;
+    if (n <= 0) throw Error(path + ": the file does not say how many ranks ran; give --ranks N");
+    if (n > topo.num_devices())
+      throw Error(path + ": the table ran on " + std::to_string(n) + " ranks but topology '" + topo.name() + "' has " +
+                  std::to_string(topo.num_devices()) + " devices; add nodes with --set nodes=N");
+    const int dpn = topo.devices_per_node();
+    FitCase c;
+    c.name = path;
+    c.shape.op = coll_op(op);
+    c.shape.nranks = n;
+    c.shape.nodes = (n + dpn - 1) / dpn;
+    c.shape.ranks_per_node = std::min(n, dpn);
+    if (t.nodes > 0 && t.nodes != c.shape.nodes)
+      throw Error(path + ": the table ran on " + std::to_string(t.nodes) + " node(s), but " + std::to_string(n) +
+                  " ranks fill " + std::to_string(c.shape.nodes) + " node(s) of topology '" + topo.name() + "' (" +
+                  std::to_string(dpn) + " devices per node); use a topology with that many devices per node");
+    if (!o.algorithm.empty() && !t.algorithm.empty() && t.algorithm != o.algorithm)
+      throw Error(path + ": the file says the run used algorithm " + t.algorithm + " but --algo says " + o.algorithm);
+    const std::string algo = !t.algorithm.empty() ? t.algorithm : o.algorithm;
+    if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
+    c.protocol = proto;
+    c.rows = t.rows;
+    // The model must be able to run the table as stated (a forced algorithm that cannot serve it).
+    const sim::CollectiveModel m(topo);
+    try {
+      (void)predict_row(m, c, c.rows.front().bytes, 0);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+    cases.push_back(std::move(c));
+    tables.push_back(std::move(t));
+  }
+  return cases;
+}
+
+void print_comparison(std::ostream& out, const sim::Topology& topo, const std::vector<FitCase>& cases,
+                      const sim::CollectiveTiming& before, const sim::CollectiveTiming* after) {
+  const double launch = topo.kind_of(0).launch_overhead.seconds();
+  const sim::CollectiveModel mb(topo, before);
+  std::optional<sim::CollectiveModel> ma;
+  if (after) ma.emplace(topo, *after);
+  for (const FitCase& c : cases) {
+    out << "# " << c.name << ": " << sim::to_string(c.shape.op == sim::CollOp::all_to_all ? sim::CollAlgo::direct
+                                                                                        : c.algorithm.value_or(
+                                                                                              sim::CollAlgo::ring))
+        << (c.algorithm || c.shape.op == sim::CollOp::all_to_all ? "" : " (or NCCL's choice: default algorithm)")
+        << ", " << c.shape.nranks << " ranks on " << c.shape.nodes << " node(s)\n";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%14s %12s %12s %8s", "size(B)", "measured(us)", "model(us)", "error");
+    out << buf;
+    if (ma) {
+      std::snprintf(buf, sizeof buf, " %12s %8s", "fitted(us)", "error");
+      out << buf;
+    }
+    out << "  choice\n";
+    std::vector<std::pair<double, double>> big_b, small_b, big_a, small_a;
+    for (const MeasuredRow& r : c.rows) {
+      sim::CollectiveShape s = c.shape;
+      s.bytes = r.bytes;
+      const double pb = predict_row(mb, c, r.bytes, launch);
+      (r.bytes >= kMiB ? big_b : small_b).emplace_back(pb, r.seconds);
+      std::snprintf(buf, sizeof buf, "%14.0f %12.2f %12.2f %+7.1f%%", r.bytes, r.seconds * 1e6, pb * 1e6,
+                    (pb / r.seconds - 1) * 100);
+      out << buf;
+      const sim::CollectiveModel& mc = ma ? *ma : mb;
+      if (ma) {
+        const double pa = predict_row(*ma, c, r.bytes, launch);
+        (r.bytes >= kMiB ? big_a : small_a).emplace_back(pa, r.seconds);
+        std::snprintf(buf, sizeof buf, " %12.2f %+7.1f%%", pa * 1e6, (pa / r.seconds - 1) * 100);
+        out << buf;
+      }
+      const sim::CollectiveEstimate e = mc.choose(s, c.algorithm, c.protocol);
+      out << "  " << sim::to_string(e.algorithm) << "/" << sim::to_string(e.protocol) << "/" << e.channels << "ch\n";
+    }
+    auto summary = [&](const char* what, const auto& b, const auto& a) {
+      if (b.empty()) return;
+      out << "#   geometric-mean error, sizes " << what << ": " << fmt("%.1f%%", geomean_error(b) * 100);
+      if (ma) out << " -> " << fmt("%.1f%%", geomean_error(a) * 100) << " fitted";
+      out << " (" << b.size() << " sizes)\n";
+    };
+    summary(">= 1 MiB", big_b, big_a);
+    summary("< 1 MiB", small_b, small_a);
+    out << "\n";
+  }
+}
+
+std::string latency_text(sim::Time t) { return fmt("%.4g us", t.seconds() * 1e6); }
+
+YAML::Node collectives_node(const sim::CollectiveTiming& c) {
+  YAML::Node n;
+  n["model"] = "nccl";
+  n["channels"] = c.channels;
+  n["fabric_efficiency"] = fmt("%.4f", c.fabric_efficiency);
+  n["network_efficiency"] = fmt("%.4f", c.network_efficiency);
+  n["alltoall_efficiency"] = fmt("%.4f", c.alltoall_efficiency);
+  n["nvls"] = c.nvls ? "true" : "false";
+  n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
+  n["ll_max_bandwidth"] = fmt("%.4g GB/s", c.ll_max_bandwidth / 1e9);
+  n["intra_latency"] = latency_text(c.intra_latency);
+  n["inter_latency"] = latency_text(c.inter_latency);
+  n["sharp_latency"] = latency_text(c.sharp_latency);
+  n["call_overhead"] = latency_text(c.call_overhead);
+  return n;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read topology file '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int calibrate(const CalibrateOptions& o, std::ostream& out) {
+  if (o.files.empty()) throw Error("calibrate needs at least one nccl-tests output file");
+  if (!o.check_only && o.output.empty()) throw Error("calibrate needs -o OUT.yaml (or --check to compare only)");
+  const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
+  std::vector<MeasuredTable> tables;
+  const std::vector<FitCase> cases = load_cases(o, topo, tables);
+  sim::CollectiveTiming before = topo.collectives();
+  before.model = sim::CollectiveTimingModel::nccl;
+
+  if (o.check_only) {
+    out << "# ranksim calibrate --check: measured vs predicted on " << topo.name() << " (" << o.topology << ")\n\n";
+    print_comparison(out, topo, cases, before, nullptr);
+    return 0;
+  }
+  const FitResult fit = fit_collectives(topo, before, cases);
+  out << "# ranksim calibrate: " << topo.name() << " (" << o.topology << ") fitted to " << cases.size()
+      << " table(s); fitted constants:";
+  for (const std::string& f : fit.fitted) out << " " << f;
+  out << "\n# rms log error " << fmt("%.4f", fit.rms_log_error) << "\n\n";
+  print_comparison(out, topo, cases, before, &fit.constants);
+
+  // The calibrated file: the topology as loaded (overrides applied), with the fitted section.
+  const std::string text = read_text(o.topology);
+  YAML::Node root = sim::parse_yaml(text, o.topology);
+  sim::YamlPositions positions(o.topology);
+  for (const std::string& s : o.sets)
+    sim::apply_set(root, s, sim::topology_schema(), positions, sim::topology_set_options());
+  root["collectives"] = collectives_node(fit.constants);
+  YAML::Emitter em;
+  em << root;
+  std::ostringstream doc;
+  doc << "# Calibrated by `ranksim calibrate` from " << o.topology;
+  for (const std::string& s : o.sets) doc << " --set " << s;
+  doc << "\n# against these nccl-tests measurements:\n";
+  for (const MeasuredTable& t : tables) {
+    doc << "#   " << t.path << "\n";
+    for (const std::string& a : t.about) doc << "#     " << a << "\n";
+  }
+  doc << "# Fitted:";
+  for (const std::string& f : fit.fitted) doc << " " << f;
+  doc << " (rms log error " << fmt("%.4f", fit.rms_log_error) << "); the rest as in " << o.topology << ".\n";
+  doc << em.c_str() << "\n";
+  // What is written must load: checked before the file appears.
+  (void)sim::Topology::parse(doc.str(), o.output);
+  sim::write_file_atomically(o.output, [&](std::ostream& f) { f << doc.str(); });
+  out << "# wrote " << o.output << "\n";
+  return 0;
+}
+
+}  // namespace ranksim::app

@@ -1,0 +1,68 @@
+// `ranksim calibrate`: fits a topology's collective-timing constants (sim/collective_model.h) to
+// measured nccl-tests tables, by least squares on log time, and writes the calibrated topology.
+//
+// What is fitted is what the tables can tell apart: a fixed per-call overhead always; the fabric's
+// efficiency when a table has several ranks on a node, and its hop latency when the tables hold
+// two or more rank counts per node; the network's efficiency when a table spans nodes, and its
+// hop latency when the tables hold two or more node counts; the NVLS efficiency when the topology has NVLS and a default-algorithm all_reduce runs
+// on one node; the all-to-all efficiency when a table is all_to_all. Everything else (NCCL's base
+// latencies, protocol factors, the hardware's bandwidths) stays as the topology has it.
+//
+// The prediction of a row is what `ranksim bench collectives` prints for it: the device's launch
+// overhead plus the model's time, on the first `ranks` devices of the topology.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/nccl_tests_input.h"
+#include "sim/collective_model.h"
+#include "sim/topology.h"
+
+namespace ranksim::app {
+
+struct CalibrateOptions {
+  std::string topology;              // topology YAML
+  std::vector<std::string> sets;     // its --set overrides
+  int ranks = 0;                     // ranks of every table; 0: each table's own (required somewhere)
+  std::string op;                    // the collective when a file does not name it
+  std::string algorithm;             // NCCL_ALGO of the runs when the files do not say ("" = auto)
+  std::string protocol = "auto";     // NCCL_PROTO of the runs
+  std::string output;                // the calibrated topology YAML; "" with check_only
+  std::vector<std::string> files;    // nccl-tests outputs
+  bool check_only = false;           // compare only: no fit, no output
+};
+
+// Runs the command: prints the tables and writes options.output. Returns 0. Throws ranksim::Error
+// for bad input (nothing written).
+int calibrate(const CalibrateOptions& options, std::ostream& out);
+
+// One measured table, as the model sees it.
+struct FitCase {
+  std::string name;
+  sim::CollectiveShape shape;  // bytes ignored: each row's size
+  std::optional<sim::CollAlgo> algorithm;
+  std::optional<sim::Protocol> protocol;
+  std::vector<MeasuredRow> rows;
+};
+
+// A fitted constant: its name in the topology's `collectives` section.
+struct FitResult {
+  sim::CollectiveTiming constants;
+  std::vector<std::string> fitted;
+  double rms_log_error = 0;  // root mean square of ln(predicted / measured), tables weighted equally
+};
+
+// The predicted seconds of one row: launch overhead + the model's choice for the case.
+double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds);
+
+// Fits the constants of `topology` (with `start` as the starting point) to the cases.
+FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
+                          const std::vector<FitCase>& cases);
+
+// exp(mean |ln(predicted / measured)|) - 1 over the pairs: the geometric-mean error.
+double geomean_error(const std::vector<std::pair<double, double>>& predicted_measured);
+
+}  // namespace ranksim::app

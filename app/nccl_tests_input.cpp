@@ -1,0 +1,232 @@
+#include "app/nccl_tests_input.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "sim/error.h"
+
+namespace ranksim::app {
+
+namespace {
+
+std::string trim(std::string s) {
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  return s;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> split_ws(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cell;
+  std::istringstream in(line);
+  while (std::getline(in, cell, ',')) out.push_back(trim(cell));
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+bool is_integer(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool to_double(const std::string& s, double& v) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size() && std::isfinite(v);
+}
+
+// nccl-tests' binary name (or ranksim's op name) to ranksim's op name; "" if unknown.
+std::string op_name(std::string s) {
+  s = lower(trim(s));
+  if (s.size() > 5 && s.compare(s.size() - 5, 5, "_perf") == 0) s.resize(s.size() - 5);
+  if (s == "all_reduce" || s == "allreduce") return "all_reduce";
+  if (s == "all_gather" || s == "allgather") return "all_gather";
+  if (s == "reduce_scatter" || s == "reducescatter") return "reduce_scatter";
+  if (s == "alltoall" || s == "all_to_all") return "all_to_all";
+  if (s == "broadcast") return "broadcast";
+  if (s == "reduce") return "reduce";
+  return "";
+}
+
+// NCCL_ALGO's value (any case) to ranksim's algorithm name; "auto" for default.
+std::string algo_name(const std::string& s) {
+  const std::string v = lower(trim(s));
+  if (v == "default" || v == "auto" || v.empty()) return "auto";
+  if (v == "nvlstree") return "nvls_tree";
+  if (v == "collnetdirect" || v == "collnetchain") return "collnet";
+  return v;
+}
+
+class Parser {
+ public:
+  Parser(const std::string& path, MeasuredTable& t) : path_(path), t_(t) {}
+
+  [[noreturn]] void fail(int line, const std::string& what) const {
+    throw Error(path_ + ":" + std::to_string(line) + ": " + what);
+  }
+
+  void set_op(const std::string& op, int line) {
+    if (!t_.op.empty() && t_.op != op)
+      fail(line, "the file holds several collectives (" + t_.op + " and " + op + "); give one table per file");
+    t_.op = op;
+  }
+
+  void add_row(int line, const std::string& size, const std::string& time) {
+    double bytes = 0, us = 0;
+    if (!to_double(size, bytes) || bytes < 0) fail(line, "the size '" + size + "' is not a number of bytes");
+    if (!to_double(time, us)) fail(line, "the time '" + time + "' is not a number of microseconds");
+    if (bytes == 0) return;
+    if (!(us > 0)) fail(line, "the time of size " + size + " is " + time + " us; a measured time must be positive");
+    t_.rows.push_back({bytes, us * 1e-6});
+  }
+
+  void header_text(const std::string& body, int line) {
+    const std::string starting = "Collective test starting:";
+    if (const auto at = body.find(starting); at != std::string::npos) {
+      const std::string name = trim(body.substr(at + starting.size()));
+      const std::string op = op_name(name);
+      if (op.empty()) fail(line, "collective test '" + name + "' is not one ranksim times");
+      set_op(op, line);
+    }
+    // "#  Rank  0 Group  0 Pid 4175036 on cnode3-002 device  0 [...] NVIDIA H100 80GB HBM3"
+    const std::vector<std::string> w = split_ws(body);
+    if (w.size() >= 2 && w[0] == "Rank" && is_integer(w[1])) {
+      ranks_seen_.insert(std::stoi(w[1]));
+      for (size_t i = 2; i + 1 < w.size(); ++i)
+        if (w[i] == "on") hosts_.insert(w[i + 1]);
+    }
+  }
+
+  void parse_text(std::istream& in) {
+    std::string line;
+    int no = 0;
+    while (std::getline(in, line)) {
+      ++no;
+      const std::string s = trim(line);
+      if (s.empty()) continue;
+      if (s[0] == '#') {
+        header_text(s.substr(1), no);
+        continue;
+      }
+      const std::vector<std::string> w = split_ws(s);
+      if (!is_integer(w[0])) continue;  // log lines between the table's rows
+      if (w.size() < 8)
+        fail(no, "a row of the nccl-tests table needs size, count, type, redop, root, time, algbw and busbw; got " +
+                     std::to_string(w.size()) + " columns");
+      add_row(no, w[0], w[5]);
+    }
+    if (!ranks_seen_.empty()) t_.ranks = static_cast<int>(ranks_seen_.size());
+    if (!hosts_.empty()) t_.nodes = static_cast<int>(hosts_.size());
+  }
+
+  void parse_csv(std::istream& in) {
+    std::string line;
+    int no = 0;
+    int size_col = -1, time_col = -1;
+    size_t ncols = 0;
+    while (std::getline(in, line)) {
+      ++no;
+      const std::string s = trim(line);
+      if (s.empty()) continue;
+      if (s[0] == '#') {
+        const std::string body = trim(s.substr(1));
+        const auto colon = body.find(':');
+        if (colon == std::string::npos) continue;
+        const std::string key = lower(trim(body.substr(0, colon))), value = trim(body.substr(colon + 1));
+        if (key == "op") {
+          const std::string op = op_name(value);
+          if (op.empty()) fail(no, "'# op: " + value + "' is not a collective ranksim times");
+          set_op(op, no);
+        } else if (key == "ranks" || key == "nodes") {
+          if (!is_integer(value) || std::stoll(value) < 1 || std::stoll(value) > (1 << 24))
+            fail(no, "'# " + key + ": " + value + "' must be a positive whole number");
+          (key == "ranks" ? t_.ranks : t_.nodes) = std::stoi(value);
+        } else if (key == "algo") {
+          t_.algorithm = algo_name(value);
+        } else if (key == "source" || key == "hardware") {
+          t_.about.push_back(key + ": " + value);
+        } else if (key == "collective test starting") {
+          header_text(body, no);
+        }
+        continue;
+      }
+      const std::vector<std::string> cells = split_csv(s);
+      if (size_col < 0) {
+        for (size_t i = 0; i < cells.size(); ++i) {
+          const std::string c = lower(cells[i]);
+          if (size_col < 0 && (c == "size_bytes" || c == "size" || c == "size(b)")) size_col = static_cast<int>(i);
+          if (time_col < 0 && (c == "time_us" || c == "time" || c == "time(us)")) time_col = static_cast<int>(i);
+        }
+        if (size_col < 0 || time_col < 0)
+          fail(no, "the CSV header must name a size column (size_bytes or size) and a time column in "
+                   "microseconds (time_us or time); got '" + s + "'");
+        ncols = cells.size();
+        continue;
+      }
+      if (cells.size() < ncols)
+        fail(no, "the row has " + std::to_string(cells.size()) + " cells; the header names " + std::to_string(ncols));
+      add_row(no, cells[static_cast<size_t>(size_col)], cells[static_cast<size_t>(time_col)]);
+    }
+  }
+
+ private:
+  std::string path_;
+  MeasuredTable& t_;
+  std::set<int> ranks_seen_;
+  std::set<std::string> hosts_;
+};
+
+}  // namespace
+
+MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path) {
+  MeasuredTable t;
+  t.path = path;
+  // CSV when a line that is not a comment holds a comma.
+  bool csv = false;
+  {
+    std::istringstream probe(text);
+    for (std::string line; std::getline(probe, line);) {
+      const std::string s = trim(line);
+      if (s.empty() || s[0] == '#') continue;
+      csv = s.find(',') != std::string::npos;
+      if (csv || is_integer(split_ws(s)[0])) break;
+    }
+  }
+  Parser parser(path, t);
+  std::istringstream in(text);
+  if (csv)
+    parser.parse_csv(in);
+  else
+    parser.parse_text(in);
+  if (t.rows.empty())
+    throw Error(path + ": no measurements found; expected the table that nccl-tests' *_perf binaries print "
+                       "(size, count, type, redop, root, time, ...) or a CSV with size and time columns");
+  return t;
+}
+
+MeasuredTable read_nccl_tests(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read nccl-tests output '" + path + "': no such file, or not readable");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error("cannot read nccl-tests output '" + path + "'");
+  return parse_nccl_tests(ss.str(), path);
+}
+
+}  // namespace ranksim::app

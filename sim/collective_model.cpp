@@ -1,0 +1,282 @@
+#include "sim/collective_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "sim/check.h"
+#include "sim/error.h"
+
+namespace ranksim::sim {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kUs = 1e-6;
+
+// NCCL's published constants (src/graph/tuning.cc), indexed by protocol LL, LL128, Simple.
+// Base latencies (us).
+constexpr std::array<double, 3> kBaseRing{6.6, 14.0, 8.4};
+constexpr std::array<double, 3> kBaseTree{6.8, 14.0, 8.4};
+constexpr double kBasePat = 8.0;
+// Per-hop hardware latencies (us): NVLink ring and tree, NVLS, CollNet direct; network ring and
+// tree, NVLS tree. The model scales the NVLink ones by intra_latency / 3.4 us (NVLink ring
+// Simple) and the network ones by inter_latency / 14 us (network ring Simple).
+constexpr std::array<double, 3> kNvlRing{0.6, 1.9, 3.4};
+constexpr std::array<double, 3> kNvlTree{0.6, 1.25, 4.0};
+constexpr double kNvlNvls = 25.0;
+constexpr double kNvlCollnet = 3.7;
+constexpr std::array<double, 3> kNetRing{2.7, 4.0, 14.0};
+constexpr std::array<double, 3> kNetTree{5.0, 8.5, 14.0};
+constexpr double kNetNvlsTree = 20.9;
+constexpr double kNvlRef = 3.4, kNetRef = 14.0;
+// Bytes of S per channel below which NCCL drops a channel: threads per channel x bytes per thread.
+constexpr std::array<double, 3> kChannelBytes{512.0 * 8, 640.0 * 8, 512.0 * 64};
+
+size_t pi(Protocol p) { return static_cast<size_t>(p); }
+
+int log2_floor(int v) {
+  int r = 0;
+  while (v > 1) {
+    v >>= 1;
+    ++r;
+  }
+  return r;
+}
+
+bool is_reduce_gather(CollOp op) { return op == CollOp::all_gather || op == CollOp::reduce_scatter; }
+
+// nccl-tests' bus bandwidth factor: busbw = algbw x factor.
+double bus_factor(CollOp op, int n) {
+  switch (op) {
+    case CollOp::all_reduce:
+      return 2.0 * (n - 1) / n;
+    case CollOp::all_gather:
+    case CollOp::reduce_scatter:
+    case CollOp::all_to_all:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1.0;
+  }
+}
+
+}  // namespace
+
+const char* to_string(CollAlgo a) {
+  switch (a) {
+    case CollAlgo::ring:
+      return "ring";
+    case CollAlgo::tree:
+      return "tree";
+    case CollAlgo::nvls:
+      return "nvls";
+    case CollAlgo::nvls_tree:
+      return "nvls_tree";
+    case CollAlgo::collnet:
+      return "collnet";
+    case CollAlgo::pat:
+      return "pat";
+    case CollAlgo::direct:
+      return "direct";
+  }
+  return "?";
+}
+
+const char* to_string(Protocol p) {
+  switch (p) {
+    case Protocol::ll:
+      return "LL";
+    case Protocol::ll128:
+      return "LL128";
+    case Protocol::simple:
+      return "Simple";
+  }
+  return "?";
+}
+
+std::optional<Protocol> parse_protocol(std::string_view name) {
+  std::string s;
+  for (char c : name) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "ll") return Protocol::ll;
+  if (s == "ll128") return Protocol::ll128;
+  if (s == "simple") return Protocol::simple;
+  return std::nullopt;
+}
+
+CollectiveModel::CollectiveModel(const Topology& topology) : CollectiveModel(topology, topology.collectives()) {}
+
+CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTiming& constants) : c_(constants) {
+  const Fabric& f = topology.fabric();
+  switched_ = f.type == FabricType::switched;
+  if (f.type == FabricType::switched) {
+    fabric_bw_ = f.bandwidth;
+  } else if (f.type != FabricType::none) {
+    // Explicit links: what local device 0 can send on all its links at once.
+    for (const Fabric::LocalLink& l : f.links)
+      if (l.a == 0 || l.b == 0) fabric_bw_ += l.bandwidth;
+  }
+  has_network_ = topology.has_network();
+  if (has_network_) {
+    nic_bw_ = topology.network().nic_bandwidth;
+    nics_per_node_ = topology.nics_per_node();
+    sharp_ = topology.network().sharp;
+  }
+}
+
+std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShape& s, CollAlgo algo, Protocol proto,
+                                                            std::string* why) const {
+  auto no = [&](const std::string& reason) -> std::optional<CollectiveEstimate> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  const int n = s.nranks, N = s.nodes, p = s.ranks_per_node;
+  RANKSIM_CHECK(n >= 1 && N >= 1 && p >= 1 && s.bytes >= 0, "collective shape out of range");
+  const bool all_reduce = s.op == CollOp::all_reduce;
+  const bool p2p = s.op == CollOp::all_to_all || s.op == CollOp::gather || s.op == CollOp::scatter;
+
+  CollectiveEstimate e;
+  e.algorithm = algo;
+  e.protocol = proto;
+  if (n == 1) {  // nothing to move; NCCL returns after its launch
+    if (algo != (p2p ? CollAlgo::direct : CollAlgo::ring)) return no("a one-rank group only runs its trivial case");
+    e.channels = 0;
+    e.algbw = kInf;
+    return e;
+  }
+
+  // What the channels can move, and how many a call of this size uses.
+  const double intra_scale = c_.intra_latency.seconds() / (kNvlRef * kUs);
+  const double inter_scale = c_.inter_latency.seconds() / (kNetRef * kUs);
+  const int nics_used = std::min(p, std::max(1, nics_per_node_));
+  const double nic_node = N > 1 ? nics_used * nic_bw_ : kInf;  // a node's NICs as the group uses them
+  // Inside a node: the fabric, or the NICs when the node has none.
+  const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
+  const int C = std::max(1, c_.channels);
+  const int used = std::clamp(static_cast<int>(s.bytes / kChannelBytes[pi(proto)]), 1, C);
+  e.channels = used;
+  const double share = static_cast<double>(used) / C;
+  double ring_bus = kInf;
+  if (p > 1) ring_bus = std::min(ring_bus, fabric * c_.fabric_efficiency);
+  if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency);
+  const double intra_hop = (algo == CollAlgo::tree ? kNvlTree : kNvlRing)[pi(proto)] * intra_scale * kUs;
+  const double inter_hop = (algo == CollAlgo::tree || p == 1 ? kNetTree : kNetRing)[pi(proto)] * inter_scale * kUs;
+
+  double algbw = 0;
+  switch (algo) {
+    case CollAlgo::ring: {
+      if (p2p) return no("all_to_all, gather and scatter are point-to-point in NCCL (use direct)");
+      double bus = ring_bus * share;
+      if (proto == Protocol::ll) bus = std::min(bus * 0.5, c_.ll_max_bandwidth);
+      if (proto == Protocol::ll128) bus *= 0.92;
+      algbw = bus / bus_factor(s.op, n);
+      const int nsteps = all_reduce ? 2 * (n - 1) : n - 1;
+      const int inter = N == 1 ? 0 : all_reduce ? 2 * (N - 1) : N - 1;
+      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * intra_hop + inter * inter_hop;
+      break;
+    }
+    case CollAlgo::tree: {
+      if (!all_reduce) return no("NCCL's trees serve all_reduce only");
+      double bus = ring_bus * share * 0.92;
+      if (proto == Protocol::ll) bus = std::min(bus / 3.8, c_.ll_max_bandwidth);
+      if (proto == Protocol::ll128) bus *= N == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
+      algbw = bus * 0.5;
+      e.latency = kBaseTree[pi(proto)] * kUs + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
+      break;
+    }
+    case CollAlgo::nvls:
+    case CollAlgo::nvls_tree: {
+      if (!all_reduce) return no("NVLS is modelled for all_reduce only");
+      if (!c_.nvls || !switched_) return no("the topology has no NVLS (collectives.nvls: true on a switched fabric)");
+      if (proto != Protocol::simple) return no("NVLS runs the Simple protocol only");
+      if (p < 2) return no("NVLS needs at least two ranks on a node");
+      const bool tree = algo == CollAlgo::nvls_tree;
+      if (!tree && N > 1) return no("NVLS spans one node; across nodes NCCL uses nvls_tree");
+      if (tree && N == 1) return no("nvls_tree joins several nodes; within one node NCCL uses nvls");
+      algbw = fabric_bw_ * c_.nvls_efficiency;
+      // Between nodes, NVLS trees move each rank's data once in each direction (twice as much
+      // per byte as a ring for more than two nodes, as NCCL's model has it).
+      if (tree) algbw = std::min(algbw, nic_node * c_.network_efficiency * (N <= 2 ? 1.0 : 0.5));
+      algbw *= share;
+      e.latency = kNvlNvls * intra_scale * kUs + (tree ? 2 * log2_floor(N) * kNetNvlsTree * inter_scale * kUs : 0.0);
+      break;
+    }
+    case CollAlgo::collnet: {
+      if (!all_reduce) return no("CollNet is modelled for all_reduce only");
+      if (!sharp_) return no("the network has no in-network reduction (network.sharp: true)");
+      if (N == 1) return no("CollNet reduces between nodes; the group is on one node");
+      if (proto != Protocol::simple) return no("CollNet runs the Simple protocol only");
+      // Inside the node a reduce-scatter and an all-gather; between nodes each byte crosses once.
+      double bw = nic_node * c_.network_efficiency;
+      if (p > 1) bw = std::min(bw, fabric * c_.fabric_efficiency / (2.0 * (p - 1) / p));
+      algbw = bw * share;
+      e.latency = 2 * (std::min(1, p - 1) * kNvlCollnet * intra_scale * kUs + (p - 1) * 0.4 * kUs) +
+                  c_.sharp_latency.seconds();
+      break;
+    }
+    case CollAlgo::pat: {
+      if (!is_reduce_gather(s.op)) return no("PAT serves all_gather and reduce_scatter only");
+      if (p != 1 || N == 1) return no("PAT needs one rank per node");
+      if (proto != Protocol::simple) return no("PAT runs the Simple protocol only");
+      algbw = ring_bus * share * 0.75 / bus_factor(s.op, n);
+      e.latency = kBasePat * kUs + log2_floor(N) * kNetTree[2] * inter_scale * kUs / 3.5 + n * 2.8 * kUs;
+      break;
+    }
+    case CollAlgo::direct: {
+      if (!p2p) return no("direct is NCCL's point-to-point pattern: all_to_all, gather and scatter");
+      if (proto == Protocol::ll128) return no("point-to-point runs LL or Simple");
+      // Bytes a rank exchanges inside its node and across nodes; a rank's share of the NICs.
+      const double intra_bytes = s.bytes * (p - 1) / n, inter_bytes = s.bytes * (n - p) / n;
+      const double nic_rank = s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_;
+      double t = 0;
+      if (intra_bytes > 0) t = std::max(t, intra_bytes / (fabric * c_.alltoall_efficiency));
+      if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.alltoall_efficiency));
+      if (proto == Protocol::ll) t *= 2;
+      algbw = t > 0 ? s.bytes / t : kInf;
+      e.channels = 1;
+      e.latency = (proto == Protocol::ll ? kBaseRing[0] : kBaseRing[2]) * kUs + (p - 1) * intra_hop +
+                  (n - p) * kNetRing[pi(proto)] * inter_scale * kUs;
+      break;
+    }
+  }
+  e.latency += c_.call_overhead.seconds();
+  e.algbw = algbw;
+  e.seconds = e.latency + (s.bytes > 0 ? s.bytes / algbw : 0.0);
+  return e;
+}
+
+std::vector<CollectiveEstimate> CollectiveModel::candidates(const CollectiveShape& s) const {
+  std::vector<CollectiveEstimate> out;
+  for (int a = 0; a <= static_cast<int>(CollAlgo::direct); ++a)
+    for (int q = 0; q <= static_cast<int>(Protocol::simple); ++q)
+      if (auto e = estimate(s, static_cast<CollAlgo>(a), static_cast<Protocol>(q))) out.push_back(*e);
+  return out;
+}
+
+CollectiveEstimate CollectiveModel::choose(const CollectiveShape& s, std::optional<CollAlgo> algo,
+                                           std::optional<Protocol> proto) const {
+  std::optional<CollectiveEstimate> best;
+  std::string why;
+  for (int a = 0; a <= static_cast<int>(CollAlgo::direct); ++a) {
+    if (algo && static_cast<int>(*algo) != a) continue;
+    for (int q = 0; q <= static_cast<int>(Protocol::simple); ++q) {
+      if (proto && static_cast<int>(*proto) != q) continue;
+      std::string reason;
+      const auto e = estimate(s, static_cast<CollAlgo>(a), static_cast<Protocol>(q), &reason);
+      if (!e) {
+        if (why.empty()) why = reason;
+        continue;
+      }
+      if (!best || e->seconds < best->seconds) best = e;
+    }
+  }
+  if (best) return *best;
+  std::string forced;
+  if (algo) forced += std::string("algorithm ") + to_string(*algo);
+  if (proto) forced += (forced.empty() ? "" : " with ") + std::string("protocol ") + to_string(*proto);
+  throw Error("no NCCL algorithm can run this collective" + (forced.empty() ? "" : " as " + forced) + ": " + why);
+}
+
+}  // namespace ranksim::sim

@@ -1,0 +1,116 @@
+// CollectiveModel: how long one NCCL collective takes, following NCCL's own structure.
+//
+// NCCL runs a collective as several channels at once (rings or trees, each pinned to its own
+// NVLink paths and NIC rail), with one of several algorithms and one of three protocols, chosen
+// per call as the fastest by its own cost model (src/graph/tuning.cc in NVIDIA/nccl). This model
+// has the same parts, written from that structure and its published constants:
+//
+//   time(algorithm, protocol, S) = latency(algorithm, protocol) + S / algbw(algorithm, protocol, S)
+//
+// where S is the size nccl-tests prints (bytes per rank for all_reduce and broadcast, the whole
+// gathered buffer for all_gather and reduce_scatter, the per-rank send buffer for all_to_all).
+//
+// Bandwidth. A ring's bus bandwidth is the smaller of the node fabric's (fabric bandwidth x
+// fabric_efficiency) and, across nodes, the NICs' (NICs used x NIC bandwidth x
+// network_efficiency: each channel crosses between nodes on its own rail, so a ring through
+// nodes of p ranks uses min(p, NICs per node) NICs). The algorithm bandwidth is the bus bandwidth
+// divided by nccl-tests' bus factor (2(n-1)/n for all_reduce, (n-1)/n for all_gather and
+// reduce_scatter, 1 for broadcast and reduce). Protocols: Simple at the full bus bandwidth;
+// LL128 at 120/128 of it (NCCL: 0.92); LL at half of it, capped at ll_max_bandwidth. Trees
+// (all_reduce: a chain inside each node, double binary trees between nodes) reach 0.92 of the
+// link bandwidth and move the data twice (algbw = busbw / 2). NVLS reduces inside the NVSwitch:
+// algbw = fabric bandwidth x nvls_efficiency within a node; NVLS+tree adds trees between nodes.
+// CollNet (SHARP) reduces in the network switches: between nodes each rank's data crosses once.
+// PAT (all_gather, reduce_scatter with one rank per node) runs at 0.75 of a ring's bandwidth with
+// logarithmic latency. All-to-all (and gather/scatter) is point-to-point between every pair: the
+// bytes that stay in a node go over the fabric, the rest over the node's NICs, at
+// alltoall_efficiency.
+//
+// Channels. A large collective uses every channel; bandwidth is shared equally by the channels,
+// so a collective on c of C channels gets c/C of it. NCCL lowers the channel count for small
+// calls so that each of its threads has enough bytes: a channel per 32 KiB (Simple), 4 KiB (LL)
+// or 5 KiB (LL128) of S, at least one.
+//
+// Latency. A base per algorithm and protocol plus hops: ring all_reduce 2(n-1) steps, all_gather
+// and reduce_scatter n-1, 2(N-1) (resp. N-1) of them between nodes (N nodes); tree all_reduce
+// 2((p-1) intra hops + log2(N) inter hops). The Simple protocol's hop latencies are the
+// topology's intra_latency and inter_latency; LL and LL128 scale them by NCCL's published
+// per-protocol ratios (NVLink ring 0.6 / 1.9 / 3.4 us, network ring 2.7 / 4 / 14 us, network tree
+// 5 / 8.5 / 14 us for LL / LL128 / Simple). Base latencies are NCCL's published ones (ring
+// 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us).
+//
+// Selection: the (algorithm, protocol) with the least predicted time among those that apply
+// (ties to the earlier in enum order); a forced algorithm or protocol (NCCL_ALGO / NCCL_PROTO)
+// restricts the choice, and an algorithm that cannot serve the call is an Error naming why.
+//
+// Pure functions of the topology's constants and the call's shape: deterministic, thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "sim/time.h"
+#include "sim/topology.h"
+
+namespace ranksim::sim {
+
+enum class CollOp : uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter };
+enum class CollAlgo : uint8_t { ring, tree, nvls, nvls_tree, collnet, pat, direct };
+enum class Protocol : uint8_t { ll, ll128, simple };
+
+const char* to_string(CollAlgo a);    // "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct"
+const char* to_string(Protocol p);    // "LL", "LL128", "Simple"
+// Parses NCCL_PROTO's names, case-insensitive; nullopt for anything else.
+std::optional<Protocol> parse_protocol(std::string_view name);
+
+// A call's shape: what the model needs to know.
+struct CollectiveShape {
+  CollOp op = CollOp::all_reduce;
+  double bytes = 0;       // nccl-tests size (see above)
+  int nranks = 1;         // group size
+  int nodes = 1;          // nodes the group spans
+  int ranks_per_node = 1;  // most ranks of the group on one node
+};
+
+struct CollectiveEstimate {
+  CollAlgo algorithm = CollAlgo::ring;
+  Protocol protocol = Protocol::simple;
+  int channels = 1;      // channels used at this size
+  double latency = 0;    // seconds
+  double algbw = 0;      // bytes/s (S / algbw is the bandwidth term)
+  double seconds = 0;    // latency + S / algbw
+};
+
+class CollectiveModel {
+ public:
+  // The constants are the topology's (Topology::collectives()); the model keeps a copy of what
+  // it needs, so the topology need not outlive it.
+  explicit CollectiveModel(const Topology& topology);
+  CollectiveModel(const Topology& topology, const CollectiveTiming& constants);
+
+  // The estimate for one algorithm and protocol, or nullopt when they cannot serve the call
+  // (with the reason in *why, when given).
+  std::optional<CollectiveEstimate> estimate(const CollectiveShape& shape, CollAlgo algo, Protocol proto,
+                                             std::string* why = nullptr) const;
+  // Every (algorithm, protocol) that can serve the call, in enum order.
+  std::vector<CollectiveEstimate> candidates(const CollectiveShape& shape) const;
+  // The fastest, restricted to the forced algorithm and/or protocol. Throws Error when nothing
+  // can serve the call, naming the forced choice and why.
+  CollectiveEstimate choose(const CollectiveShape& shape, std::optional<CollAlgo> algo = std::nullopt,
+                            std::optional<Protocol> proto = std::nullopt) const;
+
+  const CollectiveTiming& constants() const { return c_; }
+
+ private:
+  CollectiveTiming c_;
+  double fabric_bw_ = 0;   // per device, each direction (0: no fabric)
+  double nic_bw_ = 0;      // per NIC
+  int nics_per_node_ = 0;
+  bool has_network_ = false;
+  bool sharp_ = false;     // in-network reduction (CollNet)
+  bool switched_ = false;  // NVSwitch-like fabric (NVLS needs one)
+};
+
+}  // namespace ranksim::sim
