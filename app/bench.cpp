@@ -63,6 +63,53 @@ SweepOp find_op(const std::string& name) {
   throw Error("unknown --op '" + name +
               "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
 }
+// With the nccl model, an asked-for algorithm and protocol must serve the collective at every
+// size (the sim backend would otherwise leave the call to NCCL's choice): refused up front.
+void check_nccl_choice(const sim::Topology& topo, const SweepOp& op, int n, const std::vector<int64_t>& sizes,
+                       const std::string& algorithm, const std::string& protocol) {
+  if (topo.collectives().model != sim::CollectiveTimingModel::nccl || op.sendrecv) return;
+  std::optional<sim::CollAlgo> forced;
+  static const std::pair<const char*, sim::CollAlgo> kNames[] = {
+      {"ring", sim::CollAlgo::ring},           {"tree", sim::CollAlgo::tree},       {"nvls", sim::CollAlgo::nvls},
+      {"nvls_tree", sim::CollAlgo::nvls_tree}, {"collnet", sim::CollAlgo::collnet}, {"pat", sim::CollAlgo::pat}};
+  const bool p2p = op.kind == CollectiveKind::all_to_all;
+  for (const auto& [name, a] : kNames)
+    if (algorithm == name && !p2p) forced = a;
+  const std::optional<sim::Protocol> proto = parse_protocol_option(protocol);
+  if (!forced && !proto) return;
+  sim::CollectiveShape s;
+  switch (op.kind) {
+    case CollectiveKind::all_reduce:
+      s.op = sim::CollOp::all_reduce;
+      break;
+    case CollectiveKind::all_gather:
+      s.op = sim::CollOp::all_gather;
+      break;
+    case CollectiveKind::reduce_scatter:
+      s.op = sim::CollOp::reduce_scatter;
+      break;
+    case CollectiveKind::all_to_all:
+      s.op = sim::CollOp::all_to_all;
+      break;
+    default:
+      s.op = sim::CollOp::broadcast;
+      break;
+  }
+  const int dpn = topo.devices_per_node();
+  s.nranks = n;
+  s.nodes = (n + dpn - 1) / dpn;
+  s.ranks_per_node = std::min(n, dpn);
+  const sim::CollectiveModel model(topo);
+  for (const int64_t size : sizes) {
+    s.bytes = static_cast<double>(size);
+    try {
+      (void)model.choose(s, forced, proto);
+    } catch (const Error& e) {
+      throw Error("--algo " + algorithm + " --proto " + protocol + " on topology '" + topo.name() + "': " + e.what());
+    }
+  }
+}
+
 }  // namespace
 
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
@@ -85,6 +132,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     throw Error("--ranks " + std::to_string(n) + " is more than the " + std::to_string(topo.num_devices()) +
                 " devices of topology '" + topo.name() + "' (" + o.topology +
                 "); use fewer ranks or more nodes (--set nodes=N)");
+  check_nccl_choice(topo, op, n, req.sizes, o.algorithm, o.protocol);
   out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << o.dtype << ", algorithm "
       << o.algorithm << (o.protocol == "auto" ? "" : ", protocol " + o.protocol) << ", collectives timed by the "

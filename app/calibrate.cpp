@@ -129,11 +129,12 @@ std::string fmt(const char* f, double v) {
 std::optional<sim::CollAlgo> parse_nccl_algo(const std::string& name, const std::string& where) {
   if (name.empty() || name == "auto") return std::nullopt;
   static const std::pair<const char*, sim::CollAlgo> kNames[] = {
-      {"ring", sim::CollAlgo::ring},       {"tree", sim::CollAlgo::tree},       {"nvls", sim::CollAlgo::nvls},
+      {"ring", sim::CollAlgo::ring},           {"tree", sim::CollAlgo::tree},       {"nvls", sim::CollAlgo::nvls},
       {"nvls_tree", sim::CollAlgo::nvls_tree}, {"collnet", sim::CollAlgo::collnet}, {"pat", sim::CollAlgo::pat}};
   for (const auto& [n, a] : kNames)
     if (name == n) return a;
-  throw Error(where + ": algorithm '" + name + "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
+  throw Error(where + ": algorithm '" + name +
+              "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
 }
 
 sim::CollOp coll_op(const std::string& op) {
@@ -143,7 +144,8 @@ sim::CollOp coll_op(const std::string& op) {
   if (op == "all_to_all") return sim::CollOp::all_to_all;
   if (op == "broadcast") return sim::CollOp::broadcast;
   if (op == "reduce") return sim::CollOp::reduce;
-  throw Error("unknown --op '" + op + "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or reduce");
+  throw Error("unknown --op '" + op +
+              "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or reduce");
 }
 
 // Rows below 1 MiB weigh less: they are latency only, many, and noisier (the targets are 5% from
@@ -177,18 +179,15 @@ double geomean_error(const std::vector<std::pair<double, double>>& pm) {
 }
 
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
-                          const std::vector<FitCase>& cases) {
+                          const std::vector<FitCase>& cases, const std::vector<std::string>& only) {
   const double launch = topology.kind_of(0).launch_overhead.seconds();
   bool ring_intra = false, ring_inter = false, nvls = false, a2a = false;
-  // Hop latencies are told apart from the fixed overhead only by tables with different hop
-  // counts: fitted when the tables hold two or more rank counts per node (resp. node counts).
-  std::set<int> per_node_counts, node_counts;
+  // Hop latencies are told apart from the fixed overhead by the hop counts of the tables and by
+  // the protocols' different latencies within one table.
+  bool intra = false, inter = false;
   for (const FitCase& c : cases) {
-    if (c.shape.ranks_per_node > 1) per_node_counts.insert(c.shape.ranks_per_node);
-    if (c.shape.nodes > 1) node_counts.insert(c.shape.nodes);
-  }
-  const bool intra = per_node_counts.size() >= 2, inter = node_counts.size() >= 2;
-  for (const FitCase& c : cases) {
+    intra = intra || c.shape.ranks_per_node > 1;
+    inter = inter || c.shape.nodes > 1;
     const bool direct = c.shape.op == sim::CollOp::all_to_all;
     ring_intra = ring_intra || (!direct && c.shape.ranks_per_node > 1);
     ring_inter = ring_inter || (!direct && c.shape.nodes > 1);
@@ -201,9 +200,31 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (intra) params.push_back(latency_param("intra_latency", &sim::CollectiveTiming::intra_latency));
   if (ring_inter) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
   if (inter) params.push_back(latency_param("inter_latency", &sim::CollectiveTiming::inter_latency));
-  if (nvls) params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
+  if (nvls) {
+    params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
+    params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
+  }
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
+  if (!only.empty()) {
+    static const char* const kAll[] = {"fabric_efficiency", "intra_latency", "network_efficiency",  "inter_latency",
+                                       "nvls_efficiency",   "nvls_latency",  "alltoall_efficiency", "call_overhead"};
+    std::vector<Param> chosen;
+    for (const std::string& name : only) {
+      if (std::find(std::begin(kAll), std::end(kAll), name) == std::end(kAll))
+        throw Error("--fit " + name +
+                    ": not a constant calibrate fits; expected some of fabric_efficiency, "
+                    "intra_latency, network_efficiency, inter_latency, nvls_efficiency, nvls_latency, "
+                    "alltoall_efficiency, call_overhead");
+      const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
+      if (it == params.end())
+        throw Error("--fit " + name +
+                    ": the tables do not inform it (e.g. no table spans nodes, or none runs "
+                    "NVLS or all_to_all)");
+      chosen.push_back(*it);
+    }
+    params = std::move(chosen);
+  }
 
   auto constants_at = [&](const std::vector<double>& x) {
     sim::CollectiveTiming c = start;
@@ -290,9 +311,9 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
   std::optional<sim::CollectiveModel> ma;
   if (after) ma.emplace(topo, *after);
   for (const FitCase& c : cases) {
-    out << "# " << c.name << ": " << sim::to_string(c.shape.op == sim::CollOp::all_to_all ? sim::CollAlgo::direct
-                                                                                        : c.algorithm.value_or(
-                                                                                              sim::CollAlgo::ring))
+    out << "# " << c.name << ": "
+        << sim::to_string(c.shape.op == sim::CollOp::all_to_all ? sim::CollAlgo::direct
+                                                                : c.algorithm.value_or(sim::CollAlgo::ring))
         << (c.algorithm || c.shape.op == sim::CollOp::all_to_all ? "" : " (or NCCL's choice: default algorithm)")
         << ", " << c.shape.nranks << " ranks on " << c.shape.nodes << " node(s)\n";
     char buf[256];
@@ -348,6 +369,8 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["ll_max_bandwidth"] = fmt("%.4g GB/s", c.ll_max_bandwidth / 1e9);
   n["intra_latency"] = latency_text(c.intra_latency);
   n["inter_latency"] = latency_text(c.inter_latency);
+  n["net_overhead"] = latency_text(c.net_overhead);
+  n["nvls_latency"] = latency_text(c.nvls_latency);
   n["sharp_latency"] = latency_text(c.sharp_latency);
   n["call_overhead"] = latency_text(c.call_overhead);
   return n;
@@ -377,7 +400,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
     print_comparison(out, topo, cases, before, nullptr);
     return 0;
   }
-  const FitResult fit = fit_collectives(topo, before, cases);
+  const FitResult fit = fit_collectives(topo, before, cases, o.fit);
   out << "# ranksim calibrate: " << topo.name() << " (" << o.topology << ") fitted to " << cases.size()
       << " table(s); fitted constants:";
   for (const std::string& f : fit.fitted) out << " " << f;

@@ -2,9 +2,10 @@
 // measured nccl-tests tables, by least squares on log time, and writes the calibrated topology.
 //
 // What is fitted is what the tables can tell apart: a fixed per-call overhead always; the fabric's
-// efficiency when a table has several ranks on a node, and its hop latency when the tables hold
-// two or more rank counts per node; the network's efficiency when a table spans nodes, and its
-// hop latency when the tables hold two or more node counts; the NVLS efficiency when the topology has NVLS and a default-algorithm all_reduce runs
+// efficiency and hop latency when a table has several ranks on a node (the protocols' different
+// hop latencies and the tables' hop counts tell the hop latency from the fixed overhead); the
+// network's efficiency and hop latency when a table spans nodes; the NVLS efficiency and latency
+// when the topology has NVLS and a default-algorithm all_reduce runs
 // on one node; the all-to-all efficiency when a table is all_to_all. Everything else (NCCL's base
 // latencies, protocol factors, the hardware's bandwidths) stays as the topology has it.
 //
@@ -24,15 +25,18 @@
 namespace ranksim::app {
 
 struct CalibrateOptions {
-  std::string topology;              // topology YAML
-  std::vector<std::string> sets;     // its --set overrides
-  int ranks = 0;                     // ranks of every table; 0: each table's own (required somewhere)
-  std::string op;                    // the collective when a file does not name it
-  std::string algorithm;             // NCCL_ALGO of the runs when the files do not say ("" = auto)
-  std::string protocol = "auto";     // NCCL_PROTO of the runs
-  std::string output;                // the calibrated topology YAML; "" with check_only
-  std::vector<std::string> files;    // nccl-tests outputs
-  bool check_only = false;           // compare only: no fit, no output
+  std::string topology;            // topology YAML
+  std::vector<std::string> sets;   // its --set overrides
+  int ranks = 0;                   // ranks of every table; 0: each table's own (required somewhere)
+  std::string op;                  // the collective when a file does not name it
+  std::string algorithm;           // NCCL_ALGO of the runs when the files do not say ("" = auto)
+  std::string protocol = "auto";   // NCCL_PROTO of the runs
+  std::string output;              // the calibrated topology YAML; "" with check_only
+  std::vector<std::string> files;  // nccl-tests outputs
+  bool check_only = false;         // compare only: no fit, no output
+  // The constants to fit (names in the collectives section); empty: every one the tables can
+  // tell apart. A name the tables cannot inform is an Error.
+  std::vector<std::string> fit;
 };
 
 // Runs the command: prints the tables and writes options.output. Returns 0. Throws ranksim::Error
@@ -59,8 +63,10 @@ struct FitResult {
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds);
 
 // Fits the constants of `topology` (with `start` as the starting point) to the cases.
+// only: restrict the fit to these constants (empty: all that the cases inform); throws Error for
+// a name that is not a constant or that the cases do not inform.
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
-                          const std::vector<FitCase>& cases);
+                          const std::vector<FitCase>& cases, const std::vector<std::string>& only = {});
 
 // exp(mean |ln(predicted / measured)|) - 1 over the pairs: the geometric-mean error.
 double geomean_error(const std::vector<std::pair<double, double>>& predicted_measured);

@@ -162,7 +162,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cal_cmd->add_option("--topology,-t", cal_opts.topology, "Topology YAML file to start from")
       ->required()
       ->check(not_a_folder);
-  cal_cmd->add_option("--set", cal_opts.sets, "Override a topology key: --set nodes=2");
+  cal_cmd->add_option("--set", cal_opts.sets, "Override a topology key: --set nodes=2 (one per --set)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cal_cmd->add_option("--ranks,-n", cal_opts.ranks, "Ranks of the measured runs (when the files do not say)")
       ->check(at_least_one);
   cal_cmd->add_option("--op", cal_opts.op, "The collective, when a file does not name it (all_reduce, ...)");
@@ -172,6 +174,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cal_cmd->add_option("--proto", cal_opts.protocol, "NCCL_PROTO of the measured runs: auto|LL|LL128|Simple")
       ->capture_default_str();
   cal_cmd->add_option("--output,-o", cal_opts.output, "The calibrated topology YAML to write")->check(not_a_folder);
+  cal_cmd
+      ->add_option("--fit", cal_opts.fit,
+                   "Fit only these constants (default: all the tables inform): fabric_efficiency, "
+                   "intra_latency, network_efficiency, inter_latency, nvls_efficiency, nvls_latency, "
+                   "alltoall_efficiency, call_overhead")
+      ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
   cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, or CSV)")
       ->required()

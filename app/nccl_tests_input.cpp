@@ -174,8 +174,10 @@ class Parser {
           if (time_col < 0 && (c == "time_us" || c == "time" || c == "time(us)")) time_col = static_cast<int>(i);
         }
         if (size_col < 0 || time_col < 0)
-          fail(no, "the CSV header must name a size column (size_bytes or size) and a time column in "
-                   "microseconds (time_us or time); got '" + s + "'");
+          fail(no,
+               "the CSV header must name a size column (size_bytes or size) and a time column in "
+               "microseconds (time_us or time); got '" +
+                   s + "'");
         ncols = cells.size();
         continue;
       }
@@ -215,8 +217,9 @@ MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path)
   else
     parser.parse_text(in);
   if (t.rows.empty())
-    throw Error(path + ": no measurements found; expected the table that nccl-tests' *_perf binaries print "
-                       "(size, count, type, redop, root, time, ...) or a CSV with size and time columns");
+    throw Error(path +
+                ": no measurements found; expected the table that nccl-tests' *_perf binaries print "
+                "(size, count, type, redop, root, time, ...) or a CSV with size and time columns");
   return t;
 }
 

@@ -28,11 +28,11 @@ struct MeasuredRow {
 };
 
 struct MeasuredTable {
-  std::string path;       // as given
-  std::string op;         // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce; "" unknown
-  int ranks = 0;          // 0: not stated
-  int nodes = 0;          // 0: not stated
-  std::string algorithm;  // the forced NCCL_ALGO in ranksim's names ("ring", ...), "auto", or "" unknown
+  std::string path;                // as given
+  std::string op;                  // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce; "" unknown
+  int ranks = 0;                   // 0: not stated
+  int nodes = 0;                   // 0: not stated
+  std::string algorithm;           // the forced NCCL_ALGO in ranksim's names ("ring", ...), "auto", or "" unknown
   std::vector<std::string> about;  // the `# source:` and `# hardware:` lines, for the calibrated file's comment
   std::vector<MeasuredRow> rows;
 };

@@ -63,12 +63,11 @@ struct ScenarioSchema {
     check.keys = {{"max_time", nullptr}, {"min_busbw", nullptr}, {"op", nullptr}};
     checks.items = &check;
     outputs.keys = {{"json", nullptr}, {"report", nullptr}, {"trace", nullptr}};
-    root.keys = {{"algorithm", nullptr},   {"batch", &batch},         {"checks", &checks},     {"data", nullptr},
-                 {"description", nullptr}, {"dump", nullptr},         {"encoder", &encoder},   {"model", &model},
-                 {"name", nullptr},        {"outputs", &outputs},     {"parallel", &parallel}, {"protocol", nullptr},
-                 {"ranks", nullptr},
-                 {"topology", nullptr},    {"topology_set", nullptr}, {"train", &train},       {"validate", &validate},
-                 {"workload", &workload}};
+    root.keys = {{"algorithm", nullptr},   {"batch", &batch},      {"checks", &checks},       {"data", nullptr},
+                 {"description", nullptr}, {"dump", nullptr},      {"encoder", &encoder},     {"model", &model},
+                 {"name", nullptr},        {"outputs", &outputs},  {"parallel", &parallel},   {"protocol", nullptr},
+                 {"ranks", nullptr},       {"topology", nullptr},  {"topology_set", nullptr}, {"train", &train},
+                 {"validate", &validate},  {"workload", &workload}};
   }
   ScenarioSchema(const ScenarioSchema&) = delete;
   ScenarioSchema& operator=(const ScenarioSchema&) = delete;

@@ -27,7 +27,6 @@ constexpr double kBasePat = 8.0;
 // Simple) and the network ones by inter_latency / 14 us (network ring Simple).
 constexpr std::array<double, 3> kNvlRing{0.6, 1.9, 3.4};
 constexpr std::array<double, 3> kNvlTree{0.6, 1.25, 4.0};
-constexpr double kNvlNvls = 25.0;
 constexpr double kNvlCollnet = 3.7;
 constexpr std::array<double, 3> kNetRing{2.7, 4.0, 14.0};
 constexpr std::array<double, 3> kNetTree{5.0, 8.5, 14.0};
@@ -157,7 +156,9 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   const int C = std::max(1, c_.channels);
   const int used = std::clamp(static_cast<int>(s.bytes / kChannelBytes[pi(proto)]), 1, C);
   e.channels = used;
-  const double share = static_cast<double>(used) / C;
+  // Each channel carries a sixteenth of the links' bandwidth: 16 channels fill them (NCCL's ring
+  // channel count on NVSwitch systems), more add nothing, fewer leave bandwidth unused.
+  const double share = std::min(1.0, used / 16.0);
   double ring_bus = kInf;
   if (p > 1) ring_bus = std::min(ring_bus, fabric * c_.fabric_efficiency);
   if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency);
@@ -174,7 +175,10 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       algbw = bus / bus_factor(s.op, n);
       const int nsteps = all_reduce ? 2 * (n - 1) : n - 1;
       const int inter = N == 1 ? 0 : all_reduce ? 2 * (N - 1) : N - 1;
-      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * intra_hop + inter * inter_hop;
+      // A ring through the network launches every step through the host proxy.
+      const double step =
+          N == 1 ? intra_hop : std::max(intra_hop, c_.net_overhead.seconds() * (proto == Protocol::simple ? 3 : 1));
+      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * step + inter * inter_hop;
       break;
     }
     case CollAlgo::tree: {
@@ -200,7 +204,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // per byte as a ring for more than two nodes, as NCCL's model has it).
       if (tree) algbw = std::min(algbw, nic_node * c_.network_efficiency * (N <= 2 ? 1.0 : 0.5));
       algbw *= share;
-      e.latency = kNvlNvls * intra_scale * kUs + (tree ? 2 * log2_floor(N) * kNetNvlsTree * inter_scale * kUs : 0.0);
+      e.latency = c_.nvls_latency.seconds() + (tree ? 2 * log2_floor(N) * kNetNvlsTree * inter_scale * kUs : 0.0);
       break;
     }
     case CollAlgo::collnet: {
@@ -212,8 +216,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       double bw = nic_node * c_.network_efficiency;
       if (p > 1) bw = std::min(bw, fabric * c_.fabric_efficiency / (2.0 * (p - 1) / p));
       algbw = bw * share;
-      e.latency = 2 * (std::min(1, p - 1) * kNvlCollnet * intra_scale * kUs + (p - 1) * 0.4 * kUs) +
-                  c_.sharp_latency.seconds();
+      e.latency =
+          2 * (std::min(1, p - 1) * kNvlCollnet * intra_scale * kUs + (p - 1) * 0.4 * kUs) + c_.sharp_latency.seconds();
       break;
     }
     case CollAlgo::pat: {
@@ -232,12 +236,15 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       const double nic_rank = s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_;
       double t = 0;
       if (intra_bytes > 0) t = std::max(t, intra_bytes / (fabric * c_.alltoall_efficiency));
-      if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.alltoall_efficiency));
+      if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.network_efficiency));
       if (proto == Protocol::ll) t *= 2;
       algbw = t > 0 ? s.bytes / t : kInf;
       e.channels = 1;
-      e.latency = (proto == Protocol::ll ? kBaseRing[0] : kBaseRing[2]) * kUs + (p - 1) * intra_hop +
-                  (n - p) * kNetRing[pi(proto)] * inter_scale * kUs;
+      // Peers are served in parallel by the channels; each still costs a short setup: the LL
+      // hop latencies per peer, one full hop to reach the farthest.
+      e.latency = (proto == Protocol::ll ? kBaseRing[0] : kBaseRing[2]) * kUs +
+                  (p - 1) * kNvlRing[0] * intra_scale * kUs + (n - p) * kNetRing[0] * inter_scale * kUs +
+                  (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
       break;
     }
   }

@@ -23,21 +23,23 @@
 // CollNet (SHARP) reduces in the network switches: between nodes each rank's data crosses once.
 // PAT (all_gather, reduce_scatter with one rank per node) runs at 0.75 of a ring's bandwidth with
 // logarithmic latency. All-to-all (and gather/scatter) is point-to-point between every pair: the
-// bytes that stay in a node go over the fabric, the rest over the node's NICs, at
-// alltoall_efficiency.
+// bytes that stay in a node go over the fabric at alltoall_efficiency, the rest over the node's
+// NICs at network_efficiency; each peer adds NCCL's LL hop latency (peers are served in parallel).
 //
-// Channels. A large collective uses every channel; bandwidth is shared equally by the channels,
-// so a collective on c of C channels gets c/C of it. NCCL lowers the channel count for small
-// calls so that each of its threads has enough bytes: a channel per 32 KiB (Simple), 4 KiB (LL)
-// or 5 KiB (LL128) of S, at least one.
+// Channels. A large collective uses every channel (`channels`, NCCL_MAX_NCHANNELS); each channel
+// carries a sixteenth of the links' bandwidth, so c channels reach min(1, c/16) of it: 16 fill
+// the links (NCCL's ring channel count on NVSwitch systems), fewer leave bandwidth unused. NCCL lowers the channel
+// count for small calls so that each of its threads has enough bytes: a channel per 32 KiB (Simple), 4 KiB (LL) or 5
+// KiB (LL128) of S, at least one.
 //
 // Latency. A base per algorithm and protocol plus hops: ring all_reduce 2(n-1) steps, all_gather
 // and reduce_scatter n-1, 2(N-1) (resp. N-1) of them between nodes (N nodes); tree all_reduce
 // 2((p-1) intra hops + log2(N) inter hops). The Simple protocol's hop latencies are the
 // topology's intra_latency and inter_latency; LL and LL128 scale them by NCCL's published
 // per-protocol ratios (NVLink ring 0.6 / 1.9 / 3.4 us, network ring 2.7 / 4 / 14 us, network tree
-// 5 / 8.5 / 14 us for LL / LL128 / Simple). Base latencies are NCCL's published ones (ring
-// 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us).
+// 5 / 8.5 / 14 us for LL / LL128 / Simple); a ring that spans nodes pays at least net_overhead
+// per step (3x for Simple; NCCL's host proxy overhead). Every call adds call_overhead. Base latencies are NCCL's
+// published ones (ring 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us).
 //
 // Selection: the (algorithm, protocol) with the least predicted time among those that apply
 // (ties to the earlier in enum order); a forced algorithm or protocol (NCCL_ALGO / NCCL_PROTO)
@@ -60,27 +62,27 @@ enum class CollOp : uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_
 enum class CollAlgo : uint8_t { ring, tree, nvls, nvls_tree, collnet, pat, direct };
 enum class Protocol : uint8_t { ll, ll128, simple };
 
-const char* to_string(CollAlgo a);    // "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct"
-const char* to_string(Protocol p);    // "LL", "LL128", "Simple"
+const char* to_string(CollAlgo a);  // "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct"
+const char* to_string(Protocol p);  // "LL", "LL128", "Simple"
 // Parses NCCL_PROTO's names, case-insensitive; nullopt for anything else.
 std::optional<Protocol> parse_protocol(std::string_view name);
 
 // A call's shape: what the model needs to know.
 struct CollectiveShape {
   CollOp op = CollOp::all_reduce;
-  double bytes = 0;       // nccl-tests size (see above)
-  int nranks = 1;         // group size
-  int nodes = 1;          // nodes the group spans
+  double bytes = 0;        // nccl-tests size (see above)
+  int nranks = 1;          // group size
+  int nodes = 1;           // nodes the group spans
   int ranks_per_node = 1;  // most ranks of the group on one node
 };
 
 struct CollectiveEstimate {
   CollAlgo algorithm = CollAlgo::ring;
   Protocol protocol = Protocol::simple;
-  int channels = 1;      // channels used at this size
-  double latency = 0;    // seconds
-  double algbw = 0;      // bytes/s (S / algbw is the bandwidth term)
-  double seconds = 0;    // latency + S / algbw
+  int channels = 1;    // channels used at this size
+  double latency = 0;  // seconds
+  double algbw = 0;    // bytes/s (S / algbw is the bandwidth term)
+  double seconds = 0;  // latency + S / algbw
 };
 
 class CollectiveModel {
@@ -105,8 +107,8 @@ class CollectiveModel {
 
  private:
   CollectiveTiming c_;
-  double fabric_bw_ = 0;   // per device, each direction (0: no fabric)
-  double nic_bw_ = 0;      // per NIC
+  double fabric_bw_ = 0;  // per device, each direction (0: no fabric)
+  double nic_bw_ = 0;     // per NIC
   int nics_per_node_ = 0;
   bool has_network_ = false;
   bool sharp_ = false;     // in-network reduction (CollNet)

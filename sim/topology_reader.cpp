@@ -40,14 +40,15 @@ struct Schemas {
                   {"oversubscription", nullptr},
                   {"rail_optimized", nullptr}};
     levels.items = &level;
-    network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr},   {"levels", &levels},
-                    {"nics_per_node", nullptr}, {"transport", nullptr}, {"sharp", nullptr}};
+    network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr}, {"levels", &levels},
+                    {"nics_per_node", nullptr}, {"transport", nullptr},   {"sharp", nullptr}};
     for (const char* k : {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency", "nvls",
-                          "nvls_efficiency", "ll_max_bandwidth", "intra_latency", "inter_latency", "sharp_latency", "call_overhead"})
+                          "nvls_efficiency", "ll_max_bandwidth", "intra_latency", "inter_latency", "net_overhead",
+                          "nvls_latency", "sharp_latency", "call_overhead"})
       collectives.keys.push_back({k, nullptr});
-    root.keys = {{"name", nullptr},          {"description", nullptr}, {"nodes", nullptr},
-                 {"device_kinds", &device_kinds}, {"node", &node},          {"network", &network},
-                 {"collectives", &collectives}};
+    root.keys = {
+        {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
+        {"node", &node},   {"network", &network},    {"collectives", &collectives}};
   }
   Schemas(const Schemas&) = delete;
   Schemas& operator=(const Schemas&) = delete;
@@ -494,9 +495,12 @@ class TopologyReader {
     }
     if (const Field* t = nv.find("transport")) {
       const std::string v = rd_.name(*t);
-      if (v == "infiniband") net.transport = Transport::infiniband;
-      else if (v == "roce") net.transport = Transport::roce;
-      else rd_.pos().fail(t->value, "'" + t->path + "' must be infiniband or roce, got '" + v + "'");
+      if (v == "infiniband")
+        net.transport = Transport::infiniband;
+      else if (v == "roce")
+        net.transport = Transport::roce;
+      else
+        rd_.pos().fail(t->value, "'" + t->path + "' must be infiniband or roce, got '" + v + "'");
     }
     if (const Field* sh = nv.find("sharp")) net.sharp = rd_.boolean(*sh);
     const Field& lv = nv.need("levels", "the fat-tree levels, leaf first");
@@ -591,8 +595,10 @@ class TopologyReader {
     CollectiveTiming& c = s_.collectives;
     if (const Field* m = cv.find("model")) {
       const std::string v = rd_.name(*m);
-      if (v == "nccl") c.model = CollectiveTimingModel::nccl;
-      else if (v == "schedule") c.model = CollectiveTimingModel::schedule;
+      if (v == "nccl")
+        c.model = CollectiveTimingModel::nccl;
+      else if (v == "schedule")
+        c.model = CollectiveTimingModel::schedule;
       else
         rd_.pos().fail(m->value, "'" + m->path + "' must be nccl (NCCL's channels, algorithms and protocols) or " +
                                      "schedule (point-to-point schedules on the network graph), got '" + v + "'");
@@ -602,8 +608,9 @@ class TopologyReader {
     auto fraction = [&](const char* key, double& out) {
       if (const Field* k = cv.find(key)) {
         out = rd_.positive_number(*k, "a fraction of the hardware bandwidth, at most 1");
-        if (out > 1) rd_.pos().fail(k->value, "'" + k->path + "' must be at most 1 (a fraction of the hardware " +
-                                                  "bandwidth), got " + rd_.scalar(*k, ""));
+        if (out > 1)
+          rd_.pos().fail(k->value, "'" + k->path + "' must be at most 1 (a fraction of the hardware " +
+                                       "bandwidth), got " + rd_.scalar(*k, ""));
       }
     };
     fraction("fabric_efficiency", c.fabric_efficiency);
@@ -613,20 +620,22 @@ class TopologyReader {
     if (const Field* k = cv.find("nvls")) {
       c.nvls = rd_.boolean(*k);
       if (c.nvls && s_.fabric.type != FabricType::switched)
-        rd_.pos().fail(k->value, "'" + k->path + "': NVLS reduces inside an NVSwitch; node.fabric.type must be " +
-                                     "switch");
+        rd_.pos().fail(k->value,
+                       "'" + k->path + "': NVLS reduces inside an NVSwitch; node.fabric.type must be " + "switch");
     }
     if (const Field* k = cv.find("ll_max_bandwidth")) c.ll_max_bandwidth = rd_.bandwidth(*k);
     auto latency = [&](const char* key, Time& out) {
       if (const Field* k = cv.find(key)) {
         out = rd_.duration(*k);
         if (out > Time::ms(100))
-          rd_.pos().fail(k->value, "'" + k->path + "' must be at most 100 ms per hop, got '" + rd_.scalar(*k, "") +
-                                       "'");
+          rd_.pos().fail(k->value,
+                         "'" + k->path + "' must be at most 100 ms per hop, got '" + rd_.scalar(*k, "") + "'");
       }
     };
     latency("intra_latency", c.intra_latency);
     latency("inter_latency", c.inter_latency);
+    latency("net_overhead", c.net_overhead);
+    latency("nvls_latency", c.nvls_latency);
     latency("sharp_latency", c.sharp_latency);
     latency("call_overhead", c.call_overhead);
   }

@@ -74,17 +74,21 @@ enum class CollectiveTimingModel : uint8_t { schedule, nccl };
 
 struct CollectiveTiming {
   CollectiveTimingModel model = CollectiveTimingModel::schedule;
-  int channels = 16;                // channels (rings / trees) a large collective runs at once
-  double fabric_efficiency = 0.80;  // share of the fabric bandwidth a ring's bus bandwidth reaches
-  double network_efficiency = 0.95;  // share of the NICs' bandwidth a ring's bus bandwidth reaches
-  double alltoall_efficiency = 0.80;  // share of the fabric/NIC bandwidth all-to-all reaches
+  int channels = 16;                  // channels (rings / trees) a large collective runs at once
+  double fabric_efficiency = 0.80;    // share of the fabric bandwidth a ring's bus bandwidth reaches
+  double network_efficiency = 0.95;   // share of the NICs' bandwidth a ring's bus bandwidth reaches
+  double alltoall_efficiency = 0.80;  // share of the fabric bandwidth all-to-all reaches in a node
   bool nvls = false;                  // NVLink SHARP: reductions inside the NVSwitch
   double nvls_efficiency = 0.60;      // NVLS all_reduce algorithm bandwidth / fabric bandwidth
   double ll_max_bandwidth = 141e9;    // cap on LL's bus bandwidth (NCCL's llMaxBw, Hopper, 1 node)
   // Per-hop latencies of the Simple protocol; LL and LL128 scale them by NCCL's published ratios.
   Time intra_latency = Time::ns(3400);  // one hop inside a node (NCCL's NVLink ring Simple: 3.4 us)
   Time inter_latency = Time::us(14);    // one hop between nodes (NCCL's NET ring Simple: 14 us)
-  Time sharp_latency = Time::us(30);    // one in-network reduction (NCCL's CollNet NET latency)
+  // The host proxy's cost per network step: a ring that spans nodes pays at least this on every
+  // step, three times for Simple (NCCL's getNetOverhead: 1 us on Intel hosts, 2 us on AMD).
+  Time net_overhead = Time::us(1);
+  Time nvls_latency = Time::us(25);   // an NVLS reduction inside the switch (NCCL's NVLS: 25 us)
+  Time sharp_latency = Time::us(30);  // one in-network reduction (NCCL's CollNet NET latency)
   // A fixed cost of every call beyond NCCL's latency model (host-side launch and synchronisation
   // of the ranks; nccl-tests with one process driving 8 GPUs shows ~30 us). Fitted; default 0.
   Time call_overhead = Time::zero();

@@ -67,9 +67,9 @@ bool timing_only(Algorithm a) {
 }
 
 Algorithm parse_algorithm(std::string_view name) {
-  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct,
-                      Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree, Algorithm::collnet,
-                      Algorithm::pat}) {
+  for (Algorithm a :
+       {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct, Algorithm::hierarchical,
+        Algorithm::nvls, Algorithm::nvls_tree, Algorithm::collnet, Algorithm::pat}) {
     if (name == to_string(a)) return a;
   }
   throw Error("unknown collective algorithm '" + std::string(name) +

@@ -437,3 +437,173 @@ INSTANTIATE_TEST_SUITE_P(Malformed, TopologyErrors, ::testing::ValuesIn(cases())
 
 }  // namespace
 }  // namespace ranksim::sim
+
+// ---- the collectives section and the network keys of the nccl model
+namespace ranksim::sim {
+namespace {
+
+std::vector<Case> collective_cases() {
+  return {
+      {"CollectivesUnknownModel",
+       base({}, {"collectives:", "  model: foo"}),
+       {},
+       "bad.yaml",
+       15,
+       10,
+       {"'collectives.model' must be nccl", "or schedule", "got 'foo'"}},
+      {"CollectivesZeroChannels",
+       base({}, {"collectives:", "  channels: 0"}),
+       {},
+       "bad.yaml",
+       15,
+       13,
+       {"'collectives.channels' must be between 1 and 64"}},
+      {"CollectivesTooManyChannels",
+       base({}, {"collectives:", "  model: nccl", "  channels: 65"}),
+       {},
+       "bad.yaml",
+       16,
+       13,
+       {"'collectives.channels' must be between 1 and 64", "got 65"}},
+      {"CollectivesEfficiencyAboveOne",
+       base({}, {"collectives:", "  fabric_efficiency: 1.5"}),
+       {},
+       "bad.yaml",
+       15,
+       22,
+       {"'collectives.fabric_efficiency' must be at most 1", "got 1.5"}},
+      {"CollectivesEfficiencyZero",
+       base({}, {"collectives:", "  network_efficiency: 0"}),
+       {},
+       "bad.yaml",
+       15,
+       23,
+       {"'collectives.network_efficiency' must be positive"}},
+      {"CollectivesNvlsOnARing",
+       base({{11, "    type: ring"}}, {"collectives:", "  nvls: true"}),
+       {},
+       "bad.yaml",
+       15,
+       9,
+       {"'collectives.nvls'", "NVLS reduces inside an NVSwitch", "node.fabric.type must be switch"}},
+      {"CollectivesNvlsNotABoolean",
+       base({}, {"collectives:", "  nvls: yes please"}),
+       {},
+       "bad.yaml",
+       15,
+       9,
+       {"'collectives.nvls' must be true or false"}},
+      {"CollectivesLatencyTooLong",
+       base({}, {"collectives:", "  intra_latency: 1 s"}),
+       {},
+       "bad.yaml",
+       15,
+       18,
+       {"'collectives.intra_latency' must be at most 100 ms per hop"}},
+      {"CollectivesLatencyNotADuration",
+       base({}, {"collectives:", "  call_overhead: 5 GB"}),
+       {},
+       "bad.yaml",
+       15,
+       18,
+       {"'collectives.call_overhead'", "is a size, not a duration"}},
+      {"CollectivesUnknownKey",
+       base({}, {"collectives:", "  chanels: 4"}),
+       {},
+       "bad.yaml",
+       15,
+       3,
+       {"unknown key 'chanels'", "did you mean 'channels'?"}},
+      {"NicsPerNodeNotDividingDevices",
+       with_network({{16, "  nic_latency: 1 us\n  nics_per_node: 3"}}),
+       {},
+       "bad.yaml",
+       17,
+       18,
+       {"'network.nics_per_node' = 3 does not divide node.devices = 4"}},
+      {"NicsPerNodeAboveDevices",
+       with_network({{16, "  nic_latency: 1 us\n  nics_per_node: 8"}}),
+       {},
+       "bad.yaml",
+       17,
+       18,
+       {"'network.nics_per_node' must be between 1 and 4"}},
+      {"TransportEthernet",
+       with_network({{16, "  nic_latency: 1 us\n  transport: ethernet"}}),
+       {},
+       "bad.yaml",
+       17,
+       14,
+       {"'network.transport' must be infiniband or roce, got 'ethernet'"}},
+      {"SharpNotABoolean",
+       with_network({{16, "  nic_latency: 1 us\n  sharp: maybe"}}),
+       {},
+       "bad.yaml",
+       17,
+       10,
+       {"'network.sharp' must be true or false"}},
+      {"OverrideBadModel",
+       base({}, {"collectives:", "  model: nccl"}),
+       {"collectives.model=fast"},
+       "override 'collectives.model=fast'",
+       1,
+       19,
+       {"'collectives.model' must be nccl", "got 'fast'"}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, TopologyErrors, ::testing::ValuesIn(collective_cases()),
+                         [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
+
+TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
+  const Topology t = Topology::parse(with_network({}, {"nodes: 2"}), "ok.yaml");
+  const CollectiveTiming defaults;
+  EXPECT_EQ(t.collectives().model, CollectiveTimingModel::schedule);
+  EXPECT_EQ(t.collectives().channels, defaults.channels);
+  EXPECT_EQ(t.collectives().fabric_efficiency, defaults.fabric_efficiency);
+  EXPECT_EQ(t.collectives().intra_latency, defaults.intra_latency);
+  EXPECT_FALSE(t.collectives().nvls);
+  // One NIC per device, InfiniBand, no SHARP.
+  EXPECT_EQ(t.nics_per_node(), 4);
+  EXPECT_EQ(t.network().nics_per_node, 0);
+  EXPECT_EQ(t.network().transport, Transport::infiniband);
+  EXPECT_FALSE(t.network().sharp);
+}
+
+TEST(TopologyCollectivesSection, EveryKeyIsRead) {
+  const Topology t = Topology::parse(
+      with_network({{16,
+                     "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
+                     "  sharp: true"}},
+                   {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
+                    "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  nvls: true",
+                    "  nvls_efficiency: 0.4", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
+                    "  inter_latency: 9 us", "  sharp_latency: 11 us", "  call_overhead: 20 us"}),
+      "ok.yaml");
+  const CollectiveTiming& c = t.collectives();
+  EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
+  EXPECT_EQ(c.channels, 8);
+  EXPECT_EQ(c.fabric_efficiency, 0.7);
+  EXPECT_EQ(c.network_efficiency, 0.85);
+  EXPECT_EQ(c.alltoall_efficiency, 0.5);
+  EXPECT_TRUE(c.nvls);
+  EXPECT_EQ(c.nvls_efficiency, 0.4);
+  EXPECT_DOUBLE_EQ(c.ll_max_bandwidth, 100e9);
+  EXPECT_EQ(c.intra_latency, Time::us(2));
+  EXPECT_EQ(c.inter_latency, Time::us(9));
+  EXPECT_EQ(c.sharp_latency, Time::us(11));
+  EXPECT_EQ(c.call_overhead, Time::us(20));
+  EXPECT_EQ(t.nics_per_node(), 2);
+  EXPECT_EQ(t.network().transport, Transport::roce);
+  EXPECT_TRUE(t.network().sharp);
+}
+
+TEST(TopologyCollectivesSection, AnOverrideSetsTheModel) {
+  const Topology t = Topology::parse(base({}, {"collectives:", "  model: schedule"}), "ok.yaml",
+                                     {"collectives.model=nccl", "collectives.channels=4"});
+  EXPECT_EQ(t.collectives().model, CollectiveTimingModel::nccl);
+  EXPECT_EQ(t.collectives().channels, 4);
+}
+
+}  // namespace
+}  // namespace ranksim::sim

@@ -298,8 +298,20 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
         break;
     }
   }
+  // An algorithm (or protocol) that NCCL does not have for this collective (ranksim's tree
+  // all_gather, say) leaves the choice to the model, as NCCL_ALGO="allreduce:tree" leaves
+  // all_gather to NCCL; the data still moves by ranksim's schedule of that name.
+  // `bench collectives` refuses such a choice up front instead (one collective, asked for).
   try {
-    return collective_model_.choose(shape, forced, protocol_);
+    try {
+      return collective_model_.choose(shape, forced, protocol_);
+    } catch (const Error&) {
+      try {
+        return collective_model_.choose(shape, std::nullopt, protocol_);
+      } catch (const Error&) {
+        return collective_model_.choose(shape);
+      }
+    }
   } catch (const Error& e) {
     throw Error(std::string(to_string(sig.kind)) + " on " + g.name + " (" + std::to_string(shape.nranks) +
                 " ranks on " + std::to_string(shape.nodes) + " node(s), " + std::to_string(rec.bytes) +

@@ -1,0 +1,459 @@
+// `ranksim calibrate`: constants recovered from tables the model itself generated, the command end
+// to end on an nccl-tests text table, its refusals of malformed input (nothing written), and the
+// reading of a real nccl-tests output.
+#include "app/calibrate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "app/nccl_tests_input.h"
+#include "sim/error.h"
+
+namespace ranksim::app {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+constexpr double kKiB = 1024.0;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// `nodes` nodes of 8 devices on a 100 GB/s switch; 50 Gb/s NICs (8 x 6.25 GB/s per node, the
+// bottleneck of a ring across nodes). Launch overhead 3 us.
+std::string topology_text(int nodes) {
+  return "name: cal\n"
+         "nodes: " +
+         std::to_string(nodes) +
+         "\n"
+         "device_kinds:\n"
+         "  gpu:\n"
+         "    peak_flops: {bf16: 100 TFLOP/s}\n"
+         "    memory_bandwidth: 1 TB/s\n"
+         "    memory: 16 GiB\n"
+         "    launch_overhead: 3 us\n"
+         "node:\n"
+         "  devices: 8\n"
+         "  kind: gpu\n"
+         "  fabric:\n"
+         "    type: switch\n"
+         "    bandwidth: 100 GB/s\n"
+         "    latency: 1 us\n"
+         "network:\n"
+         "  nic_bandwidth: 50 Gb/s\n"
+         "  nic_latency: 1 us\n"
+         "  levels:\n"
+         "    - {name: leaf, children: 4, latency: 100 ns}\n"
+         "    - {name: spine, latency: 100 ns}\n";
+}
+
+// The constants the synthetic tables are generated with.
+sim::CollectiveTiming truth(const sim::Topology& t) {
+  sim::CollectiveTiming c = t.collectives();
+  c.model = sim::CollectiveTimingModel::nccl;
+  c.fabric_efficiency = 0.83;
+  c.intra_latency = sim::Time::ns(2100);
+  c.call_overhead = sim::Time::us(20);
+  c.network_efficiency = 0.9;
+  c.inter_latency = sim::Time::us(9);
+  return c;
+}
+
+std::vector<double> sizes_1k_to_4g() {
+  std::vector<double> out;
+  for (double s = kKiB; s <= 4 * kGiB; s *= 2) out.push_back(s);
+  return out;
+}
+
+FitCase ring_case(const sim::CollectiveModel& m, double launch, int nranks, int nodes) {
+  FitCase c;
+  c.name = std::to_string(nranks) + " ranks on " + std::to_string(nodes);
+  c.shape.op = sim::CollOp::all_reduce;
+  c.shape.nranks = nranks;
+  c.shape.nodes = nodes;
+  c.shape.ranks_per_node = nranks / nodes;
+  c.algorithm = sim::CollAlgo::ring;
+  for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch)});
+  return c;
+}
+
+void expect_within(double got, double want, double rel, const char* what) {
+  EXPECT_NEAR(got, want, want * rel) << what;
+}
+
+// ---- recovery
+
+TEST(CalibrateFit, RecoversTheConstantsTheTablesWereMadeWith) {
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  EXPECT_DOUBLE_EQ(launch, 3e-6);
+  const sim::CollectiveTiming real = truth(t);
+  const sim::CollectiveModel m(t, real);
+  std::vector<FitCase> cases;
+  for (auto [nranks, nodes] : {std::pair{8, 1}, {4, 1}, {2, 1}, {16, 2}, {32, 4}})
+    cases.push_back(ring_case(m, launch, nranks, nodes));
+
+  sim::CollectiveTiming start = real;
+  start.fabric_efficiency = 0.6;
+  start.network_efficiency = 0.6;
+  start.intra_latency = sim::Time::us(5);
+  start.inter_latency = sim::Time::us(5);
+  start.call_overhead = sim::Time::us(1);
+  const FitResult fit = fit_collectives(t, start, cases);
+
+  EXPECT_THAT(fit.fitted, UnorderedElementsAre("fabric_efficiency", "intra_latency", "network_efficiency",
+                                               "inter_latency", "call_overhead"));
+  expect_within(fit.constants.fabric_efficiency, 0.83, 0.01, "fabric_efficiency");
+  expect_within(fit.constants.network_efficiency, 0.9, 0.01, "network_efficiency");
+  expect_within(fit.constants.intra_latency.seconds(), 2.1e-6, 0.01, "intra_latency");
+  expect_within(fit.constants.inter_latency.seconds(), 9e-6, 0.01, "inter_latency");
+  expect_within(fit.constants.call_overhead.seconds(), 20e-6, 0.01, "call_overhead");
+  EXPECT_LT(fit.rms_log_error, 1e-3);
+  // What is not fitted stays as it started.
+  EXPECT_EQ(fit.constants.channels, start.channels);
+  EXPECT_EQ(fit.constants.alltoall_efficiency, start.alltoall_efficiency);
+  EXPECT_EQ(fit.constants.ll_max_bandwidth, start.ll_max_bandwidth);
+}
+
+TEST(CalibrateFit, OneNodeTablesDoNotFitTheNetwork) {
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  const sim::CollectiveModel m(t, truth(t));
+  const std::vector<FitCase> cases = {ring_case(m, launch, 8, 1), ring_case(m, launch, 4, 1)};
+  sim::CollectiveTiming start = truth(t);
+  start.network_efficiency = 0.5;
+  start.inter_latency = sim::Time::us(50);
+  const FitResult fit = fit_collectives(t, start, cases);
+  EXPECT_THAT(fit.fitted, UnorderedElementsAre("fabric_efficiency", "intra_latency", "call_overhead"));
+  EXPECT_EQ(fit.constants.network_efficiency, 0.5);
+  EXPECT_EQ(fit.constants.inter_latency, sim::Time::us(50));
+}
+
+TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  const sim::CollectiveModel m(t, truth(t));
+  FitCase c;
+  c.shape.op = sim::CollOp::all_gather;
+  c.shape.nranks = 8;
+  c.shape.ranks_per_node = 8;
+  c.algorithm = sim::CollAlgo::ring;
+  c.protocol = sim::Protocol::simple;
+  // Ring all_gather Simple on 8 ranks at 1 GiB: 8.4 us + 7 hops of 2.1 us + 20 us overhead, and
+  // the bus bandwidth 100 GB/s x 0.83 divided by 7/8.
+  const double want = 3e-6 + 8.4e-6 + 7 * 2.1e-6 + 20e-6 + kGiB / (100e9 * 0.83 / (7.0 / 8));
+  EXPECT_NEAR(predict_row(m, c, kGiB, 3e-6), want, want * 1e-12);
+}
+
+TEST(CalibrateFit, GeomeanError) {
+  EXPECT_EQ(geomean_error({}), 0.0);
+  // |ln 2| and |ln 1/2| average to ln 2: 100%.
+  EXPECT_NEAR(geomean_error({{2, 1}, {1, 2}}), 1.0, 1e-12);
+  EXPECT_NEAR(geomean_error({{1.1, 1}}), 0.1, 1e-12);
+  EXPECT_EQ(geomean_error({{3, 3}, {5, 5}}), 0.0);
+}
+
+// ---- the command, on files
+
+fs::path scratch() {
+  const fs::path d = fs::temp_directory_path() / ("ranksim_calibrate_test_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path write(const std::string& name, const std::string& text) {
+  const fs::path p = scratch() / name;
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  return p;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+struct Row {
+  double bytes;
+  double us;
+};
+
+// nccl-tests' text table as all_reduce_perf (or `binary`) prints it: one "Rank" line per entry of
+// `hosts` (rank i on hosts[i]), then the rows with their out-of-place and in-place columns.
+std::string nccl_text(const std::string& binary, const std::vector<std::string>& hosts, const std::vector<Row>& rows) {
+  std::ostringstream o;
+  o << "# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902\n"
+    << "# Collective test starting: " << binary << "\n"
+    << "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4294967296 step: 2(factor) warmup iters: 5 iters: 20 agg "
+       "iters: 1 validation: 1 graph: 0\n"
+    << "#\n# Using devices\n";
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "#  Rank %2zu Group  0 Pid %6zu on %s device %2zu [0000:1b:00] NVIDIA H100 80GB HBM3\n", i,
+                  4175036 + i, hosts[i].c_str(), i % 8);
+    o << buf;
+  }
+  o << "#\n"
+    << "#                                                              out-of-place                       in-place\n"
+    << "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   "
+       "busbw  #wrong\n"
+    << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  "
+       "(GB/s)\n";
+  for (const Row& r : rows) {
+    char buf[300];
+    const double algbw = r.bytes / (r.us * 1e3);
+    std::snprintf(buf, sizeof buf, "%12.0f %13.0f %9s %7s %7s %8.2f %7.2f %7.2f %7d %8.2f %7.2f %7.2f %7d\n", r.bytes,
+                  r.bytes / 4, "float", "sum", "-1", r.us, algbw, algbw * 1.75, 0, r.us, algbw, algbw * 1.75, 0);
+    o << buf;
+  }
+  o << "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 100.0\n#\n"
+    << "# Collective test concluded: " << binary << "\n#\n";
+  return o.str();
+}
+
+std::vector<std::string> hosts(int n, int per_host) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back("cnode3-00" + std::to_string(i / per_host));
+  return out;
+}
+
+// A measured-looking all_reduce on 8 ranks of one node: the model's times with truth's constants.
+std::vector<Row> synthetic_rows(const sim::Topology& t) {
+  const sim::CollectiveModel m(t, truth(t));
+  FitCase c;
+  c.shape.nranks = 8;
+  c.shape.ranks_per_node = 8;
+  std::vector<Row> rows;
+  for (double bytes : sizes_1k_to_4g()) rows.push_back({bytes, predict_row(m, c, bytes, 3e-6) * 1e6});
+  return rows;
+}
+
+class CalibrateCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    topo_ = write("topo_" + name() + ".yaml", topology_text(1)).string();
+    out_ = (scratch() / ("out_" + name() + ".yaml")).string();
+    fs::remove(out_);
+  }
+  void TearDown() override {
+    fs::remove(topo_);
+    fs::remove(out_);
+    for (const std::string& t : tables_) fs::remove(t);
+  }
+  static std::string name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+  CalibrateOptions options(const std::vector<std::string>& files) const {
+    CalibrateOptions o;
+    o.topology = topo_;
+    o.output = out_;
+    o.files = files;
+    return o;
+  }
+  // A table file named after the test.
+  std::string table(const std::string& text, const std::string& ext = ".txt") {
+    tables_.push_back(write("table_" + name() + ext, text).string());
+    return tables_.back();
+  }
+  // calibrate must refuse with a message holding `says`, and write nothing.
+  void expect_refused(const CalibrateOptions& o, const std::string& says) const {
+    std::ostringstream printed;
+    try {
+      calibrate(o, printed);
+      ADD_FAILURE() << "expected an Error saying '" << says << "'; printed:\n" << printed.str();
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(says));
+    }
+    EXPECT_FALSE(fs::exists(out_)) << out_;
+  }
+
+  std::string topo_, out_;
+  std::vector<std::string> tables_;
+};
+
+TEST_F(CalibrateCommand, FitsATextTableAndWritesALoadableTopology) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  EXPECT_EQ(t.collectives().model, sim::CollectiveTimingModel::schedule);
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));
+  std::ostringstream printed;
+  EXPECT_EQ(calibrate(options({file}), printed), 0);
+  const std::string p = printed.str();
+  EXPECT_THAT(p, HasSubstr("fitted constants:"));
+  EXPECT_THAT(p, HasSubstr("measured(us)"));
+  EXPECT_THAT(p, HasSubstr("model(us)"));
+  EXPECT_THAT(p, HasSubstr("fitted(us)"));
+  EXPECT_THAT(p, HasSubstr("8 ranks on 1 node(s)"));
+  EXPECT_THAT(p, HasSubstr("# wrote " + out_));
+  // One printed row per measured size: 1 KiB .. 4 GiB.
+  EXPECT_THAT(p, HasSubstr("\n          1024 "));
+  EXPECT_THAT(p, HasSubstr("\n    4294967296 "));
+
+  ASSERT_TRUE(fs::exists(out_));
+  const sim::Topology cal = sim::Topology::load_file(out_);
+  EXPECT_EQ(cal.collectives().model, sim::CollectiveTimingModel::nccl);
+  EXPECT_EQ(cal.num_devices(), 8);
+  EXPECT_EQ(cal.name(), "cal");
+  // The large sizes pin the bus bandwidth: the fabric efficiency the rows were made with.
+  EXPECT_NEAR(cal.collectives().fabric_efficiency, 0.83, 0.83 * 0.01);
+  EXPECT_THAT(read(out_), HasSubstr(file));
+}
+
+TEST_F(CalibrateCommand, CheckComparesAndWritesNothing) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));
+  CalibrateOptions o = options({file});
+  o.check_only = true;
+  o.output.clear();
+  std::ostringstream printed;
+  EXPECT_EQ(calibrate(o, printed), 0);
+  EXPECT_THAT(printed.str(), HasSubstr("measured(us)"));
+  EXPECT_THAT(printed.str(), Not(HasSubstr("fitted(us)")));
+  EXPECT_FALSE(fs::exists(out_));
+}
+
+const std::vector<Row> kRows = {{1024, 30.5}, {2048, 31.0}, {1048576, 60.2}};
+
+TEST_F(CalibrateCommand, RefusesATextWithoutRows) {
+  expect_refused(options({table("this is not\nan nccl-tests output\n")}), "no measurements found");
+}
+
+TEST_F(CalibrateCommand, RefusesANonNumericTime) {
+  std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows);
+  const std::string bad =
+      "        2048           512     float     sum      -1     fast    0.07    0.12       0"
+      "    31.00    0.07    0.12       0\n";
+  text.insert(text.find("# Out of bounds"), bad);
+  expect_refused(options({table(text)}), "the time 'fast' is not a number of microseconds");
+}
+
+TEST_F(CalibrateCommand, RefusesARowWithTooFewColumns) {
+  std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows);
+  text.insert(text.find("# Out of bounds"), "        4096          1024     float     sum      -1    31.50\n");
+  expect_refused(options({table(text)}), "got 6 columns");
+}
+
+TEST_F(CalibrateCommand, RefusesTwoCollectivesInOneFile) {
+  const std::string text =
+      nccl_text("all_reduce_perf", hosts(8, 8), kRows) + nccl_text("all_gather_perf", hosts(8, 8), kRows);
+  expect_refused(options({table(text)}), "several collectives (all_reduce and all_gather)");
+}
+
+TEST_F(CalibrateCommand, RefusesRanksThatDisagreeWithTheFile) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.ranks = 4;
+  expect_refused(o, "wrong rank count: the table ran on 8 ranks but --ranks is 4");
+}
+
+TEST_F(CalibrateCommand, RefusesMoreRanksThanTheTopologyHas) {
+  expect_refused(options({table(nccl_text("all_reduce_perf", hosts(16, 8), kRows))}),
+                 "the table ran on 16 ranks but topology 'cal' has 8 devices");
+}
+
+TEST_F(CalibrateCommand, RefusesANodeCountThatDisagreesWithTheTopology) {
+  // 8 ranks on two hosts, but 8 ranks fill one node of 8 devices.
+  expect_refused(options({table(nccl_text("all_reduce_perf", hosts(8, 4), kRows))}),
+                 "the table ran on 2 node(s), but 8 ranks fill 1 node(s)");
+}
+
+TEST_F(CalibrateCommand, RefusesACsvWithoutItsCollective) {
+  const std::string csv = "# ranks: 8\n# nodes: 1\nsize_bytes,time_us,algbw_GBps,busbw_GBps\n1024,30.5,0.03,0.06\n";
+  expect_refused(options({table(csv, ".csv")}), "the file does not name its collective; give it with --op");
+}
+
+TEST_F(CalibrateCommand, RefusesAnUnknownAlgorithm) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.algorithm = "fast";
+  expect_refused(o, "algorithm 'fast' is not one of NCCL's");
+}
+
+TEST_F(CalibrateCommand, RefusesAnAlgorithmThatCannotServeTheCollective) {
+  CalibrateOptions o = options({table(nccl_text("all_gather_perf", hosts(8, 8), kRows))});
+  o.algorithm = "tree";
+  expect_refused(o, "trees serve all_reduce only");
+}
+
+TEST_F(CalibrateCommand, RefusesAnUnknownProtocol) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.protocol = "fast";
+  expect_refused(o, "unknown --proto 'fast'");
+}
+
+TEST_F(CalibrateCommand, RefusesAMissingFile) {
+  expect_refused(options({(scratch() / "no_such_table.txt").string()}), "cannot read nccl-tests output");
+}
+
+TEST_F(CalibrateCommand, RefusesToRunWithoutAnOutput) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.output.clear();
+  expect_refused(o, "calibrate needs -o");
+}
+
+TEST_F(CalibrateCommand, RefusesToRunWithoutFiles) { expect_refused(options({}), "at least one nccl-tests output"); }
+
+// ---- reading
+
+TEST(NcclTestsInput, ReadsTheRealAllGatherOutput) {
+  const std::string path =
+      std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/raw/a100sxm4_2node8gpu_all_gather_alcf_polaris.txt";
+  const MeasuredTable t = read_nccl_tests(path);
+  EXPECT_EQ(t.path, path);
+  // The older header names no collective ("Collective test starting" came with later versions):
+  // calibrate then needs --op.
+  EXPECT_EQ(t.op, "");
+  EXPECT_EQ(t.ranks, 8);
+  EXPECT_EQ(t.nodes, 2);
+  // Five size-0 rows dropped; 128 B .. 1 GiB, doubling.
+  ASSERT_EQ(t.rows.size(), 24u);
+  EXPECT_EQ(t.rows.front().bytes, 128);
+  EXPECT_NEAR(t.rows.front().seconds, 69.40e-6, 1e-15);
+  EXPECT_EQ(t.rows.back().bytes, 1073741824);
+  EXPECT_NEAR(t.rows.back().seconds, 25755e-6, 1e-12);
+  for (size_t i = 1; i < t.rows.size(); ++i) EXPECT_EQ(t.rows[i].bytes, 2 * t.rows[i - 1].bytes);
+}
+
+TEST(NcclTestsInput, ItsCsvTwinAgrees) {
+  const std::string dir = std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/";
+  const MeasuredTable raw = read_nccl_tests(dir + "raw/a100sxm4_2node8gpu_all_gather_alcf_polaris.txt");
+  const MeasuredTable csv = read_nccl_tests(dir + "a100sxm4_2node8gpu_all_gather_alcf_polaris.csv");
+  EXPECT_EQ(csv.op, "all_gather");
+  EXPECT_EQ(csv.ranks, 8);
+  EXPECT_EQ(csv.nodes, 2);
+  EXPECT_EQ(csv.algorithm, "auto");
+  ASSERT_EQ(csv.rows.size(), raw.rows.size());
+  for (size_t i = 0; i < raw.rows.size(); ++i) {
+    EXPECT_EQ(csv.rows[i].bytes, raw.rows[i].bytes);
+    EXPECT_EQ(csv.rows[i].seconds, raw.rows[i].seconds);
+  }
+}
+
+TEST(NcclTestsInput, NamesTheCollectiveOfANewerHeader) {
+  const MeasuredTable t = parse_nccl_tests(nccl_text("alltoall_perf", hosts(16, 8), kRows), "x.txt");
+  EXPECT_EQ(t.op, "all_to_all");
+  EXPECT_EQ(t.ranks, 16);
+  EXPECT_EQ(t.nodes, 2);
+  ASSERT_EQ(t.rows.size(), 3u);
+  EXPECT_EQ(t.rows[2].bytes, 1048576);
+  EXPECT_NEAR(t.rows[2].seconds, 60.2e-6, 1e-15);
+}
+
+TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
+  try {
+    (void)parse_nccl_tests("# hello\n1024 256 float sum -1 0 0.1 0.1 0 1 1 1 0\n", "t.txt");
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("t.txt:2: "));
+    EXPECT_THAT(e.what(), HasSubstr("must be positive"));
+  }
+}
+
+}  // namespace
+}  // namespace ranksim::app

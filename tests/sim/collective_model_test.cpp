@@ -1,0 +1,494 @@
+// CollectiveModel against closed forms written out here: NCCL's ring, tree and protocol formulas
+// on small switched topologies, selection as the least predicted time, channels, forcing and
+// determinism.
+#include "sim/collective_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sim/error.h"
+#include "sim/topology.h"
+
+namespace ranksim::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kUs = 1e-6;
+constexpr double kKiB = 1024.0;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Fabric bandwidth, efficiency and hop latency of the one-node topology below.
+constexpr double kB = 100e9;   // 100 GB/s
+constexpr double kE = 0.75;    // fabric_efficiency
+constexpr double kL = 2e-6;    // intra_latency: 2 us
+constexpr double kBig = kGiB;  // every channel in use for every protocol
+
+// One node of `devices` devices on a switch of 100 GB/s, with a `collectives` section.
+std::string one_node(int devices, const std::string& collectives) {
+  return "name: one\n"
+         "device_kinds:\n"
+         "  gpu:\n"
+         "    peak_flops: {bf16: 100 TFLOP/s}\n"
+         "    memory_bandwidth: 1 TB/s\n"
+         "    memory: 16 GiB\n"
+         "node:\n"
+         "  devices: " +
+         std::to_string(devices) +
+         "\n"
+         "  kind: gpu\n"
+         "  fabric:\n"
+         "    type: switch\n"
+         "    bandwidth: 100 GB/s\n"
+         "    latency: 1 us\n"
+         "collectives:\n" +
+         collectives;
+}
+
+const char* const kNcclSection =
+    "  model: nccl\n"
+    "  fabric_efficiency: 0.75\n"
+    "  channels: 16\n"
+    "  intra_latency: 2 us\n";
+
+Topology dgx_like(const std::string& extra = "") {
+  return Topology::parse(one_node(8, kNcclSection + extra), "one.yaml");
+}
+
+// `nodes` nodes of 8 devices on a 450 GB/s switch; 400 Gb/s (50 GB/s) NICs, `nics` per node.
+Topology cluster(int nodes, int nics, double fabric_efficiency) {
+  const std::string text =
+      "name: two\n"
+      "nodes: " +
+      std::to_string(nodes) +
+      "\n"
+      "device_kinds:\n"
+      "  gpu:\n"
+      "    peak_flops: {bf16: 100 TFLOP/s}\n"
+      "    memory_bandwidth: 1 TB/s\n"
+      "    memory: 16 GiB\n"
+      "node:\n"
+      "  devices: 8\n"
+      "  kind: gpu\n"
+      "  fabric:\n"
+      "    type: switch\n"
+      "    bandwidth: 450 GB/s\n"
+      "    latency: 1 us\n"
+      "network:\n"
+      "  nic_bandwidth: 400 Gb/s\n"
+      "  nic_latency: 1 us\n"
+      "  nics_per_node: " +
+      std::to_string(nics) +
+      "\n"
+      "  levels:\n"
+      "    - {name: leaf, children: 4, latency: 100 ns}\n"
+      "    - {name: spine, latency: 100 ns}\n"
+      "collectives:\n"
+      "  model: nccl\n"
+      "  fabric_efficiency: " +
+      std::to_string(fabric_efficiency) +
+      "\n"
+      "  network_efficiency: 0.9\n"
+      "  intra_latency: 4 us\n"
+      "  inter_latency: 7 us\n";
+  return Topology::parse(text, "two.yaml");
+}
+
+CollectiveShape shape(CollOp op, double bytes, int nranks, int nodes = 1) {
+  CollectiveShape s;
+  s.op = op;
+  s.bytes = bytes;
+  s.nranks = nranks;
+  s.nodes = nodes;
+  s.ranks_per_node = nranks / nodes;
+  return s;
+}
+
+CollectiveEstimate est(const CollectiveModel& m, const CollectiveShape& s, CollAlgo a, Protocol p) {
+  std::string why;
+  const auto e = m.estimate(s, a, p, &why);
+  EXPECT_TRUE(e.has_value()) << to_string(a) << "/" << to_string(p) << ": " << why;
+  return e.value_or(CollectiveEstimate{});
+}
+
+// |got - want| within a relative 1e-12: the model computes the same sums in another order.
+void expect_close(double got, double want) { EXPECT_NEAR(got, want, std::abs(want) * 1e-12) << "want " << want; }
+
+TEST(TopologyCollectives, TheSectionIsRead) {
+  const Topology t = dgx_like();
+  EXPECT_DOUBLE_EQ(t.fabric().bandwidth, kB);
+  EXPECT_EQ(t.collectives().model, CollectiveTimingModel::nccl);
+  EXPECT_EQ(t.collectives().channels, 16);
+  EXPECT_DOUBLE_EQ(t.collectives().fabric_efficiency, kE);
+  EXPECT_EQ(t.collectives().intra_latency, Time::us(2));
+}
+
+// ---- closed forms, one node of 8
+
+TEST(CollectiveModelClosedForm, RingAllReduceSimple) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveShape s = shape(CollOp::all_reduce, kBig, 8);
+  const CollectiveEstimate e = est(m, s, CollAlgo::ring, Protocol::simple);
+  const double algbw = kB * kE / (2.0 * 7 / 8);
+  EXPECT_EQ(e.channels, 16);
+  expect_close(e.latency, 8.4 * kUs + 14 * kL);
+  expect_close(e.algbw, algbw);
+  expect_close(e.seconds, 8.4 * kUs + 14 * kL + kBig / algbw);
+}
+
+TEST(CollectiveModelClosedForm, RingAllGatherSimple) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveEstimate e = est(m, shape(CollOp::all_gather, kBig, 8), CollAlgo::ring, Protocol::simple);
+  expect_close(e.seconds, 8.4 * kUs + 7 * kL + kBig / (kB * kE / (7.0 / 8)));
+}
+
+TEST(CollectiveModelClosedForm, ReduceScatterMatchesAllGather) {
+  const CollectiveModel m(dgx_like());
+  for (Protocol p : {Protocol::ll, Protocol::ll128, Protocol::simple}) {
+    const CollectiveEstimate ag = est(m, shape(CollOp::all_gather, 3e6, 8), CollAlgo::ring, p);
+    const CollectiveEstimate rs = est(m, shape(CollOp::reduce_scatter, 3e6, 8), CollAlgo::ring, p);
+    EXPECT_EQ(ag.seconds, rs.seconds) << to_string(p);
+  }
+}
+
+TEST(CollectiveModelClosedForm, BroadcastHasBusFactorOne) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveEstimate e = est(m, shape(CollOp::broadcast, kBig, 8), CollAlgo::ring, Protocol::simple);
+  expect_close(e.algbw, kB * kE);
+  expect_close(e.latency, 8.4 * kUs + 7 * kL);
+}
+
+TEST(CollectiveModelClosedForm, Ll128RunsAt092OfSimple) {
+  const CollectiveModel m(dgx_like());
+  for (CollOp op : {CollOp::all_reduce, CollOp::all_gather}) {
+    const CollectiveShape s = shape(op, kBig, 8);
+    const CollectiveEstimate simple = est(m, s, CollAlgo::ring, Protocol::simple);
+    const CollectiveEstimate ll128 = est(m, s, CollAlgo::ring, Protocol::ll128);
+    expect_close(ll128.algbw, 0.92 * simple.algbw);
+    // NCCL's LL128 latencies: base 14 us, NVLink hop 1.9 us where Simple's is 3.4 us.
+    const int hops = op == CollOp::all_reduce ? 14 : 7;
+    expect_close(ll128.latency, 14 * kUs + hops * 1.9 / 3.4 * kL);
+  }
+}
+
+TEST(CollectiveModelClosedForm, LlRunsAtHalfOfSimple) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveShape s = shape(CollOp::all_reduce, kBig, 8);
+  const CollectiveEstimate simple = est(m, s, CollAlgo::ring, Protocol::simple);
+  const CollectiveEstimate ll = est(m, s, CollAlgo::ring, Protocol::ll);
+  expect_close(ll.algbw, 0.5 * simple.algbw);
+  // NCCL's LL latencies: base 6.6 us, NVLink hop 0.6 us where Simple's is 3.4 us.
+  expect_close(ll.latency, 6.6 * kUs + 14 * 0.6 / 3.4 * kL);
+}
+
+TEST(CollectiveModelClosedForm, LlIsCappedAtLlMaxBandwidth) {
+  // Half of 75 GB/s is 37.5 GB/s; the cap of 20 GB/s binds.
+  const CollectiveModel m(dgx_like("  ll_max_bandwidth: 20 GB/s\n"));
+  const CollectiveEstimate ll = est(m, shape(CollOp::all_reduce, kBig, 8), CollAlgo::ring, Protocol::ll);
+  expect_close(ll.algbw, 20e9 / (2.0 * 7 / 8));
+  // A cap above half the bus bandwidth does not bind.
+  const CollectiveModel loose(dgx_like("  ll_max_bandwidth: 40 GB/s\n"));
+  const CollectiveEstimate ll2 = est(loose, shape(CollOp::all_reduce, kBig, 8), CollAlgo::ring, Protocol::ll);
+  expect_close(ll2.algbw, 0.5 * kB * kE / (2.0 * 7 / 8));
+}
+
+TEST(CollectiveModelClosedForm, TreeAllReduceSimple) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, kBig, 8), CollAlgo::tree, Protocol::simple);
+  expect_close(e.algbw, 0.5 * 0.92 * kB * kE);
+  // A chain of 7 intra-node hops, up and down; NCCL's NVLink tree Simple hop is 4.0 us where the
+  // ring's is 3.4 us.
+  expect_close(e.latency, 8.4 * kUs + 2 * 7 * 4.0 / 3.4 * kL);
+}
+
+TEST(CollectiveModelClosedForm, CallOverheadAddsToEveryEstimate) {
+  const CollectiveModel plain(dgx_like());
+  const CollectiveModel slow(dgx_like("  call_overhead: 20 us\n"));
+  const CollectiveShape s = shape(CollOp::all_reduce, 1e6, 8);
+  for (Protocol p : {Protocol::ll, Protocol::ll128, Protocol::simple}) {
+    expect_close(est(slow, s, CollAlgo::ring, p).seconds, est(plain, s, CollAlgo::ring, p).seconds + 20 * kUs);
+  }
+}
+
+TEST(CollectiveModelClosedForm, OneRankMovesNothing) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveEstimate e = m.choose(shape(CollOp::all_reduce, 1e6, 1));
+  EXPECT_EQ(e.algorithm, CollAlgo::ring);
+  EXPECT_EQ(e.channels, 0);
+  EXPECT_EQ(e.seconds, 0.0);
+  EXPECT_FALSE(m.estimate(shape(CollOp::all_reduce, 1e6, 1), CollAlgo::tree, Protocol::simple));
+}
+
+// ---- several nodes
+
+TEST(CollectiveModelMultiNode, RingIsLimitedByTheNics) {
+  // 4 NICs x 50 GB/s x 0.9 = 180 GB/s < 450 GB/s x 0.8 = 360 GB/s.
+  const CollectiveModel m(cluster(2, 4, 0.8));
+  const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
+  expect_close(e.algbw, 4 * 50e9 * 0.9 / (2.0 * 15 / 16));
+  // 30 steps, 2 of them between the nodes (7 us each), the rest 4 us NVLink hops.
+  expect_close(e.latency, 8.4 * kUs + 28 * 4 * kUs + 2 * 7 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, RingIsLimitedByTheFabric) {
+  // 8 NICs x 50 GB/s x 0.9 = 360 GB/s > 450 GB/s x 0.7 = 315 GB/s.
+  const CollectiveModel m(cluster(2, 8, 0.7));
+  const CollectiveEstimate e = est(m, shape(CollOp::all_gather, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
+  expect_close(e.algbw, 450e9 * 0.7 / (15.0 / 16));
+  expect_close(e.latency, 8.4 * kUs + 14 * 4 * kUs + 1 * 7 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {
+  // 2 ranks per node on 4 nodes: min(2, 4 NICs) = 2 NICs: 2 x 50 GB/s x 0.9 = 90 GB/s.
+  const CollectiveModel m(cluster(4, 4, 0.8));
+  const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, kBig, 8, 4), CollAlgo::ring, Protocol::simple);
+  expect_close(e.algbw, 2 * 50e9 * 0.9 / (2.0 * 7 / 8));
+}
+
+// ---- selection
+
+std::vector<double> sweep_sizes() {
+  std::vector<double> out;
+  for (double s = kKiB; s <= 8 * kGiB; s *= 2) {
+    out.push_back(s);
+    out.push_back(s * 1.5);
+  }
+  return out;
+}
+
+void expect_choice_is_least(const CollectiveModel& m, const CollectiveShape& s) {
+  const std::vector<CollectiveEstimate> all = m.candidates(s);
+  ASSERT_FALSE(all.empty());
+  size_t best = 0;
+  for (size_t i = 1; i < all.size(); ++i)
+    if (all[i].seconds < all[best].seconds) best = i;
+  const CollectiveEstimate c = m.choose(s);
+  EXPECT_EQ(c.seconds, all[best].seconds) << s.bytes;
+  EXPECT_EQ(c.algorithm, all[best].algorithm) << s.bytes;
+  EXPECT_EQ(c.protocol, all[best].protocol) << s.bytes;
+  for (const CollectiveEstimate& e : all) EXPECT_LE(c.seconds, e.seconds);
+}
+
+TEST(CollectiveModelSelection, ChooseIsTheLeastOfTheCandidatesAtEverySize) {
+  const CollectiveModel one(dgx_like("  nvls: true\n"));
+  const CollectiveModel two(cluster(2, 4, 0.8));
+  for (CollOp op :
+       {CollOp::all_reduce, CollOp::all_gather, CollOp::reduce_scatter, CollOp::broadcast, CollOp::all_to_all}) {
+    for (double bytes : sweep_sizes()) {
+      expect_choice_is_least(one, shape(op, bytes, 8));
+      expect_choice_is_least(two, shape(op, bytes, 16, 2));
+    }
+  }
+}
+
+TEST(CollectiveModelSelection, CandidatesOfAOneNodeAllReduce) {
+  const CollectiveModel m(dgx_like());
+  // ring and tree, each with LL, LL128 and Simple; no NVLS, CollNet (one node), PAT or direct.
+  const std::vector<CollectiveEstimate> all = m.candidates(shape(CollOp::all_reduce, 1e6, 8));
+  ASSERT_EQ(all.size(), 6u);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].algorithm, i < 3 ? CollAlgo::ring : CollAlgo::tree);
+    EXPECT_EQ(all[i].protocol, static_cast<Protocol>(i % 3));
+  }
+}
+
+// The ring's protocols cross where their closed forms are equal (every channel in use at both
+// crossings): LL below the first, LL128 between, Simple above the second.
+TEST(CollectiveModelSelection, RingProtocolSwitchesWhereTheTimesCross) {
+  const CollectiveModel m(dgx_like());
+  const double factor = 2.0 * 7 / 8;
+  const double bus = kB * kE;
+  const double lat_ll = 6.6 * kUs + 14 * 0.6 / 3.4 * kL, bw_ll = 0.5 * bus / factor;
+  const double lat_128 = 14 * kUs + 14 * 1.9 / 3.4 * kL, bw_128 = 0.92 * bus / factor;
+  const double lat_simple = 8.4 * kUs + 14 * kL, bw_simple = bus / factor;
+  const double ll_to_128 = (lat_128 - lat_ll) / (1 / bw_ll - 1 / bw_128);
+  const double to_simple = (lat_simple - lat_128) / (1 / bw_128 - 1 / bw_simple);
+  ASSERT_GT(ll_to_128, 16 * 5 * kKiB);  // both past their channel steps
+  ASSERT_GT(to_simple, ll_to_128);
+  auto chosen = [&](double bytes) { return m.choose(shape(CollOp::all_reduce, bytes, 8), CollAlgo::ring).protocol; };
+  EXPECT_EQ(chosen(ll_to_128 * (1 - 1e-6)), Protocol::ll);
+  EXPECT_EQ(chosen(ll_to_128 * (1 + 1e-6)), Protocol::ll128);
+  EXPECT_EQ(chosen(to_simple * (1 - 1e-6)), Protocol::ll128);
+  EXPECT_EQ(chosen(to_simple * (1 + 1e-6)), Protocol::simple);
+  // Far from the crossings.
+  EXPECT_EQ(chosen(kKiB), Protocol::ll);
+  EXPECT_EQ(chosen(kGiB), Protocol::simple);
+  // At the crossing the predicted times agree.
+  const CollectiveShape at = shape(CollOp::all_reduce, ll_to_128, 8);
+  EXPECT_NEAR(est(m, at, CollAlgo::ring, Protocol::ll).seconds, est(m, at, CollAlgo::ring, Protocol::ll128).seconds,
+              1e-12);
+}
+
+TEST(CollectiveModelSelection, ForcedProtocolIsKept) {
+  const CollectiveModel m(dgx_like());
+  const CollectiveEstimate e = m.choose(shape(CollOp::all_reduce, kGiB, 8), std::nullopt, Protocol::ll);
+  EXPECT_EQ(e.protocol, Protocol::ll);
+  const CollectiveEstimate r = m.choose(shape(CollOp::all_reduce, kKiB, 8), CollAlgo::ring, Protocol::simple);
+  EXPECT_EQ(r.algorithm, CollAlgo::ring);
+  EXPECT_EQ(r.protocol, Protocol::simple);
+}
+
+// ---- channels
+
+// The header's contract: a large call uses every channel, each carrying a sixteenth of the links'
+// bandwidth, so halving the channel count doubles a large call's bandwidth term; more than 16
+// channels add nothing.
+TEST(CollectiveModelChannels, HalvingTheChannelsDoublesTheBandwidthTerm) {
+  const CollectiveModel m16(dgx_like());
+  const CollectiveModel m8(Topology::parse(one_node(8,
+                                                    "  model: nccl\n"
+                                                    "  fabric_efficiency: 0.75\n"
+                                                    "  channels: 8\n"
+                                                    "  intra_latency: 2 us\n"),
+                                           "one8.yaml"));
+  for (Protocol p : {Protocol::ll128, Protocol::simple}) {
+    const CollectiveShape s = shape(CollOp::all_reduce, kBig, 8);
+    const CollectiveEstimate a = est(m16, s, CollAlgo::ring, p);
+    const CollectiveEstimate b = est(m8, s, CollAlgo::ring, p);
+    EXPECT_EQ(a.channels, 16);
+    EXPECT_EQ(b.channels, 8);
+    EXPECT_EQ(a.latency, b.latency);
+    expect_close((b.seconds - b.latency) / (a.seconds - a.latency), 2.0);
+    const double proto = p == Protocol::simple ? 1.0 : 0.92;
+    expect_close(b.algbw, kB * kE / (2.0 * 7 / 8) * proto * 8 / 16);
+  }
+}
+
+// Channels beyond 16 do not add bandwidth; a small call uses as many channels as its size gives
+// whatever the maximum, so its time does not depend on the maximum.
+TEST(CollectiveModelChannels, MoreThanSixteenChannelsAndSmallCallsAreUnchanged) {
+  const Topology t = dgx_like();
+  CollectiveTiming many = t.collectives();
+  many.channels = 32;
+  CollectiveTiming eight = t.collectives();
+  eight.channels = 8;
+  const CollectiveModel m16(t), m32(t, many), m8(t, eight);
+  EXPECT_EQ(m32.constants().channels, 32);
+  const CollectiveShape big = shape(CollOp::all_reduce, kBig, 8);
+  const CollectiveEstimate a = est(m16, big, CollAlgo::ring, Protocol::simple);
+  const CollectiveEstimate c = est(m32, big, CollAlgo::ring, Protocol::simple);
+  EXPECT_EQ(c.channels, 32);
+  EXPECT_EQ(a.seconds, c.seconds);
+  const CollectiveShape small = shape(CollOp::all_reduce, 100 * kKiB, 8);  // 3 channels of Simple
+  const CollectiveEstimate s16 = est(m16, small, CollAlgo::ring, Protocol::simple);
+  const CollectiveEstimate s8 = est(m8, small, CollAlgo::ring, Protocol::simple);
+  EXPECT_EQ(s16.channels, 3);
+  EXPECT_EQ(s8.channels, 3);
+  expect_close(s8.algbw, kB * kE / (2.0 * 7 / 8) * 3 / 16);
+  EXPECT_EQ(s16.seconds, s8.seconds);
+}
+
+TEST(CollectiveModelChannels, SmallCallsUseFewerChannels) {
+  const CollectiveModel m(dgx_like());
+  const double full = kB * kE / (2.0 * 7 / 8);  // Simple's algbw on all 16 channels
+  struct Row {
+    Protocol p;
+    double bytes;
+    int channels;
+  };
+  // A channel per 32 KiB (Simple), 4 KiB (LL), 5 KiB (LL128); at least one, at most 16.
+  for (const Row& r :
+       {Row{Protocol::simple, 100 * kKiB, 3}, Row{Protocol::simple, 31 * kKiB, 1}, Row{Protocol::simple, 32 * kKiB, 1},
+        Row{Protocol::simple, 64 * kKiB, 2}, Row{Protocol::simple, 512 * kKiB, 16},
+        Row{Protocol::simple, 10000 * kKiB, 16}, Row{Protocol::ll, 10 * kKiB, 2}, Row{Protocol::ll, kKiB, 1},
+        Row{Protocol::ll, 64 * kKiB, 16}, Row{Protocol::ll128, 12 * kKiB, 2}, Row{Protocol::ll128, 15 * kKiB, 3},
+        Row{Protocol::ll128, 80 * kKiB, 16}}) {
+    const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, r.bytes, 8), CollAlgo::ring, r.p);
+    EXPECT_EQ(e.channels, r.channels) << to_string(r.p) << " " << r.bytes;
+    const double proto = r.p == Protocol::simple ? 1.0 : r.p == Protocol::ll128 ? 0.92 : 0.5;
+    expect_close(e.algbw, full * proto * r.channels / 16);
+  }
+}
+
+// ---- forcing and names
+
+TEST(CollectiveModelForcing, TreeForAllGatherIsRefused) {
+  const CollectiveModel m(dgx_like());
+  try {
+    (void)m.choose(shape(CollOp::all_gather, kGiB, 8), CollAlgo::tree);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("algorithm tree"));
+    EXPECT_THAT(e.what(), HasSubstr("trees serve all_reduce only"));
+  }
+  std::string why;
+  EXPECT_FALSE(m.estimate(shape(CollOp::all_gather, kGiB, 8), CollAlgo::tree, Protocol::simple, &why));
+  EXPECT_THAT(why, HasSubstr("all_reduce only"));
+}
+
+TEST(CollectiveModelForcing, NvlsNeedsTheTopologyToSayNvls) {
+  const CollectiveModel without(dgx_like());
+  EXPECT_THROW(
+      {
+        try {
+          (void)without.choose(shape(CollOp::all_reduce, kGiB, 8), CollAlgo::nvls);
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), HasSubstr("algorithm nvls"));
+          EXPECT_THAT(e.what(), HasSubstr("collectives.nvls: true"));
+          throw;
+        }
+      },
+      Error);
+  for (const CollectiveEstimate& e : without.candidates(shape(CollOp::all_reduce, kGiB, 8)))
+    EXPECT_NE(e.algorithm, CollAlgo::nvls);
+
+  const CollectiveModel with(dgx_like("  nvls: true\n  nvls_efficiency: 0.6\n"));
+  const CollectiveEstimate e = with.choose(shape(CollOp::all_reduce, kGiB, 8), CollAlgo::nvls);
+  EXPECT_EQ(e.algorithm, CollAlgo::nvls);
+  EXPECT_EQ(e.protocol, Protocol::simple);
+  expect_close(e.algbw, kB * 0.6);
+}
+
+TEST(CollectiveModelForcing, ForcedProtocolThatCannotServeIsNamed) {
+  const CollectiveModel with(dgx_like("  nvls: true\n"));
+  try {
+    (void)with.choose(shape(CollOp::all_reduce, kGiB, 8), CollAlgo::nvls, Protocol::ll);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("algorithm nvls with protocol LL"));
+    EXPECT_THAT(e.what(), HasSubstr("Simple protocol only"));
+  }
+}
+
+TEST(CollectiveModelNames, ParseProtocol) {
+  EXPECT_EQ(parse_protocol("ll128"), Protocol::ll128);
+  EXPECT_EQ(parse_protocol("LL128"), Protocol::ll128);
+  EXPECT_EQ(parse_protocol("SIMPLE"), Protocol::simple);
+  EXPECT_EQ(parse_protocol("Simple"), Protocol::simple);
+  EXPECT_EQ(parse_protocol("ll"), Protocol::ll);
+  EXPECT_EQ(parse_protocol("fast"), std::nullopt);
+  EXPECT_EQ(parse_protocol(""), std::nullopt);
+  EXPECT_EQ(parse_protocol("ll1280"), std::nullopt);
+}
+
+TEST(CollectiveModelNames, ToStringRoundTripsThroughParse) {
+  for (Protocol p : {Protocol::ll, Protocol::ll128, Protocol::simple}) EXPECT_EQ(parse_protocol(to_string(p)), p);
+  EXPECT_STREQ(to_string(CollAlgo::nvls_tree), "nvls_tree");
+  EXPECT_STREQ(to_string(Protocol::ll128), "LL128");
+}
+
+// ---- determinism
+
+TEST(CollectiveModelDeterminism, SameCallSameBits) {
+  const CollectiveModel a(cluster(2, 4, 0.8));
+  const CollectiveModel b(cluster(2, 4, 0.8));
+  for (double bytes : sweep_sizes()) {
+    const CollectiveShape s = shape(CollOp::all_reduce, bytes, 16, 2);
+    const CollectiveEstimate x = a.choose(s), y = a.choose(s), z = b.choose(s);
+    EXPECT_EQ(std::memcmp(&x.seconds, &y.seconds, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&x.seconds, &z.seconds, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&x.latency, &z.latency, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&x.algbw, &z.algbw, sizeof(double)), 0);
+    EXPECT_EQ(x.algorithm, z.algorithm);
+    EXPECT_EQ(x.protocol, z.protocol);
+    EXPECT_EQ(x.channels, z.channels);
+  }
+}
+
+}  // namespace
+}  // namespace ranksim::sim
