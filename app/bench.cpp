@@ -7,6 +7,7 @@
 
 #include "app/nccl_table.h"
 #include "runtime/distributed/distributed.h"
+#include "runtime/distributed/nccl_names.h"
 #include "runtime/distributed/spawn.h"
 #include "sim/error.h"
 #include "sim/topology.h"
@@ -68,33 +69,13 @@ SweepOp find_op(const std::string& name) {
 void check_nccl_choice(const sim::Topology& topo, const SweepOp& op, int n, const std::vector<int64_t>& sizes,
                        const std::string& algorithm, const std::string& protocol) {
   if (topo.collectives().model != sim::CollectiveTimingModel::nccl || op.sendrecv) return;
-  std::optional<sim::CollAlgo> forced;
-  static const std::pair<const char*, sim::CollAlgo> kNames[] = {
-      {"ring", sim::CollAlgo::ring},           {"tree", sim::CollAlgo::tree},       {"nvls", sim::CollAlgo::nvls},
-      {"nvls_tree", sim::CollAlgo::nvls_tree}, {"collnet", sim::CollAlgo::collnet}, {"pat", sim::CollAlgo::pat}};
   const bool p2p = op.kind == CollectiveKind::all_to_all;
-  for (const auto& [name, a] : kNames)
-    if (algorithm == name && !p2p) forced = a;
+  const std::optional<sim::CollAlgo> forced =
+      p2p ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(algorithm));
   const std::optional<sim::Protocol> proto = parse_protocol_option(protocol);
   if (!forced && !proto) return;
   sim::CollectiveShape s;
-  switch (op.kind) {
-    case CollectiveKind::all_reduce:
-      s.op = sim::CollOp::all_reduce;
-      break;
-    case CollectiveKind::all_gather:
-      s.op = sim::CollOp::all_gather;
-      break;
-    case CollectiveKind::reduce_scatter:
-      s.op = sim::CollOp::reduce_scatter;
-      break;
-    case CollectiveKind::all_to_all:
-      s.op = sim::CollOp::all_to_all;
-      break;
-    default:
-      s.op = sim::CollOp::broadcast;
-      break;
-  }
+  s.op = runtime::nccl_op(op.kind);
   const int dpn = topo.devices_per_node();
   s.nranks = n;
   s.nodes = (n + dpn - 1) / dpn;

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "runtime/distributed/nccl_names.h"
 #include "sim/error.h"
 #include "sim/io.h"
 #include "sim/topology_reader.h"
@@ -128,24 +129,20 @@ std::string fmt(const char* f, double v) {
 
 std::optional<sim::CollAlgo> parse_nccl_algo(const std::string& name, const std::string& where) {
   if (name.empty() || name == "auto") return std::nullopt;
-  static const std::pair<const char*, sim::CollAlgo> kNames[] = {
-      {"ring", sim::CollAlgo::ring},           {"tree", sim::CollAlgo::tree},       {"nvls", sim::CollAlgo::nvls},
-      {"nvls_tree", sim::CollAlgo::nvls_tree}, {"collnet", sim::CollAlgo::collnet}, {"pat", sim::CollAlgo::pat}};
-  for (const auto& [n, a] : kNames)
-    if (name == n) return a;
-  throw Error(where + ": algorithm '" + name +
-              "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
+  const auto a = runtime::nccl_algorithm(runtime::parse_algorithm(name));
+  if (!a)
+    throw Error(where + ": algorithm '" + name +
+                "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
+  return a;
 }
 
 sim::CollOp coll_op(const std::string& op) {
-  if (op == "all_reduce") return sim::CollOp::all_reduce;
-  if (op == "all_gather") return sim::CollOp::all_gather;
-  if (op == "reduce_scatter") return sim::CollOp::reduce_scatter;
-  if (op == "all_to_all") return sim::CollOp::all_to_all;
-  if (op == "broadcast") return sim::CollOp::broadcast;
-  if (op == "reduce") return sim::CollOp::reduce;
-  throw Error("unknown --op '" + op +
-              "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or reduce");
+  const auto kind = runtime::parse_collective_kind(op);
+  if (!kind || *kind == runtime::CollectiveKind::gather || *kind == runtime::CollectiveKind::scatter ||
+      *kind == runtime::CollectiveKind::barrier)
+    throw Error("unknown --op '" + op +
+                "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or reduce");
+  return runtime::nccl_op(*kind);
 }
 
 // Rows below 1 MiB weigh less: they are latency only, many, and noisier (the targets are 5% from

@@ -3,6 +3,8 @@
 //   < 1 s and < 1 GiB peak;
 // - shape-only all-reduce on 16,384 ranks (2,048 nodes), algorithm of choice (tree): < 5 s;
 // - reduction arithmetic at >= half of memcpy bandwidth.
+// Issue #16: `ranksim bench collectives` at 1,024 ranks over 128 nodes of h100-cluster (the nccl
+// timing model), shape-only, 64 sizes: < 10 s.
 #include <benchmark/benchmark.h>
 
 #include "peak_rss.h"
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "app/bench.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/reduce.h"
 #include "runtime/distributed/spawn.h"
@@ -65,6 +68,24 @@ BENCHMARK(BM_ShapeOnlyAllReduce16384Ranks)->Unit(benchmark::kMillisecond)->Itera
 
 // Bytes touched per second by the f32 SUM kernel (reads dst and src, writes dst), against memcpy
 // (reads src, writes dst) on the same 64 MiB buffers.
+// The bench command's own sweep: 64 sizes from 8 B, each 1.5x the last (8 B to ~1.1 TB), one
+// spawn of 1,024 shape-only ranks per size.
+void BM_NcclSweep1024Ranks64Sizes(benchmark::State& state) {
+  const sim::Topology topo = cluster(128);
+  app::SweepRequest req;
+  req.ranks = 1024;
+  double s = 8;
+  for (int i = 0; i < 64; ++i, s *= 1.5) req.sizes.push_back(static_cast<int64_t>(s));
+  double last_us = 0;
+  for (auto _ : state) {
+    const std::vector<app::SweepRow> rows = app::run_sweep(topo, req);
+    last_us = rows.back().seconds * 1e6;
+    benchmark::DoNotOptimize(rows.data());
+  }
+  state.counters["largest_virtual_us"] = last_us;
+}
+BENCHMARK(BM_NcclSweep1024Ranks64Sizes)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 void BM_ReduceKernelF32Sum(benchmark::State& state) {
   const size_t n = 16 << 20;
   std::vector<float> a(n, 1.0f), b(n, 2.0f);

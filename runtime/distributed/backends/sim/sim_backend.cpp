@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "runtime/distributed/execute.h"
+#include "runtime/distributed/nccl_names.h"
 #include "sim/check.h"
 #include "sim/error.h"
 
@@ -25,27 +26,6 @@ std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data
 // memcpy that accepts the null pointers of empty buffers (zero-element splits).
 void copy_bytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
-}
-
-// The runtime's name for the algorithm the nccl model timed.
-Algorithm timed_algorithm(sim::CollAlgo a) {
-  switch (a) {
-    case sim::CollAlgo::ring:
-      return Algorithm::ring;
-    case sim::CollAlgo::tree:
-      return Algorithm::tree;
-    case sim::CollAlgo::nvls:
-      return Algorithm::nvls;
-    case sim::CollAlgo::nvls_tree:
-      return Algorithm::nvls_tree;
-    case sim::CollAlgo::collnet:
-      return Algorithm::collnet;
-    case sim::CollAlgo::pat:
-      return Algorithm::pat;
-    case sim::CollAlgo::direct:
-      break;
-  }
-  return Algorithm::direct;
 }
 
 }  // namespace
@@ -195,7 +175,7 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
   std::vector<sim::Time> done;
   if (nccl) {
     const sim::CollectiveEstimate est = time_nccl(g, sig, requested, rec);
-    rec.algorithm = timed_algorithm(est.algorithm);
+    rec.algorithm = from_nccl_algorithm(est.algorithm);
     rec.protocol = sim::to_string(est.protocol);
     rec.channels = est.channels;
     const sim::Time t0 = *std::max_element(start.begin(), start.end());
@@ -237,67 +217,11 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
   std::map<int, int> per_node;
   for (int node : g.node_of) shape.ranks_per_node = std::max(shape.ranks_per_node, ++per_node[node]);
   shape.bytes = static_cast<double>(rec.bytes);
-  bool p2p = false;
-  switch (sig.kind) {
-    case CollectiveKind::all_reduce:
-      shape.op = sim::CollOp::all_reduce;
-      break;
-    case CollectiveKind::barrier:  // torch.distributed's NCCL barrier: an all_reduce of one element
-      shape.op = sim::CollOp::all_reduce;
-      shape.bytes = 4;
-      break;
-    case CollectiveKind::broadcast:
-      shape.op = sim::CollOp::broadcast;
-      break;
-    case CollectiveKind::reduce:
-      shape.op = sim::CollOp::reduce;
-      break;
-    case CollectiveKind::all_gather:
-      shape.op = sim::CollOp::all_gather;
-      break;
-    case CollectiveKind::reduce_scatter:
-      shape.op = sim::CollOp::reduce_scatter;
-      break;
-    case CollectiveKind::all_to_all:
-      shape.op = sim::CollOp::all_to_all;
-      p2p = true;
-      break;
-    case CollectiveKind::gather:
-      shape.op = sim::CollOp::gather;
-      p2p = true;
-      break;
-    case CollectiveKind::scatter:
-      shape.op = sim::CollOp::scatter;
-      p2p = true;
-      break;
-  }
+  shape.op = nccl_op(sig.kind);
+  if (sig.kind == CollectiveKind::barrier) shape.bytes = 4;  // torch.distributed's NCCL barrier: one element
   // NCCL_ALGO: ring and tree as NCCL has them, and its own algorithms; ranksim's direct and
   // hierarchical schedules (and any choice for point-to-point collectives) leave NCCL's pick.
-  std::optional<sim::CollAlgo> forced;
-  if (!p2p) {
-    switch (requested) {
-      case Algorithm::ring:
-        forced = sim::CollAlgo::ring;
-        break;
-      case Algorithm::tree:
-        forced = sim::CollAlgo::tree;
-        break;
-      case Algorithm::nvls:
-        forced = sim::CollAlgo::nvls;
-        break;
-      case Algorithm::nvls_tree:
-        forced = sim::CollAlgo::nvls_tree;
-        break;
-      case Algorithm::collnet:
-        forced = sim::CollAlgo::collnet;
-        break;
-      case Algorithm::pat:
-        forced = sim::CollAlgo::pat;
-        break;
-      default:
-        break;
-    }
-  }
+  const std::optional<sim::CollAlgo> forced = nccl_point_to_point(sig.kind) ? std::nullopt : nccl_algorithm(requested);
   // An algorithm (or protocol) that NCCL does not have for this collective (ranksim's tree
   // all_gather, say) leaves the choice to the model, as NCCL_ALGO="allreduce:tree" leaves
   // all_gather to NCCL; the data still moves by ranksim's schedule of that name.
