@@ -129,7 +129,12 @@ std::string fmt(const char* f, double v) {
 
 std::optional<sim::CollAlgo> parse_nccl_algo(const std::string& name, const std::string& where) {
   if (name.empty() || name == "auto") return std::nullopt;
-  const auto a = runtime::nccl_algorithm(runtime::parse_algorithm(name));
+  std::optional<sim::CollAlgo> a;
+  try {
+    a = runtime::nccl_algorithm(runtime::parse_algorithm(name));
+  } catch (const Error&) {
+    // not a name of the runtime's either: the message below names NCCL's
+  }
   if (!a)
     throw Error(where + ": algorithm '" + name +
                 "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
