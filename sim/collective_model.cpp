@@ -122,6 +122,12 @@ CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTimin
     nic_bw_ = topology.network().nic_bandwidth;
     nics_per_node_ = topology.nics_per_node();
     sharp_ = topology.network().sharp;
+    long long nodes_below = 1;
+    const std::vector<FatTreeLevel>& lv = topology.network().levels;
+    for (size_t i = 0; i + 1 < lv.size(); ++i) {
+      nodes_below *= std::max(1, lv[i].children);
+      levels_.emplace_back(nodes_below, lv[i].oversubscription);
+    }
   }
 }
 
@@ -150,7 +156,13 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   const double intra_scale = c_.intra_latency.seconds() / (kNvlRef * kUs);
   const double inter_scale = c_.inter_latency.seconds() / (kNetRef * kUs);
   const int nics_used = std::min(p, std::max(1, nics_per_node_));
-  const double nic_node = N > 1 ? nics_used * nic_bw_ : kInf;  // a node's NICs as the group uses them
+  // A group on more nodes than a switch group holds crosses that level's uplinks, which carry
+  // 1 / oversubscription of what the NICs below can send (the group's nodes taken as contiguous).
+  double oversubscription = 1;
+  for (const auto& [nodes_below, over] : levels_)
+    if (N > nodes_below) oversubscription = std::max(oversubscription, over);
+  // A node's NICs as the group uses them.
+  const double nic_node = N > 1 ? nics_used * nic_bw_ / oversubscription : kInf;
   // Inside a node: the fabric, or the NICs when the node has none.
   const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
   const int C = std::max(1, c_.channels);
@@ -233,7 +245,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (proto == Protocol::ll128) return no("point-to-point runs LL or Simple");
       // Bytes a rank exchanges inside its node and across nodes; a rank's share of the NICs.
       const double intra_bytes = s.bytes * (p - 1) / n, inter_bytes = s.bytes * (n - p) / n;
-      const double nic_rank = s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_;
+      const double nic_rank = (s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_) / oversubscription;
       double t = 0;
       if (intra_bytes > 0) t = std::max(t, intra_bytes / (fabric * c_.alltoall_efficiency));
       if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.network_efficiency));

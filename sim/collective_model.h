@@ -13,7 +13,9 @@
 // Bandwidth. A ring's bus bandwidth is the smaller of the node fabric's (fabric bandwidth x
 // fabric_efficiency) and, across nodes, the NICs' (NICs used x NIC bandwidth x
 // network_efficiency: each channel crosses between nodes on its own rail, so a ring through
-// nodes of p ranks uses min(p, NICs per node) NICs). The algorithm bandwidth is the bus bandwidth
+// nodes of p ranks uses min(p, NICs per node) NICs; a group on more nodes than a fat-tree switch
+// group holds divides that by the level's oversubscription, its nodes taken as contiguous). The
+// algorithm bandwidth is the bus bandwidth
 // divided by nccl-tests' bus factor (2(n-1)/n for all_reduce, (n-1)/n for all_gather and
 // reduce_scatter, 1 for broadcast and reduce). Protocols: Simple at the full bus bandwidth;
 // LL128 at 120/128 of it (NCCL: 0.92); LL at half of it, capped at ll_max_bandwidth. Trees
@@ -111,7 +113,10 @@ class CollectiveModel {
   double nic_bw_ = 0;     // per NIC
   int nics_per_node_ = 0;
   bool has_network_ = false;
-  bool sharp_ = false;     // in-network reduction (CollNet)
+  bool sharp_ = false;  // in-network reduction (CollNet)
+  // Per fat-tree level below the top: nodes under one of its switch groups, and its
+  // oversubscription (a group spanning more nodes crosses the level's uplinks).
+  std::vector<std::pair<long long, double>> levels_;
   bool switched_ = false;  // NVSwitch-like fabric (NVLS needs one)
 };
 

@@ -492,3 +492,30 @@ TEST(CollectiveModelDeterminism, SameCallSameBits) {
 
 }  // namespace
 }  // namespace ranksim::sim
+
+namespace ranksim::sim {
+namespace {
+
+// A group on more nodes than a leaf group holds crosses the leaf's uplinks: their
+// oversubscription divides the NICs' bandwidth; a group within one leaf group is not slowed.
+TEST(CollectiveModelNetwork, OversubscribedLevelsSlowOnlyGroupsThatCrossThem) {
+  const std::string text =
+      "name: over\nnodes: 8\n"
+      "device_kinds: {g: {peak_flops: {f32: 100 TFLOP/s}, memory_bandwidth: 1 TB/s, memory: 1 GiB}}\n"
+      "node: {devices: 8, kind: g, fabric: {type: switch, bandwidth: 400 GB/s, latency: 1 us}}\n"
+      "network:\n  nic_bandwidth: 400 Gb/s\n  nic_latency: 1 us\n  levels:\n"
+      "    - {name: leaf, children: 2, latency: 100 ns, oversubscription: 4}\n"
+      "    - {name: spine, latency: 100 ns}\n"
+      "collectives: {model: nccl, fabric_efficiency: 1, network_efficiency: 1}\n";
+  const CollectiveModel m(Topology::parse(text, "over.yaml"));
+  auto ring_bus = [&](int nodes) {
+    const int n = 8 * nodes;
+    const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, kBig, n, nodes), CollAlgo::ring, Protocol::simple);
+    return e.algbw * 2.0 * (n - 1) / n;
+  };
+  expect_close(ring_bus(2), 8 * 50e9);      // within one leaf group: the 8 NICs at 50 GB/s
+  expect_close(ring_bus(4), 8 * 50e9 / 4);  // across leaf groups: their uplinks, 4x oversubscribed
+}
+
+}  // namespace
+}  // namespace ranksim::sim
