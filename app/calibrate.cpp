@@ -368,7 +368,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["alltoall_efficiency"] = fmt("%.4f", c.alltoall_efficiency);
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
-  n["ll_max_bandwidth"] = fmt("%.4g GB/s", c.ll_max_bandwidth / 1e9);
+  for (const double b : c.ll_max_bandwidth) n["ll_max_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
   n["intra_latency"] = latency_text(c.intra_latency);
   n["inter_latency"] = latency_text(c.inter_latency);
   n["net_overhead"] = latency_text(c.net_overhead);

@@ -171,6 +171,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   // Each channel carries a sixteenth of the links' bandwidth: 16 channels fill them (NCCL's ring
   // channel count on NVSwitch systems), more add nothing, fewer leave bandwidth unused.
   const double share = std::min(1.0, used / 16.0);
+  const double ll_max = c_.ll_max_bandwidth[static_cast<size_t>(std::min(N, 3) - 1)];
   double ring_bus = kInf;
   if (p > 1) ring_bus = std::min(ring_bus, fabric * c_.fabric_efficiency);
   if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency);
@@ -182,7 +183,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
     case CollAlgo::ring: {
       if (p2p) return no("all_to_all, gather and scatter are point-to-point in NCCL (use direct)");
       double bus = ring_bus * share;
-      if (proto == Protocol::ll) bus = std::min(bus * 0.5, c_.ll_max_bandwidth);
+      if (proto == Protocol::ll) bus = std::min(bus * 0.5, ll_max);
       if (proto == Protocol::ll128) bus *= 0.92;
       algbw = bus / bus_factor(s.op, n);
       const int nsteps = all_reduce ? 2 * (n - 1) : n - 1;
@@ -196,7 +197,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
     case CollAlgo::tree: {
       if (!all_reduce) return no("NCCL's trees serve all_reduce only");
       double bus = ring_bus * share * 0.92;
-      if (proto == Protocol::ll) bus = std::min(bus / 3.8, c_.ll_max_bandwidth);
+      if (proto == Protocol::ll) bus = std::min(bus / 3.8, ll_max);
       if (proto == Protocol::ll128) bus *= N == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
       algbw = bus * 0.5;
       e.latency = kBaseTree[pi(proto)] * kUs + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);

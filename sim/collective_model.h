@@ -18,7 +18,7 @@
 // algorithm bandwidth is the bus bandwidth
 // divided by nccl-tests' bus factor (2(n-1)/n for all_reduce, (n-1)/n for all_gather and
 // reduce_scatter, 1 for broadcast and reduce). Protocols: Simple at the full bus bandwidth;
-// LL128 at 120/128 of it (NCCL: 0.92); LL at half of it, capped at ll_max_bandwidth. Trees
+// LL128 at 120/128 of it (NCCL: 0.92); LL at half of it, capped at ll_max_bandwidth (per node count: 1, 2, more). Trees
 // (all_reduce: a chain inside each node, double binary trees between nodes) reach 0.92 of the
 // link bandwidth and move the data twice (algbw = busbw / 2). NVLS reduces inside the NVSwitch:
 // algbw = fabric bandwidth x nvls_efficiency within a node; NVLS+tree adds trees between nodes.

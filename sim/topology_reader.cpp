@@ -623,7 +623,20 @@ class TopologyReader {
         rd_.pos().fail(k->value,
                        "'" + k->path + "': NVLS reduces inside an NVSwitch; node.fabric.type must be " + "switch");
     }
-    if (const Field* k = cv.find("ll_max_bandwidth")) c.ll_max_bandwidth = rd_.bandwidth(*k);
+    if (const Field* k = cv.find("ll_max_bandwidth")) {
+      // One bandwidth for every node count, or three: groups on 1, 2 and more nodes.
+      if (k->value.IsSequence()) {
+        if (k->value.size() != 3)
+          rd_.pos().fail(k->value, "'" + k->path + "' must be one bandwidth or a list of three (groups on 1, 2 and " +
+                                       "more nodes, e.g. [141 GB/s, 45 GB/s, 35 GB/s]), got a list of " +
+                                       std::to_string(k->value.size()));
+        for (size_t i = 0; i < 3; ++i)
+          c.ll_max_bandwidth[i] =
+              rd_.bandwidth(Field{"", k->value[i], k->value[i], k->path + "[" + std::to_string(i) + "]"});
+      } else {
+        c.ll_max_bandwidth.fill(rd_.bandwidth(*k));
+      }
+    }
     auto latency = [&](const char* key, Time& out) {
       if (const Field* k = cv.find(key)) {
         out = rd_.duration(*k);

@@ -7,6 +7,7 @@
 // those the reader checks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -80,7 +81,9 @@ struct CollectiveTiming {
   double alltoall_efficiency = 0.80;  // share of the fabric bandwidth all-to-all reaches in a node
   bool nvls = false;                  // NVLink SHARP: reductions inside the NVSwitch
   double nvls_efficiency = 0.60;      // NVLS all_reduce algorithm bandwidth / fabric bandwidth
-  double ll_max_bandwidth = 141e9;    // cap on LL's bus bandwidth (NCCL's llMaxBw, Hopper, 1 node)
+  // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:
+  // 141, 45, 35 GB/s; Ampere's: 87.7, 22.5, 19 GB/s).
+  std::array<double, 3> ll_max_bandwidth{141e9, 45e9, 35e9};
   // Per-hop latencies of the Simple protocol; LL and LL128 scale them by NCCL's published ratios.
   Time intra_latency = Time::ns(3400);  // one hop inside a node (NCCL's NVLink ring Simple: 3.4 us)
   Time inter_latency = Time::us(14);    // one hop between nodes (NCCL's NET ring Simple: 14 us)

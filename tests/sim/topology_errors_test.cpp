@@ -588,7 +588,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.alltoall_efficiency, 0.5);
   EXPECT_TRUE(c.nvls);
   EXPECT_EQ(c.nvls_efficiency, 0.4);
-  EXPECT_DOUBLE_EQ(c.ll_max_bandwidth, 100e9);
+  EXPECT_DOUBLE_EQ(c.ll_max_bandwidth[0], 100e9);
+  EXPECT_DOUBLE_EQ(c.ll_max_bandwidth[2], 100e9);
   EXPECT_EQ(c.intra_latency, Time::us(2));
   EXPECT_EQ(c.inter_latency, Time::us(9));
   EXPECT_EQ(c.sharp_latency, Time::us(11));
@@ -603,6 +604,23 @@ TEST(TopologyCollectivesSection, AnOverrideSetsTheModel) {
                                      {"collectives.model=nccl", "collectives.channels=4"});
   EXPECT_EQ(t.collectives().model, CollectiveTimingModel::nccl);
   EXPECT_EQ(t.collectives().channels, 4);
+}
+
+// ll_max_bandwidth: one value for every node count, or three (1, 2, more nodes); a list of
+// another length is an error at the list.
+TEST(TopologyCollectivesSection, LlCapsPerNodeCount) {
+  const Topology t = Topology::parse(
+      base({}, {"collectives:", "  model: nccl", "  ll_max_bandwidth: [87.7 GB/s, 22.5 GB/s, 19 GB/s]"}), "ll.yaml");
+  EXPECT_DOUBLE_EQ(t.collectives().ll_max_bandwidth[0], 87.7e9);
+  EXPECT_DOUBLE_EQ(t.collectives().ll_max_bandwidth[1], 22.5e9);
+  EXPECT_DOUBLE_EQ(t.collectives().ll_max_bandwidth[2], 19e9);
+  try {
+    (void)Topology::parse(base({}, {"collectives:", "  ll_max_bandwidth: [1 GB/s, 2 GB/s]"}), "ll2.yaml");
+    FAIL() << "a list of two was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("must be one bandwidth or a list of three"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("ll2.yaml:"));
+  }
 }
 
 }  // namespace
