@@ -32,7 +32,7 @@ struct SweepOp {
 std::optional<sim::Protocol> parse_protocol_option(const std::string& name) {
   if (name == "auto") return std::nullopt;
   if (auto p = sim::parse_protocol(name)) return p;
-  throw Error("unknown protocol '" + name + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
+  throw Error("unknown --proto '" + name + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
 }
 
 std::vector<int64_t> parse_size_sweep(const std::string& spec) {
@@ -74,12 +74,7 @@ void check_nccl_choice(const sim::Topology& topo, const SweepOp& op, int n, cons
       p2p ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(algorithm));
   const std::optional<sim::Protocol> proto = parse_protocol_option(protocol);
   if (!forced && !proto) return;
-  sim::CollectiveShape s;
-  s.op = runtime::nccl_op(op.kind);
-  const int dpn = topo.devices_per_node();
-  s.nranks = n;
-  s.nodes = (n + dpn - 1) / dpn;
-  s.ranks_per_node = std::min(n, dpn);
+  sim::CollectiveShape s = sim::first_devices_shape(topo, runtime::nccl_op(op.kind), n);
   const sim::CollectiveModel model(topo);
   for (const int64_t size : sizes) {
     s.bytes = static_cast<double>(size);

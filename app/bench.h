@@ -25,8 +25,8 @@ struct BenchOptions {
   bool check = false;
 };
 
-// The protocol option: nullopt for "auto", else NCCL's protocol name (any case). Throws
-// ranksim::Error naming the choices otherwise.
+// The --proto option (bench, calibrate, a scenario's protocol): nullopt for "auto", else NCCL's
+// protocol name (any case). Throws ranksim::Error naming the choices otherwise.
 std::optional<sim::Protocol> parse_protocol_option(const std::string& name);
 
 // Prints the table; returns 0, or 1 when --check found wrong elements. Throws ranksim::Error on

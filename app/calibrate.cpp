@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "app/bench.h"
 #include "runtime/distributed/nccl_names.h"
 #include "sim/error.h"
 #include "sim/io.h"
@@ -255,12 +256,9 @@ namespace {
 std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& topo,
                                 std::vector<MeasuredTable>& tables) {
   std::vector<FitCase> cases;
-  const std::optional<sim::Protocol> proto = [&]() -> std::optional<sim::Protocol> {
-    if (o.protocol == "auto") return std::nullopt;
-    if (auto p = sim::parse_protocol(o.protocol)) return p;
-    throw Error("unknown --proto '" + o.protocol + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
-  }();
+  const std::optional<sim::Protocol> proto = parse_protocol_option(o.protocol);
   if (!o.op.empty()) (void)coll_op(o.op);
+  const sim::CollectiveModel model(topo);
   for (const std::string& path : o.files) {
     MeasuredTable t = read_nccl_tests(path);
     if (!o.op.empty() && !t.op.empty() && t.op != o.op)
@@ -279,10 +277,7 @@ std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& 
     const int dpn = topo.devices_per_node();
     FitCase c;
     c.name = path;
-    c.shape.op = coll_op(op);
-    c.shape.nranks = n;
-    c.shape.nodes = (n + dpn - 1) / dpn;
-    c.shape.ranks_per_node = std::min(n, dpn);
+    c.shape = sim::first_devices_shape(topo, coll_op(op), n);
     if (t.nodes > 0 && t.nodes != c.shape.nodes)
       throw Error(path + ": the table ran on " + std::to_string(t.nodes) + " node(s), but " + std::to_string(n) +
                   " ranks fill " + std::to_string(c.shape.nodes) + " node(s) of topology '" + topo.name() + "' (" +
@@ -294,9 +289,8 @@ std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& 
     c.protocol = proto;
     c.rows = t.rows;
     // The model must be able to run the table as stated (a forced algorithm that cannot serve it).
-    const sim::CollectiveModel m(topo);
     try {
-      (void)predict_row(m, c, c.rows.front().bytes, 0);
+      (void)predict_row(model, c, c.rows.front().bytes, 0);
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }

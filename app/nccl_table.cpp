@@ -3,20 +3,14 @@
 #include <cstdio>
 #include <ostream>
 
+#include "runtime/distributed/nccl_names.h"
+
 namespace ranksim::app {
 
 double busbw_factor(runtime::CollectiveKind kind, int n) {
-  using runtime::CollectiveKind;
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-      return 2.0 * (n - 1) / n;
-    case CollectiveKind::all_gather:
-    case CollectiveKind::reduce_scatter:
-    case CollectiveKind::all_to_all:
-      return static_cast<double>(n - 1) / n;
-    default:
-      return 1.0;
-  }
+  // The model's factor; a barrier moves no bytes (the model times it as an all_reduce).
+  if (kind == runtime::CollectiveKind::barrier) return 1.0;
+  return sim::bus_factor(runtime::nccl_op(kind), n);
 }
 
 void print_table_header(std::ostream& out) {

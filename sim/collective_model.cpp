@@ -48,20 +48,6 @@ int log2_floor(int v) {
 
 bool is_reduce_gather(CollOp op) { return op == CollOp::all_gather || op == CollOp::reduce_scatter; }
 
-// nccl-tests' bus bandwidth factor: busbw = algbw x factor.
-double bus_factor(CollOp op, int n) {
-  switch (op) {
-    case CollOp::all_reduce:
-      return 2.0 * (n - 1) / n;
-    case CollOp::all_gather:
-    case CollOp::reduce_scatter:
-    case CollOp::all_to_all:
-      return static_cast<double>(n - 1) / n;
-    default:
-      return 1.0;
-  }
-}
-
 }  // namespace
 
 const char* to_string(CollAlgo a) {
@@ -96,6 +82,29 @@ const char* to_string(Protocol p) {
   return "?";
 }
 
+double bus_factor(CollOp op, int n) {
+  switch (op) {
+    case CollOp::all_reduce:
+      return 2.0 * (n - 1) / n;
+    case CollOp::all_gather:
+    case CollOp::reduce_scatter:
+    case CollOp::all_to_all:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1.0;
+  }
+}
+
+CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nranks) {
+  const int dpn = topology.devices_per_node();
+  CollectiveShape s;
+  s.op = op;
+  s.nranks = nranks;
+  s.nodes = (nranks + dpn - 1) / dpn;
+  s.ranks_per_node = std::min(nranks, dpn);
+  return s;
+}
+
 std::optional<Protocol> parse_protocol(std::string_view name) {
   std::string s;
   for (char c : name) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -117,8 +126,7 @@ CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTimin
     for (const Fabric::LocalLink& l : f.links)
       if (l.a == 0 || l.b == 0) fabric_bw_ += l.bandwidth;
   }
-  has_network_ = topology.has_network();
-  if (has_network_) {
+  if (topology.has_network()) {
     nic_bw_ = topology.network().nic_bandwidth;
     nics_per_node_ = topology.nics_per_node();
     sharp_ = topology.network().sharp;

@@ -69,6 +69,10 @@ const char* to_string(Protocol p);  // "LL", "LL128", "Simple"
 // Parses NCCL_PROTO's names, case-insensitive; nullopt for anything else.
 std::optional<Protocol> parse_protocol(std::string_view name);
 
+// nccl-tests' bus bandwidth factor (busbw = algbw x factor): 2(n-1)/n for all_reduce, (n-1)/n
+// for all_gather, reduce_scatter and all_to_all, 1 otherwise.
+double bus_factor(CollOp op, int nranks);
+
 // A call's shape: what the model needs to know.
 struct CollectiveShape {
   CollOp op = CollOp::all_reduce;
@@ -86,6 +90,10 @@ struct CollectiveEstimate {
   double algbw = 0;    // bytes/s (S / algbw is the bandwidth term)
   double seconds = 0;  // latency + S / algbw
 };
+
+// The shape of a call on the first `nranks` devices of the topology (as nccl-tests and `ranksim
+// bench collectives` place their ranks), bytes left 0.
+CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nranks);
 
 class CollectiveModel {
  public:
@@ -112,7 +120,6 @@ class CollectiveModel {
   double fabric_bw_ = 0;  // per device, each direction (0: no fabric)
   double nic_bw_ = 0;     // per NIC
   int nics_per_node_ = 0;
-  bool has_network_ = false;
   bool sharp_ = false;  // in-network reduction (CollNet)
   // Per fat-tree level below the top: nodes under one of its switch groups, and its
   // oversubscription (a group spanning more nodes crosses the level's uplinks).

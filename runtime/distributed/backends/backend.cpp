@@ -36,8 +36,11 @@ void set_node_layout(GroupState& g, const std::function<int(int)>& node_of_rank)
   }
   g.nodes = static_cast<int>(per_node.size());
   g.equal_per_node = true;
-  for (const auto& [node, k] : per_node)
+  g.max_per_node = 1;
+  for (const auto& [node, k] : per_node) {
     if (k != per_node.begin()->second) g.equal_per_node = false;
+    g.max_per_node = std::max(g.max_per_node, k);
+  }
 }
 
 Algorithm requested_algorithm(const GroupState& g, const Signature& sig, Algorithm run_default) {

@@ -61,10 +61,11 @@ struct GroupState {
   std::vector<int> node_of;   // node of each member (from the run's topology)
   int nodes = 1;
   bool equal_per_node = true;
+  int max_per_node = 1;                        // most members on one node
   Algorithm algorithm = Algorithm::automatic;  // ProcessGroup::set_algorithm
 };
 
-// Fills the node layout of g (node_of, nodes, equal_per_node) from each member's node.
+// Fills the node layout of g (node_of, nodes, equal_per_node, max_per_node) from each member's node.
 void set_node_layout(GroupState& g, const std::function<int(int global_rank)>& node_of_rank);
 
 // The algorithm a collective asks for: the call's choice, else the group's, else the run's

@@ -188,10 +188,10 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     rec.end = std::max(rec.end, done[static_cast<size_t>(i)]);
   }
   records_.push_back(rec);
-  const std::string label = algorithm_label(rec);
 
   if (engine_.options().trace) {
     const std::string name = to_string(sig.kind);
+    const std::string label = algorithm_label(rec);
     for (int i = 0; i < n; ++i) {
       const Arrival& arrival = p.arrivals[static_cast<size_t>(i)];
       engine_.trace().add(sim::Span{g.ranks[static_cast<size_t>(i)],
@@ -214,8 +214,7 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
   sim::CollectiveShape shape;
   shape.nranks = static_cast<int>(g.ranks.size());
   shape.nodes = g.nodes;
-  std::map<int, int> per_node;
-  for (int node : g.node_of) shape.ranks_per_node = std::max(shape.ranks_per_node, ++per_node[node]);
+  shape.ranks_per_node = g.max_per_node;
   shape.bytes = static_cast<double>(rec.bytes);
   shape.op = nccl_op(sig.kind);
   if (sig.kind == CollectiveKind::barrier) shape.bytes = 4;  // torch.distributed's NCCL barrier: one element
@@ -226,16 +225,16 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
   // all_gather, say) leaves the choice to the model, as NCCL_ALGO="allreduce:tree" leaves
   // all_gather to NCCL; the data still moves by ranksim's schedule of that name.
   // `bench collectives` refuses such a choice up front instead (one collective, asked for).
-  try {
+  using Choice = std::pair<std::optional<sim::CollAlgo>, std::optional<sim::Protocol>>;
+  for (const Choice& c : {Choice{forced, protocol_}, Choice{std::nullopt, protocol_}}) {
     try {
-      return collective_model_.choose(shape, forced, protocol_);
+      return collective_model_.choose(shape, c.first, c.second);
     } catch (const Error&) {
-      try {
-        return collective_model_.choose(shape, std::nullopt, protocol_);
-      } catch (const Error&) {
-        return collective_model_.choose(shape);
-      }
+      // the next, wider choice
     }
+  }
+  try {
+    return collective_model_.choose(shape);
   } catch (const Error& e) {
     throw Error(std::string(to_string(sig.kind)) + " on " + g.name + " (" + std::to_string(shape.nranks) +
                 " ranks on " + std::to_string(shape.nodes) + " node(s), " + std::to_string(rec.bytes) +
