@@ -37,7 +37,10 @@ int demo(const DemoOptions& o, std::ostream& out) {
   runtime::RunReport rep = runtime::spawn(
       [&](int) {
         // A GEMM reads two g x g operands and writes one: 2 g^3 FLOP, 3 g^2 elements of 2 bytes.
-        runtime::charge({"gemm", 2 * g * g * g, 3 * g * g * 2, runtime::DType::bf16});
+        sim::KernelShape gemm;
+        gemm.cls = sim::KernelClass::gemm;
+        gemm.m = gemm.n = gemm.k = static_cast<int64_t>(g);
+        runtime::charge({"gemm", 2 * g * g * g, 3 * g * g * 2, runtime::DType::bf16, gemm});
         runtime::Tensor grads = runtime::Tensor::shape_only({grad_elems}, runtime::DType::bf16);
         runtime::all_reduce(grads);
         runtime::barrier();

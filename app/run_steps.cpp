@@ -113,7 +113,8 @@ runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags,
           continue;
         }
         if (st.kind == ScenarioStep::Kind::compute) {
-          runtime::charge({st.name.c_str(), st.flops, st.bytes, dt});
+          // A step given as FLOPs and bytes has no shape to look up: the roofline times it.
+          runtime::charge({st.name.c_str(), st.flops, st.bytes, dt, sim::KernelShape{sim::KernelClass::other}});
           continue;
         }
         if (st.wait) {

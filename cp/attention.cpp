@@ -134,6 +134,22 @@ struct Dims {
   i64 group() const { return hq / hkv; }
 };
 
+// The fused kernel's shape for the kernel profile: the key length a flash-attention benchmark
+// would call its sequence length, from the keys each query sees (s for a full mask, (s + 1) / 2 on
+// average for a causal one).
+sim::KernelShape kernel_shape(const Dims& g, i64 pairs, const AttentionOptions& opts, bool backward) {
+  sim::KernelShape s;
+  s.cls = sim::KernelClass::attention;
+  s.heads = g.hq;
+  s.seq_q = g.tq;
+  const i64 per_query = g.tq > 0 ? pairs / g.tq : 0;
+  s.seq_kv = opts.causal ? std::max<i64>(2 * per_query - 1, 1) : std::max<i64>(per_query, 1);
+  s.head_dim = g.d;
+  s.causal = opts.causal;
+  s.backward = backward;
+  return s;
+}
+
 Dims check_inputs(const char* fn, const Tensor& q, const Tensor& k, const Tensor& v, const TokenInfo& q_tokens,
                   const TokenInfo& kv_tokens, const AttentionOptions& opts) {
   require_floating(fn, q, "q");
@@ -508,7 +524,8 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
     });
   }
   runtime::charge({"attention", 2.0 * count(pairs) * count(g.hq) * count(g.d + g.dv),
-                   bytes(q) + bytes(k) + bytes(v) + bytes(r.out) + bytes(r.lse), q.dtype()});
+                   bytes(q) + bytes(k) + bytes(v) + bytes(r.out) + bytes(r.lse), q.dtype(),
+                   kernel_shape(g, pairs, opts, false)});
   return r;
 }
 
@@ -558,7 +575,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   runtime::charge(
       {"attention_backward", 2.0 * count(pairs) * count(g.hq) * count(3 * g.d + 2 * g.dv),
        bytes(dout) + bytes(q) + bytes(k) + bytes(v) + bytes(out) + bytes(lse) + bytes(r.dq) + bytes(r.dk) + bytes(r.dv),
-       q.dtype()});
+       q.dtype(), kernel_shape(g, pairs, opts, true)});
   return r;
 }
 

@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "sim/kernel_profile.h"
 #include "sim/time.h"
 
 namespace ranksim::sim {
@@ -25,6 +27,8 @@ struct DeviceKind {
   double memory_bandwidth = 0;  // bytes/s
   uint64_t memory_bytes = 0;
   Time launch_overhead;  // added to every kernel. Default: 0
+  // The measured kernel profile (sim/kernel_profile.h); null: every kernel on the roofline.
+  std::shared_ptr<const KernelProfile> profile;
 };
 
 enum class FabricType : uint8_t { none, switched, ring, mesh, links };

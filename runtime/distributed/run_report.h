@@ -3,11 +3,14 @@
 // Backends fill it (runtime/distributed/backends); spawn() returns it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "runtime/distributed/schedule.h"
+#include "sim/kernel_profile.h"
 #include "sim/time.h"
 #include "sim/trace.h"
 
@@ -41,12 +44,27 @@ struct CollectiveRecord {
 // summaries, tables and JSON.
 std::string algorithm_label(const CollectiveRecord& rec);
 
+// One rank's compute on the sim backend, by kernel class (sim/kernel_profile.h).
+struct ComputeBreakdown {
+  std::array<sim::Time, sim::kKernelClasses> time{};  // indexed by sim::KernelClass
+  double flops = 0;  // every FLOP charged
+  // The GEMM and attention FLOPs, each divided by its device's peak for its dtype: the seconds
+  // the tensor cores would need at peak (MFU = this / makespan; docs/compute.md).
+  double peak_seconds = 0;
+};
+
 struct RunReport {
   sim::Time makespan;
   std::vector<sim::Time> clocks;   // each rank's final clock
   std::vector<sim::Time> compute;  // each rank's time charged to compute ops
   std::vector<sim::Time> comm;     // each rank's time inside blocking communication
   std::vector<CollectiveRecord> collectives;
+  // Sim backend only (empty elsewhere): each rank's compute by kernel class; how kernels were
+  // timed ("profile NAME (FILE)" or "roofline" per device kind); and the kernels the profile
+  // could not time from its measurements, with how often ("gemm f32: roofline, no f32 grid").
+  std::vector<ComputeBreakdown> compute_detail;
+  std::vector<std::string> compute_models;
+  std::map<std::string, int64_t> compute_notes;
   sim::Trace trace;
   uint64_t events = 0;
 };

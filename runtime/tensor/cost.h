@@ -1,8 +1,8 @@
 // Compute-cost accounting: every tensor op reports what it would cost on a device.
 //
 // An op calls charge() once per call with its name, its floating-point operation count, the bytes
-// it reads plus the bytes it writes (at the tensors' dtypes, as a GPU kernel would move them), and
-// the dtype it computes in. The charge goes to the calling thread's CostSink, if one is installed;
+// it reads plus the bytes it writes (at the tensors' dtypes, as a GPU kernel would move them), the
+// dtype it computes in, and (GEMMs, attention) its shape. The charge goes to the calling thread's CostSink, if one is installed;
 // with none installed (the default) charges are dropped, so ops cost nothing outside a run.
 // Shape-only tensors are charged exactly like tensors with data: that is how a run of thousands of
 // ranks still advances each rank's clock.
@@ -14,6 +14,7 @@
 #pragma once
 
 #include "runtime/device/dtype.h"
+#include "sim/kernel_profile.h"
 
 namespace ranksim::runtime {
 
@@ -22,6 +23,9 @@ struct OpCost {
   double flops;    // floating-point operations (a multiply-add counts as 2)
   double bytes;    // bytes read plus bytes written
   DType dtype;     // the dtype the op computes on (its inputs' dtype)
+  // What kind of kernel it is, and its shape where the kernel profile needs one (GEMMs, fused
+  // attention); the default is a memory-bound kernel (sim/kernel_profile.h).
+  sim::KernelShape shape{};
 };
 
 class CostSink {

@@ -165,6 +165,18 @@ void transpose_into(const T* src, i64 rows, i64 cols, T* dst) {
 
 using MatmulDims = device_ops::MatmulShape;
 
+// The kernel profile's view of the product (sim/kernel_profile.h); backward: its two GEMMs.
+sim::KernelShape gemm_shape(const MatmulDims& d, bool backward) {
+  sim::KernelShape s;
+  s.cls = sim::KernelClass::gemm;
+  s.batch = d.L;
+  s.m = d.M;
+  s.n = d.N;
+  s.k = d.K;
+  s.backward = backward;
+  return s;
+}
+
 MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   require_same_dtype(op, a, "a", b, "b");
   if (a.dim() < 2 || b.dim() < 2) {
@@ -279,7 +291,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
       return C.finish();
     });
   }
-  charge({op, 2.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K), bytes(a) + bytes(b) + bytes(c), a.dtype()});
+  charge({op, 2.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K), bytes(a) + bytes(b) + bytes(c), a.dtype(),
+          gemm_shape(d, false)});
   return c;
 }
 
@@ -305,7 +318,7 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
     });
   }
   charge({op, 4.0 * count(d.L) * count(d.M) * count(d.N) * count(d.K),
-          2.0 * bytes(dc) + bytes(a) + bytes(b) + bytes(g.da) + bytes(g.db), a.dtype()});
+          2.0 * bytes(dc) + bytes(a) + bytes(b) + bytes(g.da) + bytes(g.db), a.dtype(), gemm_shape(d, true)});
   return g;
 }
 

@@ -34,8 +34,8 @@ const std::string kRoot = RANKSIM_SOURCE_DIR;
 fs::path scratch() {
   const fs::path d = fs::temp_directory_path() / ("ranksim_model_scenario_" + std::to_string(::getpid()));
   fs::create_directories(d / "scenarios");
-  fs::create_directories(d / "topologies");
-  for (const char* t : {"dgx-h100.yaml", "h100-cluster.yaml", "ring4.yaml"})
+  fs::create_directories(d / "topologies" / "profiles");
+  for (const char* t : {"dgx-h100.yaml", "h100-cluster.yaml", "ring4.yaml", "profiles/h100-sxm.yaml"})
     fs::copy_file(kRoot + "/topologies/" + t, d / "topologies" / t, fs::copy_options::overwrite_existing);
   return d;
 }

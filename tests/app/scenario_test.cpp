@@ -38,8 +38,8 @@ struct TempScenario {
   fs::path path;
   explicit TempScenario(const std::string& text, const std::string& name = "s.yaml") {
     fs::create_directories(dir);
-    fs::create_directories(dir.parent_path() / "topologies");
-    for (const char* t : {"dgx-h100.yaml", "ring4.yaml", "h100-cluster.yaml"})
+    fs::create_directories(dir.parent_path() / "topologies" / "profiles");
+    for (const char* t : {"dgx-h100.yaml", "ring4.yaml", "h100-cluster.yaml", "profiles/h100-sxm.yaml"})
       fs::copy_file(kRoot + "/topologies/" + t, dir.parent_path() / "topologies" / t,
                     fs::copy_options::overwrite_existing);
     path = dir / name;

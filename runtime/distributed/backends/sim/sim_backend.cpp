@@ -42,7 +42,8 @@ SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algor
       nranks_(nranks),
       initialized_(static_cast<size_t>(nranks), 0),
       compute_time_(static_cast<size_t>(nranks)),
-      comm_time_(static_cast<size_t>(nranks)) {
+      comm_time_(static_cast<size_t>(nranks)),
+      compute_detail_(static_cast<size_t>(nranks)) {
   std::vector<int> all(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) all[static_cast<size_t>(r)] = r;
   world_ = make_group(all);
@@ -414,10 +415,27 @@ void SimBackend::charge(const OpCost& cost) {
   if (e != &engine_ || !e->in_rank()) return;
   const int r = e->rank();
   const bool fp = is_floating(cost.dtype);
-  const sim::Time dt = compute_.cost(r, fp ? cost.flops : 0.0, cost.bytes, fp ? dtype_name(cost.dtype) : "f32");
+  const std::string_view dtype = fp ? dtype_name(cost.dtype) : "f32";
+  const double flops = fp ? cost.flops : 0.0;
+  const sim::KernelTime kt = compute_.time(r, cost.op, cost.shape, flops, cost.bytes, dtype);
+  const sim::Time dt = kt.time;
   const sim::Time begin = e->now();
   e->advance(dt);
   compute_time_[static_cast<size_t>(r)] += dt;
+  ComputeBreakdown& cb = compute_detail_[static_cast<size_t>(r)];
+  cb.time[static_cast<size_t>(kt.cls)] += dt;
+  cb.flops += flops;
+  if (kt.cls == sim::KernelClass::gemm || kt.cls == sim::KernelClass::attention) {
+    const auto& peaks = topology_.kind_of(r).peak_flops;
+    const auto peak = peaks.find(dtype);
+    if (peak != peaks.end()) cb.peak_seconds += flops / peak->second;
+  }
+  if (kt.roofline || kt.outside) {
+    std::string note = std::string(sim::to_string(kt.cls)) + " " + std::string(dtype) + ": ";
+    note += kt.roofline ? "roofline (the kernel profile has no " + std::string(dtype) + " entry)"
+                        : "outside the profile's measured shapes (its edge value used)";
+    ++compute_notes_[note];
+  }
   if (engine_.options().trace && dt > sim::Time::zero())
     engine_.trace().add(sim::Span{r, sim::SpanKind::compute, begin, begin + dt, cost.op, {}});
 }
@@ -426,6 +444,14 @@ RunReport SimBackend::take_report() {
   RunReport rep;
   rep.collectives = std::move(records_);
   rep.compute = compute_time_;
+  rep.compute_detail = compute_detail_;
+  rep.compute_notes = compute_notes_;
+  for (int k = 0; k < topology_.num_kinds(); ++k) {
+    const sim::DeviceKind& kind = topology_.kind(k);
+    rep.compute_models.push_back(kind.name + ": " +
+                                 (kind.profile ? "kernel profile " + kind.profile->name + " (" + kind.profile->source + ")"
+                                               : std::string("roofline (no kernel profile)")));
+  }
   rep.comm = comm_time_;
   return rep;
 }

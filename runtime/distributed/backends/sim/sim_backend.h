@@ -141,6 +141,8 @@ class SimBackend : public Backend, public CostSink {
   ScheduleCache schedules_;
   std::vector<CollectiveRecord> records_;
   std::vector<sim::Time> compute_time_, comm_time_;
+  std::vector<ComputeBreakdown> compute_detail_;
+  std::map<std::string, int64_t> compute_notes_;
 };
 
 // spawn() on the sim backend: nprocs fibers of a fresh engine sharing one SimBackend.
