@@ -9,6 +9,7 @@
 #include "app/bench.h"
 #include "app/calibrate.h"
 #include "app/compare.h"
+#include "app/data_dir.h"
 #include "app/demo.h"
 #include "app/scenario.h"
 #include "app/topo.h"
@@ -146,7 +147,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   consolidate_cmd->add_option("output", consolidated, "The checkpoint to write (loadable as model.weights)")
       ->required();
   consolidate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
-  std::string list_root = RANKSIM_SOURCE_DIR;
+  std::string list_root = shipped_data_dir();
   std::string predicted_json, measured_json;
   auto* compare_cmd = cli.add_subcommand(
       "compare", "Put a predicted run and a measured run of one scenario side by side (their --json summaries)");

@@ -10,6 +10,10 @@ add_library(ranksim_flags INTERFACE)
 target_compile_options(ranksim_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
   -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough -Wno-restrict -ffp-contract=off>)
+# __FILE__ (RANKSIM_CHECK's messages) names sources relative to the repository root, so that the
+# installed libraries hold no path of the machine that built them (scripts/package_check.sh).
+target_compile_options(ranksim_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=>)
 # RANKSIM_NATIVE adds -march=native. The vector width and instruction choice change, the values
 # do not: contraction stays off, so no multiply-add is fused (FMA instructions appear only where
 # code asks for them explicitly, as Eigen's own GEMM does), and runtime::matmul keeps its fixed
@@ -43,6 +47,12 @@ endif()
 # EXCLUDE regex: sources left to another target (a subfolder built only with an option).
 # With RANKSIM_WITH_CUDA the folder's .cu files (its own device kernels, registered for the CUDA
 # device) are built into the library too, which then links ranksim_cuda.
+#
+# Headers are found from the repository root in the build ("sim/time.h") and from
+# include/ranksim once installed (cmake/Install.cmake), so the same #include lines work in both;
+# include/ too, for users who write "ranksim/sim/time.h". ranksim_flags is private: the warning,
+# -march and -Werror flags build ranksim and never reach a user's targets (ranksim_use_flags
+# gives them to ranksim's own tests and programs).
 function(ranksim_folder_library name folder)
   cmake_parse_arguments(ARG "" "EXCLUDE" "DEPS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${folder}/*.cpp)
@@ -60,11 +70,31 @@ function(ranksim_folder_library name folder)
   endif()
   if(srcs)
     add_library(${name} STATIC ${srcs})
-    target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
-    target_link_libraries(${name} PUBLIC ranksim_flags ${ARG_DEPS})
+    set(scope PUBLIC)
+    target_link_libraries(${name} PRIVATE $<BUILD_INTERFACE:ranksim_flags>)
   else()
     add_library(${name} INTERFACE)
-    target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR})
-    target_link_libraries(${name} INTERFACE ranksim_flags ${ARG_DEPS})
+    set(scope INTERFACE)
   endif()
+  ranksim_public_includes(${name})
+  target_compile_features(${name} ${scope} cxx_std_20)
+  target_link_libraries(${name} ${scope} ${ARG_DEPS})
+endfunction()
+
+# ranksim_public_includes(TARGET): the include directories of a library users link (see above).
+function(ranksim_public_includes name)
+  get_target_property(type ${name} TYPE)
+  set(scope PUBLIC)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    set(scope INTERFACE)
+  endif()
+  target_include_directories(${name} ${scope} $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/ranksim> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+endfunction()
+
+# ranksim_use_flags(TARGET ...): ranksim's own flags for a test, benchmark or program of this tree.
+function(ranksim_use_flags)
+  foreach(t ${ARGN})
+    target_link_libraries(${t} PRIVATE ranksim_flags)
+  endforeach()
 endfunction()

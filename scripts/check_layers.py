@@ -2,7 +2,8 @@
 """Checks the architecture that the folders express (DESIGN.md, "Layout").
 
 1. Every quoted #include of a project file points down the layer order
-       sim <- runtime/device <- runtime/tensor <- runtime/distributed <- {tp, cp} <- models <- app
+       sim <- runtime/device <- runtime/tensor <- runtime/distributed <- {tp, cp} <- models
+           <- testing <- app
    (a folder may include its own files and those of the layers below it, never above or beside).
 2. No include cycle between units, a unit being a header with its source files (foo.h, foo.cpp,
    foo.cu): `a.cpp -> b.h -> a.h` is a cycle between the units a and b, though no header
@@ -17,7 +18,7 @@ import os
 import re
 import sys
 
-LAYERS = ["sim", "runtime/device", "runtime/tensor", "runtime/distributed", "tp", "cp", "models", "app"]
+LAYERS = ["sim", "runtime/device", "runtime/tensor", "runtime/distributed", "tp", "cp", "models", "testing", "app"]
 # Which layers each may include (itself included). tp and cp sit side by side.
 ALLOWED = {
     "sim": {"sim"},
@@ -27,6 +28,8 @@ ALLOWED = {
     "tp": {"sim", "runtime/device", "runtime/tensor", "runtime/distributed", "tp"},
     "cp": {"sim", "runtime/device", "runtime/tensor", "runtime/distributed", "cp"},
     "models": {"sim", "runtime/device", "runtime/tensor", "runtime/distributed", "tp", "cp", "models"},
+    # ranksim::testing, the helpers for users' tests (GoogleTest), sits above the layers it tests.
+    "testing": {"sim", "runtime/device", "runtime/tensor", "runtime/distributed", "tp", "cp", "models", "testing"},
     "app": set(LAYERS),
 }
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh")
@@ -58,7 +61,7 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     root = os.path.abspath(root)
     files = []
-    for top in ("sim", "runtime", "tp", "cp", "models", "app"):
+    for top in ("sim", "runtime", "tp", "cp", "models", "testing", "app"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for n in names:
                 if n.endswith(SOURCE_EXT):

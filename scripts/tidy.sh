@@ -2,7 +2,7 @@
 # Runs clang-tidy (.clang-tidy's checks, warnings as errors) over the project's C++ sources,
 # using a configured build's compile_commands.json.
 # Usage: scripts/tidy.sh [--changed REV] [PRESET]
-#   default: every .cpp under sim, runtime, tp, cp, models, app (CI runs this);
+#   default: every .cpp under sim, runtime, tp, cp, models, testing, app (CI runs this);
 #   --changed REV: only the .cpp files changed since REV (git diff REV), for a quick local check.
 #   PRESET: the build whose compile commands to use (default: release; configure it first).
 set -euo pipefail
@@ -20,9 +20,10 @@ if [ ! -f "$db" ]; then
 fi
 if [ -n "$base" ]; then
   mapfile -t files < <(git diff --name-only --diff-filter=d "$base" -- 'sim/*.cpp' 'runtime/*.cpp' 'tp/*.cpp' \
-    'cp/*.cpp' 'models/*.cpp' 'app/*.cpp')
+    'cp/*.cpp' 'models/*.cpp' 'testing/*.cpp' 'app/*.cpp')
 else
-  mapfile -t files < <(git ls-files 'sim/*.cpp' 'runtime/*.cpp' 'tp/*.cpp' 'cp/*.cpp' 'models/*.cpp' 'app/*.cpp')
+  mapfile -t files < <(git ls-files 'sim/*.cpp' 'runtime/*.cpp' 'tp/*.cpp' 'cp/*.cpp' 'models/*.cpp' \
+    'testing/*.cpp' 'app/*.cpp')
 fi
 # Sources a build leaves out (the mpi and nccl backends without MPI or CUDA) have no compile
 # command: skip them rather than guess their flags.
