@@ -171,6 +171,18 @@ void write_html_report(const std::string& path, const ReportData& d) {
       }
       o << "</table>\n";
     }
+    if (!d.compute.empty()) {
+      o << "<h2>Compute by kernel class</h2>\n<table id=\"compute\"><tr>";
+      for (const auto& h : d.compute_header) o << "<th>" << esc(h) << "</th>";
+      o << "</tr>\n";
+      for (const auto& row : d.compute) {
+        o << "<tr>";
+        for (const auto& c : row.cells) o << "<td>" << esc(c) << "</td>";
+        o << "</tr>\n";
+      }
+      o << "</table>\n";
+      for (const auto& n : d.compute_notes) o << "<p class=\"note\">" << esc(n) << "</p>\n";
+    }
     if (!d.collectives.empty()) {
       o << "<h2>Collectives</h2>\n<table id=\"collectives\"><tr>";
       for (const auto& h : d.collective_header) o << "<th>" << esc(h) << "</th>";

@@ -24,6 +24,10 @@ struct ReportData {
   struct Row {
     std::vector<std::string> cells;
   };
+  // Compute by kernel class per rank (sim runs), and how kernels were timed; empty elsewhere.
+  std::vector<std::string> compute_header;
+  std::vector<Row> compute;
+  std::vector<std::string> compute_notes;
   std::vector<std::string> collective_header;
   std::vector<Row> collectives;
   struct Point {

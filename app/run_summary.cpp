@@ -72,4 +72,10 @@ void evaluate_checks(const Scenario& sc, RunSummary& s) {
              std::all_of(s.checks.begin(), s.checks.end(), [](const CheckResult& c) { return c.passed; });
 }
 
+ComputeRates compute_rates(const runtime::ComputeBreakdown& c, sim::Time makespan) {
+  const double seconds = makespan.seconds();
+  if (!(seconds > 0)) return {};
+  return {c.flops / seconds / 1e12, c.peak_seconds / seconds};
+}
+
 }  // namespace ranksim::app

@@ -65,6 +65,15 @@ std::vector<CollectiveLine> group_collectives(const runtime::RunReport& report);
 // Fills summary.checks and summary.passed.
 void evaluate_checks(const Scenario& sc, RunSummary& summary);
 
+// A rank's achieved FLOP rate (every FLOP it was charged, over the makespan) and its model FLOPs
+// utilisation (its GEMM and attention FLOPs at its device's peak for their dtype, over the
+// makespan; docs/compute.md). Zero for an empty run.
+struct ComputeRates {
+  double tflops = 0;
+  double mfu = 0;
+};
+ComputeRates compute_rates(const runtime::ComputeBreakdown& c, sim::Time makespan);
+
 // printf-style formatting of one number.
 std::string fmt(const char* format, double v);
 

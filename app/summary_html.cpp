@@ -15,6 +15,18 @@ void write_run_report(const std::string& path, const Scenario& sc, const sim::To
   d.nranks = sc.ranks;
   for (size_t r = 0; r < s.report.clocks.size(); ++r)
     d.ranks.push_back({static_cast<int>(r), s.report.clocks[r], s.report.compute[r], s.report.comm[r]});
+  if (!s.report.compute_detail.empty()) {
+    d.compute_header = {"rank", "gemm", "attention", "memory-bound", "other", "TFLOP/s", "MFU"};
+    for (size_t r = 0; r < s.report.compute_detail.size(); ++r) {
+      const runtime::ComputeBreakdown& c = s.report.compute_detail[r];
+      const ComputeRates rates = compute_rates(c, s.makespan);
+      d.compute.push_back({{std::to_string(r), c.time[0].str(), c.time[1].str(), c.time[2].str(), c.time[3].str(),
+                            fmt("%.1f", rates.tflops), fmt("%.1f%%", 100 * rates.mfu)}});
+    }
+    for (const std::string& m : s.report.compute_models) d.compute_notes.push_back("timed by " + m);
+    for (const auto& [note, kernels] : s.report.compute_notes)
+      d.compute_notes.push_back(note + ": " + std::to_string(kernels) + " kernels");
+  }
   d.collective_header = {"collective", "ranks", "type", "size(B)", "algorithm", "calls", "time(us)", "busbw(GB/s)"};
   for (const CollectiveLine& l : s.lines) {
     const double per_call = l.seconds_per_call();

@@ -24,7 +24,9 @@ const std::map<std::string, const char*, std::less<>>& float_formats() {
       {"busbw_GBps", "%.6f"},      {"pipeline_wait_us", "%.6f"}, {"loss", "%.9g"},
       {"losses", "%.9g"},          {"logits_share", "%.6f"},     {"acceptable_share", "%.6f"},
       {"logits_max_diff", "%.6g"}, {"loss_rel", "%.6g"},         {"grad_max_norm_diff", "%.6g"},
-      {"norm_diff", "%.6g"}};
+      {"norm_diff", "%.6g"},       {"gemm_us", "%.6f"},          {"attention_us", "%.6f"},
+      {"memory_bound_us", "%.6f"}, {"other_us", "%.6f"},         {"tflops", "%.6g"},
+      {"mfu", "%.6g"}};
   return formats;
 }
 
@@ -131,12 +133,27 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
   j["layout"] = Json{{"tp", sc.tp}, {"cp", sc.cp}, {"dp", sc.dp}, {"pp", sc.pp}};
   j["virtual_time_us"] = us(s.makespan);
   Json ranks = Json::array();
-  for (size_t r = 0; r < rep.clocks.size(); ++r)
-    ranks.push_back(Json{{"rank", r},
-                         {"clock_us", us(rep.clocks[r])},
-                         {"compute_us", us(rep.compute[r])},
-                         {"comm_us", us(rep.comm[r])}});
+  for (size_t r = 0; r < rep.clocks.size(); ++r) {
+    Json rank{{"rank", r}, {"clock_us", us(rep.clocks[r])}, {"compute_us", us(rep.compute[r])}, {"comm_us", us(rep.comm[r])}};
+    if (r < rep.compute_detail.size()) {
+      const runtime::ComputeBreakdown& c = rep.compute_detail[r];
+      const ComputeRates rates = compute_rates(c, s.makespan);
+      rank["compute_by_kind"] = Json{{"gemm_us", us(c.time[0])},
+                                     {"attention_us", us(c.time[1])},
+                                     {"memory_bound_us", us(c.time[2])},
+                                     {"other_us", us(c.time[3])}};
+      rank["tflops"] = rates.tflops;
+      rank["mfu"] = rates.mfu;
+    }
+    ranks.push_back(rank);
+  }
   j["ranks_detail"] = ranks;
+  if (!rep.compute_models.empty()) {
+    j["compute_model"] = rep.compute_models;
+    Json notes = Json::array();
+    for (const auto& [note, kernels] : rep.compute_notes) notes.push_back(Json{{"note", note}, {"kernels", kernels}});
+    j["compute_notes"] = notes;
+  }
   Json collectives = Json::array();
   for (const CollectiveLine& l : s.lines) {
     Json c{{"op", l.op},

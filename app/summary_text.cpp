@@ -47,6 +47,32 @@ void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s
                   (idle > sim::Time::zero() ? idle : sim::Time::zero()).str().c_str());
     out << buf;
   }
+  print_compute_table(out, sc, s);
+}
+
+void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {
+  const runtime::RunReport& rep = s.report;
+  if (rep.compute_detail.empty()) return;
+  char buf[200];
+  out << "\ncompute by kernel class (docs/compute.md):\n";
+  std::snprintf(buf, sizeof buf, "%6s %12s %12s %12s %12s %10s %7s\n", "rank", "gemm", "attention", "memory-bound",
+                "other", "TFLOP/s", "MFU");
+  out << buf;
+  const int shown = sc.ranks <= 16 ? sc.ranks : 8;
+  for (int r = 0; r < sc.ranks && r < static_cast<int>(rep.compute_detail.size()); ++r) {
+    if (r >= shown) {
+      out << "   ... (" << sc.ranks - shown << " more ranks)\n";
+      break;
+    }
+    const runtime::ComputeBreakdown& c = rep.compute_detail[static_cast<size_t>(r)];
+    const ComputeRates rates = compute_rates(c, s.makespan);
+    std::snprintf(buf, sizeof buf, "%6d %12s %12s %12s %12s %10.1f %6.1f%%\n", r, c.time[0].str().c_str(),
+                  c.time[1].str().c_str(), c.time[2].str().c_str(), c.time[3].str().c_str(), rates.tflops,
+                  100 * rates.mfu);
+    out << buf;
+  }
+  for (const std::string& m : rep.compute_models) out << "  timed by " << m << "\n";
+  for (const auto& [note, kernels] : rep.compute_notes) out << "  note: " << note << ": " << kernels << " kernels\n";
 }
 
 void print_collectives_table(std::ostream& out, const RunSummary& s) {

@@ -16,7 +16,11 @@ namespace ranksim::app {
 void print_run_header(std::ostream& out, const Scenario& sc, const sim::Topology& topo, const runtime::Device* device);
 void print_sweep_table(std::ostream& out, const Scenario& sc, const std::vector<SweepRow>& sweep);
 // Time, compute, comm and idle per rank (the first 8 of a run over 16 ranks).
+// Then print_compute_table.
 void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
+// Per rank (sim backend): compute by kernel class, achieved TFLOP/s and MFU; how kernels were
+// timed, and the kernels the profile could not time from measurements. Nothing on other backends.
+void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
 void print_collectives_table(std::ostream& out, const RunSummary& s);
 // REQUIRES: sc.model.
 void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s);
