@@ -9,7 +9,8 @@
 #      with the flags of the installed ranksim.pc), and README's C++ example builds and runs
 #      with `pkg-config --cflags --libs ranksim`;
 #   4. examples/tp_mlp and examples/spawn_worker configure against the prefix
-#      (CMAKE_PREFIX_PATH), build, and pass ctest;
+#      (CMAKE_PREFIX_PATH), build, and pass ctest; tp_mlp also configures with ranksim through
+#      FetchContent from this checkout (the in-tree ALIAS targets);
 #   5. cpack builds the .deb; its Depends names packages apt knows, and `dpkg -x` of it holds the
 #      command, the headers, the CMake package and the data, none naming the build machine's
 #      trees; the extracted command runs and an example configures against the extracted tree.
@@ -79,6 +80,15 @@ for ex in tp_mlp spawn_worker; do
   cmake --build "$work/$ex" -j "$jobs" || fail "build examples/$ex"
   ctest --test-dir "$work/$ex" -j "$jobs" --output-on-failure || fail "ctest examples/$ex"
 done
+
+# The same targets in-tree: FetchContent from this checkout (configure only: building it would
+# rebuild ranksim). CMake refuses to generate when a linked ranksim:: name does not exist.
+step "examples/tp_mlp with ranksim through FetchContent (configure)"
+cmake -S examples/tp_mlp -B "$work/fetchcontent" -G Ninja -DRANKSIM_SOURCE="$src" >"$work/fetchcontent.log" 2>&1 ||
+  { cat "$work/fetchcontent.log"; fail "configure examples/tp_mlp with FetchContent"; }
+if grep -q 'ranksim_sim_engine_test' "$work/fetchcontent/build.ninja"; then
+  fail "ranksim built inside another project adds its own tests"
+fi
 
 step "the Debian package (cpack -G DEB)"
 (cd "$build" && cpack -G DEB -B "$work/deb" >"$work/cpack.log") || { cat "$work/cpack.log"; fail "cpack"; }
