@@ -72,6 +72,8 @@ class Device : public std::enable_shared_from_this<Device> {
  public:
   virtual ~Device();
   virtual std::string name() const = 0;  // "emulated", "cuda:0"
+  // Streaming multiprocessors that run its kernels (a GPU's SM count); 0 when it has none.
+  virtual int multiprocessors() const { return 0; }
 
   // Memory. allocate: nbytes of device memory (uninitialised; nullptr for 0 bytes).
   virtual void* allocate(std::size_t nbytes) = 0;

@@ -61,6 +61,12 @@ class CudaDevice final : public Device {
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
+  int multiprocessors() const override {
+    int count = 0;
+    check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, ordinal_),
+               ("cudaDeviceGetAttribute(MultiProcessorCount) on " + name()).c_str());
+    return count;
+  }
   int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_->handle()); }
 
