@@ -75,13 +75,13 @@ int bench_ops(const BenchOpsOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   const sim::DeviceKind& kind = topo.kind_of(0);
 
-  const std::vector<int64_t> def_gemm = gpu ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
-                                            : std::vector<int64_t>{16, 32, 64};
+  const std::vector<int64_t> def_gemm =
+      gpu ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192} : std::vector<int64_t>{16, 32, 64};
   const std::vector<int64_t> m = o.m.empty() ? def_gemm : o.m, n = o.n.empty() ? def_gemm : o.n,
                              k = o.k.empty() ? def_gemm : o.k;
-  const std::vector<int64_t> seq = o.seq.empty() ? (gpu ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384}
-                                                        : std::vector<int64_t>{16, 32})
-                                                 : o.seq;
+  const std::vector<int64_t> seq =
+      o.seq.empty() ? (gpu ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384} : std::vector<int64_t>{16, 32})
+                    : o.seq;
   const std::vector<int64_t> head_dims =
       o.head_dims.empty() ? (gpu ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{8}) : o.head_dims;
   check_grid("--m", m);
@@ -182,7 +182,8 @@ int bench_ops(const BenchOpsOptions& o, std::ostream& out) {
 
   std::ostringstream header;
   header << "Kernel profile measured by `ranksim bench ops --device " << o.device << "` on " << dev->name() << ".\n"
-         << "GEMMs: " << (gpu ? "cuBLAS" : "the emulated device's") << " bf16 GEMM; attention: ranksim's own kernels (cp/);\n"
+         << "GEMMs: " << (gpu ? "cuBLAS" : "the emulated device's")
+         << " bf16 GEMM; attention: ranksim's own kernels (cp/);\n"
          << "memory-bound: the add "
          << "kernel, as a fraction of " << kind.name << "'s memory bandwidth in " << o.topology << ".\n"
          << "Tiles are not measured (docs/compute.md).";

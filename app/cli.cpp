@@ -111,14 +111,17 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
   coll_cmd->add_flag("--check,-c", bench_opts.check, "Move real numbers and verify every rank's result");
   BenchOpsOptions ops_opts;
-  auto* ops_cmd = bench_cmd->add_subcommand("ops", "Measure a kernel profile (GEMMs, attention, memory-bound) on a device");
+  auto* ops_cmd =
+      bench_cmd->add_subcommand("ops", "Measure a kernel profile (GEMMs, attention, memory-bound) on a device");
   ops_cmd->add_option("--device", ops_opts.device, "gpu|emulated (emulated: the sweep on the CPU, for testing)")
       ->capture_default_str();
   ops_cmd->add_option("--topology,-t", ops_opts.topology, "Topology YAML (its first device kind's memory bandwidth)")
       ->required()
       ->check(not_a_folder);
   ops_cmd->add_option("--set", ops_opts.sets, "Override a topology key");
-  ops_cmd->add_option("--output,-o", ops_opts.output, "The kernel profile YAML to write")->required()->check(not_a_folder);
+  ops_cmd->add_option("--output,-o", ops_opts.output, "The kernel profile YAML to write")
+      ->required()
+      ->check(not_a_folder);
   ops_cmd->add_option("--name", ops_opts.name, "The profile's name (default: DEVICE-bf16)");
   ops_cmd->add_option("--m", ops_opts.m, "GEMM M values, ascending (default: 256..8192 on a GPU)")->delimiter(',');
   ops_cmd->add_option("--n", ops_opts.n, "GEMM N values, ascending")->delimiter(',');

@@ -18,15 +18,28 @@ using Json = nlohmann::ordered_json;
 // The notation of each number field that is not an integer (the key names the field; a list's
 // elements follow the list's key).
 const std::map<std::string, const char*, std::less<>>& float_formats() {
-  static const std::map<std::string, const char*, std::less<>> formats = {
-      {"virtual_time_us", "%.6f"}, {"clock_us", "%.6f"},         {"compute_us", "%.6f"},
-      {"comm_us", "%.6f"},         {"time_us", "%.6f"},          {"algbw_GBps", "%.6f"},
-      {"busbw_GBps", "%.6f"},      {"pipeline_wait_us", "%.6f"}, {"loss", "%.9g"},
-      {"losses", "%.9g"},          {"logits_share", "%.6f"},     {"acceptable_share", "%.6f"},
-      {"logits_max_diff", "%.6g"}, {"loss_rel", "%.6g"},         {"grad_max_norm_diff", "%.6g"},
-      {"norm_diff", "%.6g"},       {"gemm_us", "%.6f"},          {"attention_us", "%.6f"},
-      {"memory_bound_us", "%.6f"}, {"other_us", "%.6f"},         {"tflops", "%.6g"},
-      {"mfu", "%.6g"}};
+  static const std::map<std::string, const char*, std::less<>> formats = {{"virtual_time_us", "%.6f"},
+                                                                          {"clock_us", "%.6f"},
+                                                                          {"compute_us", "%.6f"},
+                                                                          {"comm_us", "%.6f"},
+                                                                          {"time_us", "%.6f"},
+                                                                          {"algbw_GBps", "%.6f"},
+                                                                          {"busbw_GBps", "%.6f"},
+                                                                          {"pipeline_wait_us", "%.6f"},
+                                                                          {"loss", "%.9g"},
+                                                                          {"losses", "%.9g"},
+                                                                          {"logits_share", "%.6f"},
+                                                                          {"acceptable_share", "%.6f"},
+                                                                          {"logits_max_diff", "%.6g"},
+                                                                          {"loss_rel", "%.6g"},
+                                                                          {"grad_max_norm_diff", "%.6g"},
+                                                                          {"norm_diff", "%.6g"},
+                                                                          {"gemm_us", "%.6f"},
+                                                                          {"attention_us", "%.6f"},
+                                                                          {"memory_bound_us", "%.6f"},
+                                                                          {"other_us", "%.6f"},
+                                                                          {"tflops", "%.6g"},
+                                                                          {"mfu", "%.6g"}};
   return formats;
 }
 
@@ -134,7 +147,8 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
   j["virtual_time_us"] = us(s.makespan);
   Json ranks = Json::array();
   for (size_t r = 0; r < rep.clocks.size(); ++r) {
-    Json rank{{"rank", r}, {"clock_us", us(rep.clocks[r])}, {"compute_us", us(rep.compute[r])}, {"comm_us", us(rep.comm[r])}};
+    Json rank{
+        {"rank", r}, {"clock_us", us(rep.clocks[r])}, {"compute_us", us(rep.compute[r])}, {"comm_us", us(rep.comm[r])}};
     if (r < rep.compute_detail.size()) {
       const runtime::ComputeBreakdown& c = rep.compute_detail[r];
       const ComputeRates rates = compute_rates(c, s.makespan);

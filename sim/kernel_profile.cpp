@@ -61,9 +61,8 @@ struct Schemas {
     attention.any_key = &curves;
     memory_ops.any_key = &leaf;
     memory.keys = {{"efficiency", nullptr}, {"ops", &memory_ops}};
-    root.keys = {{"name", nullptr},        {"description", nullptr}, {"sms", nullptr},
-                 {"launch_overhead", nullptr}, {"gemm", &gemm},          {"attention", &attention},
-                 {"memory_bound", &memory}};
+    root.keys = {{"name", nullptr}, {"description", nullptr},  {"sms", nullptr},         {"launch_overhead", nullptr},
+                 {"gemm", &gemm},   {"attention", &attention}, {"memory_bound", &memory}};
   }
 };
 const Schemas& schemas() {
@@ -173,8 +172,8 @@ class ProfileReader {
         for (size_t j = 0; j < gg.n.size(); ++j)
           for (size_t l = 0; l < gg.k.size(); ++l) {
             const size_t at = (i * gg.n.size() + j) * gg.k.size() + l;
-            gg.normalised.push_back(gg.flops[at] / p_.wave_efficiency(1, static_cast<int64_t>(gg.m[i]),
-                                                                      static_cast<int64_t>(gg.n[j])));
+            gg.normalised.push_back(
+                gg.flops[at] / p_.wave_efficiency(1, static_cast<int64_t>(gg.m[i]), static_cast<int64_t>(gg.n[j])));
           }
     }
   }
@@ -303,8 +302,9 @@ KernelProfile parse_kernel_profile(const std::string& yaml_text, const std::stri
   YamlPositions pos(source);
   const YAML::Node root = parse_yaml(yaml_text, source);
   if (root.IsNull())
-    throw ConfigError(source, 1, 1, "the kernel profile is empty; expected a mapping with the keys name, sms, gemm, "
-                                    "attention and memory_bound");
+    throw ConfigError(source, 1, 1,
+                      "the kernel profile is empty; expected a mapping with the keys name, sms, gemm, "
+                      "attention and memory_bound");
   try {
     KernelProfile p = ProfileReader(pos).read(root);
     p.source = source;
@@ -316,7 +316,9 @@ KernelProfile parse_kernel_profile(const std::string& yaml_text, const std::stri
 
 KernelProfile load_kernel_profile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open kernel profile '" + path + "'; check the path (relative paths are from the topology file's folder)");
+  if (!in)
+    throw Error("cannot open kernel profile '" + path +
+                "'; check the path (relative paths are from the topology file's folder)");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw Error("cannot read kernel profile '" + path + "'");

@@ -81,7 +81,7 @@ struct KernelProfile {
   std::map<std::string, std::vector<AttentionCurve>, std::less<>> attention;  // by dtype
   double memory_efficiency = 1;                                               // default fraction
   std::map<std::string, double, std::less<>> memory_ops;                      // op -> fraction
-  std::optional<Time> launch_overhead;  // unset: the device kind's
+  std::optional<Time> launch_overhead;                                        // unset: the device kind's
 
   // The fraction of the SMs' tile slots doing useful work for `batch` (m x n) outputs, under the
   // best of the profile's tiles (each weighted by its efficiency). In (0, 1].

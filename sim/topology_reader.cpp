@@ -29,9 +29,11 @@ struct Schemas {
       collectives, root;
   Schemas() {
     for (const char* d : kDtypes) peak_flops.keys.push_back({d, nullptr});
-    device_kind.keys = {
-        {"peak_flops", &peak_flops}, {"memory_bandwidth", nullptr}, {"memory", nullptr}, {"launch_overhead", nullptr},
-        {"kernel_profile", nullptr}};
+    device_kind.keys = {{"peak_flops", &peak_flops},
+                        {"memory_bandwidth", nullptr},
+                        {"memory", nullptr},
+                        {"launch_overhead", nullptr},
+                        {"kernel_profile", nullptr}};
     device_kinds.any_key = &device_kind;
     local_link.keys = {{"between", nullptr}, {"bandwidth", nullptr}, {"latency", nullptr}};
     local_links.items = &local_link;

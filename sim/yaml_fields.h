@@ -73,8 +73,8 @@ class MapView {
   }
   const Field& need(std::string_view key, const std::string& expected) const {
     if (const Field* f = find(key)) return *f;
-    pos_.fail(node_, (path_.empty() ? document_ : "'" + path_ + "'") + " is missing the key '" +
-                         std::string(key) + "' (" + expected + ")");
+    pos_.fail(node_, (path_.empty() ? document_ : "'" + path_ + "'") + " is missing the key '" + std::string(key) +
+                         "' (" + expected + ")");
   }
   const std::vector<Field>& fields() const { return fields_; }
   const YAML::Node& node() const { return node_; }

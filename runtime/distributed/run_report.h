@@ -47,9 +47,10 @@ std::string algorithm_label(const CollectiveRecord& rec);
 // One rank's compute on the sim backend, by kernel class (sim/kernel_profile.h).
 struct ComputeBreakdown {
   std::array<sim::Time, sim::kKernelClasses> time{};  // indexed by sim::KernelClass
-  double flops = 0;  // every FLOP charged
-  // The GEMM and attention FLOPs, each divided by its device's peak for its dtype: the seconds
-  // the tensor cores would need at peak (MFU = this / makespan; docs/compute.md).
+  double flops = 0;                                   // every FLOP charged
+  // The FLOPs of its tensor-core kernel classes (sim::KernelClass), each divided by its device's
+  // peak for its dtype: the seconds the tensor cores would need at peak (MFU = this / makespan;
+  // docs/compute.md).
   double peak_seconds = 0;
 };
 

@@ -2,10 +2,10 @@
 //
 // An op calls charge() once per call with its name, its floating-point operation count, the bytes
 // it reads plus the bytes it writes (at the tensors' dtypes, as a GPU kernel would move them), the
-// dtype it computes in, and (GEMMs, attention) its shape. The charge goes to the calling thread's CostSink, if one is installed;
-// with none installed (the default) charges are dropped, so ops cost nothing outside a run.
-// Shape-only tensors are charged exactly like tensors with data: that is how a run of thousands of
-// ranks still advances each rank's clock.
+// dtype it computes in, and (tensor-core kernels) its shape. The charge goes to the calling thread's CostSink, if one
+// is installed; with none installed (the default) charges are dropped, so ops cost nothing outside a run. Shape-only
+// tensors are charged exactly like tensors with data: that is how a run of thousands of ranks still advances each
+// rank's clock.
 //
 // The distributed runtime installs a sink that advances the current rank's virtual clock by the
 // roofline model; ranks are fibers on one thread, so it looks up the current rank itself or swaps
@@ -23,8 +23,9 @@ struct OpCost {
   double flops;    // floating-point operations (a multiply-add counts as 2)
   double bytes;    // bytes read plus bytes written
   DType dtype;     // the dtype the op computes on (its inputs' dtype)
-  // What kind of kernel it is, and its shape where the kernel profile needs one (GEMMs, fused
-  // attention); the default is a memory-bound kernel (sim/kernel_profile.h).
+  // What kind of kernel it is, and its shape where the kernel profile needs one (GEMMs and the
+  // fused kernels of the layers above); the default is a memory-bound kernel
+  // (sim/kernel_profile.h).
   sim::KernelShape shape{};
 };
 

@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <string>
 
+#include "app/cli_run.h"
 #include "app/devices.h"
 #include "sim/compute.h"
 #include "sim/error.h"
 #include "sim/kernel_profile.h"
 #include "sim/topology.h"
-#include "app/cli_run.h"
 
 namespace ranksim::app::testing {
 namespace {
@@ -31,8 +31,10 @@ fs::path scratch(const std::string& name) {
 
 TEST(BenchOps, TheEmulatedSweepWritesAProfileThatTopologiesUse) {
   const fs::path out = scratch("emulated.yaml");
-  const CliResult r = run({"bench", "ops", "--device", "emulated", "-t", topo("dgx-h100.yaml"), "--m", "8,16", "--n",
-                           "8", "--k", "8,32", "--seq", "8,16", "--head-dims", "4,8", "--sms", "4", "-o", out.string()});
+  const CliResult r =
+      run({"bench", "ops",       "--device", "emulated", "-t",   topo("dgx-h100.yaml"), "--m", "8,16",  "--n",
+           "8",     "--k",       "8,32",     "--seq",    "8,16", "--head-dims",         "4,8", "--sms", "4",
+           "-o",    out.string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("bench ops on emulated (4 SMs)"));
   EXPECT_THAT(r.out, HasSubstr("wrote " + out.string()));
@@ -65,8 +67,7 @@ TEST(BenchOps, TheEmulatedSweepWritesAProfileThatTopologiesUse) {
   s.k = 32;
   const double flops = 2.0 * 16 * 8 * 32;
   const double measured = g.flops[(1 * 1 + 0) * 2 + 1];
-  EXPECT_NEAR(model.time(0, "matmul", s, flops, 0, "bf16").time.seconds(), std::max(flops / measured, 3e-6),
-              1e-11);
+  EXPECT_NEAR(model.time(0, "matmul", s, flops, 0, "bf16").time.seconds(), std::max(flops / measured, 3e-6), 1e-11);
 }
 
 TEST(BenchOps, WithoutAGpuItSaysSoAndWritesNothing) {
@@ -84,8 +85,8 @@ TEST(BenchOps, WithoutAGpuItSaysSoAndWritesNothing) {
 
 TEST(BenchOps, ABadGridIsRefusedBeforeAnythingRuns) {
   const fs::path out = scratch("bad.yaml");
-  CliResult r = run({"bench", "ops", "--device", "emulated", "-t", topo("dgx-h100.yaml"), "--m", "32,16", "-o",
-                     out.string()});
+  CliResult r =
+      run({"bench", "ops", "--device", "emulated", "-t", topo("dgx-h100.yaml"), "--m", "32,16", "-o", out.string()});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--m: values must be ascending, got 16 after 32"));
   EXPECT_FALSE(fs::exists(out));

@@ -66,8 +66,8 @@ TEST(KernelProfile, GridPointsAreReproducedExactly) {
   for (size_t i = 0; i < g.m.size(); ++i)
     for (size_t j = 0; j < g.n.size(); ++j)
       for (size_t l = 0; l < g.k.size(); ++l) {
-        const auto r = p.gemm_rate("bf16", gemm(static_cast<int64_t>(g.m[i]), static_cast<int64_t>(g.n[j]),
-                                                static_cast<int64_t>(g.k[l])));
+        const auto r = p.gemm_rate(
+            "bf16", gemm(static_cast<int64_t>(g.m[i]), static_cast<int64_t>(g.n[j]), static_cast<int64_t>(g.k[l])));
         ASSERT_TRUE(r);
         EXPECT_NEAR(r->flops_per_second / g.flops[(i * g.n.size() + j) * g.k.size() + l], 1.0, 1e-12);
         EXPECT_FALSE(r->outside);
@@ -89,7 +89,7 @@ TEST(KernelProfile, BetweenGridPointsTheThroughputIsGeometricInLog2Shape) {
   EXPECT_NEAR(big->flops_per_second, 1600e12, 1e3);
   EXPECT_TRUE(big->outside);
   EXPECT_TRUE(p.gemm_rate("bf16", gemm(1024, 512, 4096))->outside);  // n off its single value
-  EXPECT_FALSE(p.gemm_rate("f32", gemm(512, 256, 256)));              // no f32 grid
+  EXPECT_FALSE(p.gemm_rate("f32", gemm(512, 256, 256)));             // no f32 grid
 }
 
 TEST(KernelProfile, AShapeJustPastAFullWaveCostsMorePerFlopThanItsNeighbours) {
@@ -183,7 +183,8 @@ TEST(KernelProfile, ATopologyNamesItsProfileRelativeToItself) {
   const Topology t = Topology::load_file(kRoot + "/topologies/dgx-h100.yaml");
   ASSERT_TRUE(t.kind(0).profile);
   EXPECT_EQ(t.kind(0).profile->name, "h100-sxm-bf16");
-  const Topology roof = Topology::load_file(kRoot + "/topologies/dgx-h100.yaml", {"device_kinds.h100-sxm.kernel_profile=none"});
+  const Topology roof =
+      Topology::load_file(kRoot + "/topologies/dgx-h100.yaml", {"device_kinds.h100-sxm.kernel_profile=none"});
   EXPECT_FALSE(roof.kind(0).profile);
   try {
     Topology::load_file(kRoot + "/topologies/dgx-h100.yaml", {"device_kinds.h100-sxm.kernel_profile=nowhere.yaml"});
@@ -208,8 +209,7 @@ TEST(ComputeModelWithProfile, KernelsTakeTheirMeasuredTime) {
   // The two GEMMs of its backward: twice the FLOPs, each GEMM at its own rate (here the same).
   KernelShape back = gemm(4096, 4096, 4096);
   back.backward = true;
-  EXPECT_NEAR(model.time(0, "matmul_backward", back, 2 * flops, 0, "bf16").time.seconds(), 2 * g.time.seconds(),
-              1e-11);
+  EXPECT_NEAR(model.time(0, "matmul_backward", back, 2 * flops, 0, "bf16").time.seconds(), 2 * g.time.seconds(), 1e-11);
   // A tiny GEMM still takes the launch overhead.
   EXPECT_EQ(model.time(0, "matmul", gemm(8, 8, 8), 1024, 384, "bf16").time, Time::us(3));
   // f32 has no grid: the roofline, said so.

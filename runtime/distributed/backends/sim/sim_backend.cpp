@@ -425,7 +425,7 @@ void SimBackend::charge(const OpCost& cost) {
   ComputeBreakdown& cb = compute_detail_[static_cast<size_t>(r)];
   cb.time[static_cast<size_t>(kt.cls)] += dt;
   cb.flops += flops;
-  if (kt.cls == sim::KernelClass::gemm || kt.cls == sim::KernelClass::attention) {
+  if (kt.cls != sim::KernelClass::memory && kt.cls != sim::KernelClass::other) {  // tensor-core kernels
     const auto& peaks = topology_.kind_of(r).peak_flops;
     const auto peak = peaks.find(dtype);
     if (peak != peaks.end()) cb.peak_seconds += flops / peak->second;
@@ -449,8 +449,9 @@ RunReport SimBackend::take_report() {
   for (int k = 0; k < topology_.num_kinds(); ++k) {
     const sim::DeviceKind& kind = topology_.kind(k);
     rep.compute_models.push_back(kind.name + ": " +
-                                 (kind.profile ? "kernel profile " + kind.profile->name + " (" + kind.profile->source + ")"
-                                               : std::string("roofline (no kernel profile)")));
+                                 (kind.profile
+                                      ? "kernel profile " + kind.profile->name + " (" + kind.profile->source + ")"
+                                      : std::string("roofline (no kernel profile)")));
   }
   rep.comm = comm_time_;
   return rep;
