@@ -1,0 +1,63 @@
+// What a run reports of its compute (docs/compute.md): the kernel classes add up to each rank's
+// compute time, TFLOP/s and MFU follow from the charged FLOPs, and the profile's use is named.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "app/cli_run.h"
+
+namespace ranksim::app::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+nlohmann::json run_json(const std::vector<std::string>& extra) {
+  const fs::path dir = fs::temp_directory_path() / ("ranksim_compute_summary_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path json = dir / "out.json";
+  std::vector<std::string> args{"run", scenario("cp-attention-p2p-dgx-h100.yaml"), "--json", json.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const CliResult r = run(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return nlohmann::json::parse(slurp(json));
+}
+
+TEST(ComputeSummary, KernelClassesAddUpAndTheProfileIsNamed) {
+  const nlohmann::json j = run_json({});
+  ASSERT_EQ(j["ranks_detail"].size(), 8u);
+  const double makespan_us = j["virtual_time_us"].get<double>();
+  for (const auto& r : j["ranks_detail"]) {
+    const auto& by = r["compute_by_kind"];
+    const double sum = by["gemm_us"].get<double>() + by["attention_us"].get<double>() +
+                       by["memory_bound_us"].get<double>() + by["other_us"].get<double>();
+    EXPECT_NEAR(sum, r["compute_us"].get<double>(), 1e-5);
+    // CP attention: the fused kernels take most of the time, and no GEMM runs.
+    EXPECT_EQ(by["gemm_us"].get<double>(), 0);
+    EXPECT_GT(by["attention_us"].get<double>(), by["memory_bound_us"].get<double>());
+    EXPECT_GT(r["tflops"].get<double>(), 0);
+    EXPECT_GT(r["mfu"].get<double>(), 0);
+    EXPECT_LT(r["mfu"].get<double>(), 1);
+    // The attention FLOPs run at the measured ~300-650 TFLOP/s, so the MFU can be no more than
+    // the attention share of the run times 650 / 989.4.
+    EXPECT_LT(r["mfu"].get<double>(), by["attention_us"].get<double>() / makespan_us * 650 / 989.4 + 1e-9);
+  }
+  ASSERT_EQ(j["compute_model"].size(), 1u);
+  EXPECT_THAT(j["compute_model"][0].get<std::string>(), HasSubstr("kernel profile h100-sxm-bf16"));
+}
+
+TEST(ComputeSummary, MeasuredKernelsAreNeverFasterThanTheRoofline) {
+  const nlohmann::json profiled = run_json({});
+  const nlohmann::json roof = run_json({"--set", "topology.device_kinds.h100-sxm.kernel_profile=none"});
+  EXPECT_THAT(roof["compute_model"][0].get<std::string>(), HasSubstr("roofline"));
+  // Measured kernels are never faster than the peak roofline.
+  EXPECT_GE(profiled["virtual_time_us"].get<double>(), roof["virtual_time_us"].get<double>());
+  EXPECT_EQ(roof["compute_notes"].size(), 0u);
+}
+
+}  // namespace
+}  // namespace ranksim::app::testing
