@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Checks ranksim as other projects get it (docs/library.md), from an existing build (CI: after
-# scripts/test.sh release, reusing build/release; nothing of ranksim is rebuilt):
+# scripts/test.sh release, reusing build/release; nothing of ranksim is rebuilt there, and
+# elsewhere only what changed since the build):
 #   1. cmake --install into a temporary prefix; `ranksim --version` and `ranksim list` run from it
 #      (the shipped files found beside the command);
 #   2. nothing installed names the source or build tree (grep, binaries included);
@@ -28,6 +29,11 @@ prefix=$work/prefix
 jobs=${JOBS:-2}
 fail() { echo "package_check: FAILED: $*" >&2; exit 1; }
 step() { echo "== package_check: $*"; }
+
+# Headers are installed from the checkout and libraries from the build: bring the build up to
+# date first, or the two may disagree (a no-op right after scripts/test.sh, as in CI).
+step "the build is up to date ($build)"
+cmake --build "$build" -j "$jobs" >"$work/build.log" || { cat "$work/build.log"; fail "cmake --build $build"; }
 
 step "install into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
