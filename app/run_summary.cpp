@@ -54,6 +54,14 @@ void evaluate_checks(const Scenario& sc, RunSummary& s) {
                         v.grads_ok,
                         fmt("%.3g", v.grad_max_norm_diff) + ", " + fmt("%.0f%%", 100 * v.acceptable_share)});
   }
+  for (size_t r = 0; r < s.report.memory.size(); ++r) {
+    const runtime::MemoryUse& m = s.report.memory[r];
+    if (m.capacity == 0 || m.peak <= m.capacity) continue;
+    s.checks.push_back({memory_overflow(static_cast<int>(r), m) +
+                            (sc.memory_warn_only ? " (memory_check: warn)" : "; set memory_check: warn to run anyway"),
+                        sc.memory_warn_only, sim::units::format_bytes(m.peak)});
+    break;  // the first rank that does not fit; every rank is in the memory table
+  }
   for (const ScenarioCheck& ck : sc.checks) {
     if (ck.kind == ScenarioCheck::Kind::max_time) {
       s.checks.push_back({ck.text, s.makespan <= ck.time, s.makespan.str()});
@@ -70,6 +78,23 @@ void evaluate_checks(const Scenario& sc, RunSummary& s) {
   }
   s.passed = std::none_of(s.sweep.begin(), s.sweep.end(), [](const SweepRow& r) { return r.wrong > 0; }) &&
              std::all_of(s.checks.begin(), s.checks.end(), [](const CheckResult& c) { return c.passed; });
+}
+
+std::string memory_overflow(int rank, const runtime::MemoryUse& m) {
+  // Largest first, as a reader looks for what to cut.
+  std::vector<std::pair<uint64_t, const char*>> parts;
+  for (int k = 0; k < runtime::kMemoryKinds; ++k)
+    parts.emplace_back(m.at_peak[static_cast<size_t>(k)],
+                       runtime::memory_kind_name(static_cast<runtime::MemoryKind>(k)));
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string text = "rank " + std::to_string(rank) + " needs " +
+                     fmt("%.1f GiB", static_cast<double>(m.peak) / (1ull << 30)) + " of " +
+                     fmt("%.1f GiB", static_cast<double>(m.capacity) / (1ull << 30)) +
+                     (m.after_op.empty() ? std::string() : " after " + m.after_op + " at " + m.peak_time.str()) + ":";
+  for (size_t i = 0; i < parts.size(); ++i)
+    text += std::string(i ? "," : "") + " " + parts[i].second + " " +
+            fmt("%.1f", static_cast<double>(parts[i].first) / (1ull << 30));
+  return text;
 }
 
 ComputeRates compute_rates(const runtime::ComputeBreakdown& c, sim::Time makespan) {

@@ -89,6 +89,9 @@ struct Scenario {
   std::vector<ScenarioStep> steps;
   int repeat = 1;
   std::vector<ScenarioCheck> checks;
+  // `memory_check: warn`: a rank whose memory peak exceeds its device's capacity is a warning,
+  // not a failed run (sim backend; docs/compute.md).
+  bool memory_warn_only = false;
   std::string out_trace, out_json, out_report;  // `outputs:` (command-line flags win)
 };
 

@@ -63,11 +63,11 @@ struct ScenarioSchema {
     check.keys = {{"max_time", nullptr}, {"min_busbw", nullptr}, {"op", nullptr}};
     checks.items = &check;
     outputs.keys = {{"json", nullptr}, {"report", nullptr}, {"trace", nullptr}};
-    root.keys = {{"algorithm", nullptr},   {"batch", &batch},      {"checks", &checks},       {"data", nullptr},
-                 {"description", nullptr}, {"dump", nullptr},      {"encoder", &encoder},     {"model", &model},
-                 {"name", nullptr},        {"outputs", &outputs},  {"parallel", &parallel},   {"protocol", nullptr},
-                 {"ranks", nullptr},       {"topology", nullptr},  {"topology_set", nullptr}, {"train", &train},
-                 {"validate", &validate},  {"workload", &workload}};
+    root.keys = {{"algorithm", nullptr},    {"batch", &batch},       {"checks", &checks},    {"data", nullptr},
+                 {"description", nullptr},  {"dump", nullptr},       {"encoder", &encoder},  {"model", &model},
+                 {"memory_check", nullptr}, {"name", nullptr},       {"outputs", &outputs},  {"parallel", &parallel},
+                 {"protocol", nullptr},     {"ranks", nullptr},      {"topology", nullptr},  {"topology_set", nullptr},
+                 {"train", &train},         {"validate", &validate}, {"workload", &workload}};
   }
   ScenarioSchema(const ScenarioSchema&) = delete;
   ScenarioSchema& operator=(const ScenarioSchema&) = delete;
@@ -264,6 +264,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                           "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
   if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
+  if (auto mc = entry(root, "memory_check"); mc.IsDefined())
+    sc.memory_warn_only = r.one_of(mc, "memory_check", {"error", "warn"}) == "warn";
   if (auto a = entry(root, "protocol"); a.IsDefined())
     sc.protocol = r.one_of(a, "protocol", {"auto", "LL", "LL128", "Simple"});
   const YAML::Node data_node = entry(root, "data");

@@ -39,7 +39,8 @@ const std::map<std::string, const char*, std::less<>>& float_formats() {
                                                                           {"memory_bound_us", "%.6f"},
                                                                           {"other_us", "%.6f"},
                                                                           {"tflops", "%.6g"},
-                                                                          {"mfu", "%.6g"}};
+                                                                          {"mfu", "%.6g"},
+                                                                          {"peak_time_us", "%.6f"}};
   return formats;
 }
 
@@ -158,6 +159,16 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
                                      {"other_us", us(c.time[3])}};
       rank["tflops"] = rates.tflops;
       rank["mfu"] = rates.mfu;
+    }
+    if (r < rep.memory.size()) {
+      const runtime::MemoryUse& m = rep.memory[r];
+      Json mem{{"peak_bytes", m.peak}, {"capacity_bytes", m.capacity}};
+      for (int k = 0; k < runtime::kMemoryKinds; ++k)
+        mem[std::string(runtime::memory_kind_name(static_cast<runtime::MemoryKind>(k))) + "_bytes"] =
+            m.at_peak[static_cast<size_t>(k)];
+      mem["peak_time_us"] = us(m.peak_time);
+      mem["after_op"] = m.after_op;
+      rank["memory"] = mem;
     }
     ranks.push_back(rank);
   }

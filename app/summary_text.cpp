@@ -48,6 +48,31 @@ void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s
     out << buf;
   }
   print_compute_table(out, sc, s);
+  print_memory_table(out, sc, s);
+}
+
+void print_memory_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {
+  const std::vector<runtime::MemoryUse>& mem = s.report.memory;
+  if (mem.empty()) return;
+  out << "\ndevice memory at each rank's peak (docs/compute.md):\n";
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "%6s %11s %11s %11s %11s %11s %11s %11s  %s\n", "rank", "peak", "capacity",
+                "parameters", "gradients", "optimizer", "activations", "buffers", "after");
+  out << buf;
+  auto gib = [](uint64_t b) { return sim::units::format_bytes(b); };
+  const int shown = sc.ranks <= 16 ? sc.ranks : 8;
+  for (int r = 0; r < sc.ranks && r < static_cast<int>(mem.size()); ++r) {
+    if (r >= shown) {
+      out << "   ... (" << sc.ranks - shown << " more ranks)\n";
+      break;
+    }
+    const runtime::MemoryUse& m = mem[static_cast<size_t>(r)];
+    std::snprintf(buf, sizeof buf, "%6d %11s %11s %11s %11s %11s %11s %11s  %s\n", r, gib(m.peak).c_str(),
+                  gib(m.capacity).c_str(), gib(m.at_peak[0]).c_str(), gib(m.at_peak[1]).c_str(),
+                  gib(m.at_peak[2]).c_str(), gib(m.at_peak[3]).c_str(), gib(m.at_peak[4]).c_str(),
+                  (m.after_op.empty() ? std::string("-") : m.after_op + " at " + m.peak_time.str()).c_str());
+    out << buf;
+  }
 }
 
 void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {

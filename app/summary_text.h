@@ -21,6 +21,9 @@ void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s
 // Per rank (sim backend): compute by kernel class, achieved TFLOP/s and MFU; how kernels were
 // timed, and the kernels the profile could not time from measurements. Nothing on other backends.
 void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
+// Per rank (sim backend): the peak of device memory, the capacity, what the peak held by kind, and
+// the op run last before it.
+void print_memory_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
 void print_collectives_table(std::ostream& out, const RunSummary& s);
 // REQUIRES: sc.model.
 void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s);

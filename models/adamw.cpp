@@ -9,6 +9,7 @@
 #include "models/adamw_kernels.h"
 #include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_tensors.h"
+#include "runtime/tensor/memory.h"
 #include "sim/error.h"
 
 namespace ranksim::models {
@@ -72,6 +73,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups 
              const std::map<std::string, Tensor>& state)
     : groups_(std::move(groups)), opts_(options), zero_(zero) {
   check_adamw(opts_);
+  const runtime::MemoryScope optimizer_state(runtime::MemoryKind::optimizer);
   const i64 d = zero_ ? groups_.shard.size() : 1, r = zero_ ? groups_.shard.rank() : 0;
   if (!state.empty()) {
     const auto it = state.find("step");
@@ -89,7 +91,10 @@ AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups 
     s.end = std::min(s.numel, (r + 1) * per);
     const i64 len = s.end - s.begin;
     if (!p->value.has_data()) {
-      s.master = s.m = s.v = Tensor::shape_only({len}, DType::f32);
+      // three tensors, as with data: the f32 master and the two moments
+      s.master = Tensor::shape_only({len}, DType::f32);
+      s.m = Tensor::shape_only({len}, DType::f32);
+      s.v = Tensor::shape_only({len}, DType::f32);
     } else {
       s.master = flat_f32(p->value).narrow(0, s.begin, len).clone();
       s.m = Tensor::zeros({len}, DType::f32);
@@ -130,6 +135,7 @@ double AdamW::step(std::optional<double> max_norm) {
     }
     const i64 d = groups_.shard.size(), per = s.padded / d;
     const DType gd = s.param->grad.dtype();
+    const runtime::MemoryScope buffers(runtime::MemoryKind::buffers);  // ZeRO's reduce-scatter buffers
     Tensor in = data ? Tensor::zeros({s.padded}, gd) : Tensor::shape_only({s.padded}, gd);
     if (data) in.narrow(0, 0, s.numel).copy_(s.param->grad.contiguous().reshape({s.numel}));
     Tensor out = data ? Tensor::zeros({per}, gd) : Tensor::shape_only({per}, gd);
@@ -209,6 +215,7 @@ double AdamW::step(std::optional<double> max_norm) {
       // a new tensor each step (never the master itself), as the ZeRO path gives
       if (data)
         s.param->value = (pd == DType::f32 ? s.master.clone() : s.master.to(pd)).reshape(s.param->value.shape());
+      runtime::retag_memory(s.param->value, runtime::MemoryKind::parameters);
       continue;
     }
     const i64 d = groups_.shard.size(), per = s.padded / d;
@@ -219,6 +226,7 @@ double AdamW::step(std::optional<double> max_norm) {
     o.group = groups_.shard;
     runtime::all_gather_into_tensor(all, mine, o).wait();
     if (data) s.param->value = all.narrow(0, 0, s.numel).contiguous().reshape(s.param->value.shape());
+    runtime::retag_memory(s.param->value, runtime::MemoryKind::parameters);
   }
   return max_norm ? norm : 0.0;
 }

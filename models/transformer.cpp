@@ -10,6 +10,7 @@
 #include "cp/partition.h"
 #include "models/rope.h"
 #include "runtime/tensor/cost.h"
+#include "runtime/tensor/memory.h"
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
@@ -73,6 +74,7 @@ const Tensor& weight(const Weights& w, const std::string& name) {
 tp::Parameter replicated(const Weights& w, const std::string& name, DType dtype) {
   tp::Parameter p;
   p.value = weight(w, name).to(dtype);
+  runtime::retag_memory(p.value, runtime::MemoryKind::parameters);
   return p;
 }
 

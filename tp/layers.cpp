@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/tensor/cost.h"
+#include "runtime/tensor/memory.h"
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/mappings.h"
@@ -40,6 +41,7 @@ Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out
   b.partition_stride = dim < 0 ? 1 : stride;
   if (!master_bias.defined()) {
     b.value = Tensor::zeros({dim < 0 ? out : out / p}, dtype);
+    runtime::retag_memory(b.value, runtime::MemoryKind::parameters);
     return b;
   }
   if (master_bias.shape() != Shape{out}) {
@@ -47,6 +49,7 @@ Parameter make_bias(const char* who, const Tensor& master_bias, std::int64_t out
                 std::to_string(out) + "]");
   }
   b.value = dim < 0 ? shard_of(master_bias, 0, 1, 0, 1, dtype) : shard_of(master_bias, 0, p, r, stride, dtype);
+  runtime::retag_memory(b.value, runtime::MemoryKind::parameters);
   return b;
 }
 
@@ -85,6 +88,7 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& master_weight, runtime:
   }
   const int r = tp_.rank();
   weight_.value = shard_of(master_weight, 0, p_, r, opts_.stride, opts_.dtype);
+  runtime::retag_memory(weight_.value, runtime::MemoryKind::parameters);
   weight_.partition_dim = 0;
   weight_.partition_stride = opts_.stride;
   if (opts_.bias) bias_ = make_bias(who, master_bias, out_, 0, p_, r, opts_.dtype, opts_.stride);
@@ -147,6 +151,7 @@ RowParallelLinear::RowParallelLinear(const Tensor& master_weight, runtime::Proce
     throw Error("RowParallelLinear: sequence_parallel requires input_is_parallel");
   }
   weight_.value = shard_of(master_weight, 1, p_, tp_.rank(), opts_.stride, opts_.dtype);
+  runtime::retag_memory(weight_.value, runtime::MemoryKind::parameters);
   weight_.partition_dim = 1;
   weight_.partition_stride = opts_.stride;
   if (opts_.bias) {
@@ -210,6 +215,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(const Tensor& master_weight, runt
   }
   start_ = tp_.rank() * (vocab_ / p_);
   weight_.value = shard_of(master_weight, 0, p_, tp_.rank(), 1, opts_.dtype);
+  runtime::retag_memory(weight_.value, runtime::MemoryKind::parameters);
   weight_.partition_dim = 0;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "runtime/tensor/cost.h"
+#include "runtime/tensor/memory.h"
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "tp/mappings.h"
@@ -78,6 +79,7 @@ void Parameter::accumulate(const Tensor& g) {
     throw Error("Parameter::accumulate: gradient " + g.str() + " does not match the parameter " + value.str());
   }
   grad = grad.defined() ? runtime::add(grad, g) : g;
+  runtime::retag_memory(grad, runtime::MemoryKind::gradients);
 }
 
 Tensor Parameter::full_value(const runtime::ProcessGroup& g) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/distributed/schedule.h"
+#include "runtime/tensor/memory.h"
 #include "sim/kernel_profile.h"
 #include "sim/time.h"
 #include "sim/trace.h"
@@ -54,6 +55,17 @@ struct ComputeBreakdown {
   double peak_seconds = 0;
 };
 
+// One rank's device memory on the sim backend (runtime/tensor/memory.h): the peak of the bytes
+// its live tensors held, what that peak was made of (indexed by MemoryKind), when it was reached
+// and the op the rank had run last, and its device's capacity.
+struct MemoryUse {
+  uint64_t peak = 0;
+  std::array<uint64_t, kMemoryKinds> at_peak{};
+  sim::Time peak_time;
+  std::string after_op;
+  uint64_t capacity = 0;
+};
+
 struct RunReport {
   sim::Time makespan;
   std::vector<sim::Time> clocks;   // each rank's final clock
@@ -66,6 +78,7 @@ struct RunReport {
   std::vector<ComputeBreakdown> compute_detail;
   std::vector<std::string> compute_models;
   std::map<std::string, int64_t> compute_notes;
+  std::vector<MemoryUse> memory;  // sim backend only: each rank's peak
   sim::Trace trace;
   uint64_t events = 0;
 };

@@ -15,6 +15,17 @@
 namespace ranksim::runtime {
 
 struct Tensor::Storage {
+  // Counted by the ledger installed when it was created (runtime/tensor/memory.h).
+  std::shared_ptr<MemoryLedger> ledger;
+  MemoryLedger::Entry entry;
+  std::size_t counted = 0;
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (ledger) ledger->release(entry, counted);
+  }
+
   std::unique_ptr<std::byte[]> bytes;  // null for shape-only, and for on_device() until accessed
   std::size_t nbytes = 0;
   bool has_data = false;
@@ -120,12 +131,28 @@ std::size_t checked_nbytes(const Shape& shape, DType dtype) {
 }
 }  // namespace
 
+// Reports a new storage of nbytes to the calling thread's ledger.
+void count_storage(Tensor::Storage& s, std::size_t nbytes) {
+  const std::shared_ptr<MemoryLedger>& ledger = memory_ledger();
+  if (!ledger) return;
+  s.entry = ledger->acquire(nbytes);
+  if (s.entry.owner < 0) return;
+  s.ledger = ledger;
+  s.counted = nbytes;
+}
+
+void retag_memory(const Tensor& t, MemoryKind kind) {
+  if (!t.storage_ || !t.storage_->ledger || t.storage_->entry.kind == kind) return;
+  t.storage_->ledger->retag(t.storage_->entry, t.storage_->counted, kind);
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   auto storage = std::make_shared<Storage>();
   // Value-initialised: every byte is zero, which is 0 in all six dtypes.
   storage->nbytes = checked_nbytes(shape, dtype);
   storage->bytes.reset(new std::byte[storage->nbytes]());
   storage->has_data = true;
+  count_storage(*storage, storage->nbytes);
   return Tensor(std::move(storage), shape, dtype);
 }
 
@@ -133,6 +160,7 @@ Tensor Tensor::on_device(const Shape& shape, DType dtype) {
   auto storage = std::make_shared<Storage>();
   storage->nbytes = checked_nbytes(shape, dtype);
   storage->has_data = true;
+  count_storage(*storage, storage->nbytes);
   return Tensor(std::move(storage), shape, dtype);
 }
 
@@ -215,8 +243,10 @@ Tensor Tensor::randn(const Shape& shape, std::uint64_t seed, double mean, double
 }
 
 Tensor Tensor::shape_only(const Shape& shape, DType dtype) {
-  checked_nbytes(shape, dtype);
-  return Tensor(std::make_shared<Storage>(), shape, dtype);
+  const std::size_t nbytes = checked_nbytes(shape, dtype);
+  auto storage = std::make_shared<Storage>();
+  count_storage(*storage, nbytes);
+  return Tensor(std::move(storage), shape, dtype);
 }
 
 Tensor Tensor::from_bytes(const Shape& shape, DType dtype, const void* bytes, std::size_t nbytes) {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "runtime/device/dtype.h"
+#include "runtime/tensor/memory.h"
 
 namespace ranksim::runtime {
 
@@ -199,6 +200,8 @@ class Tensor {
 
  private:
   struct Storage;
+  friend void count_storage(Storage& s, std::size_t nbytes);
+  friend void retag_memory(const Tensor& t, MemoryKind kind);
   Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype);
   void check_dtype(DType expected) const;
   std::int64_t wrap_dim(std::int64_t dim, const char* what) const;

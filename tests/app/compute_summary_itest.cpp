@@ -16,11 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-nlohmann::json run_json(const std::vector<std::string>& extra) {
+nlohmann::json run_json(const std::vector<std::string>& extra,
+                        const std::string& file = "cp-attention-p2p-dgx-h100.yaml") {
   const fs::path dir = fs::temp_directory_path() / ("ranksim_compute_summary_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path json = dir / "out.json";
-  std::vector<std::string> args{"run", scenario("cp-attention-p2p-dgx-h100.yaml"), "--json", json.string()};
+  std::vector<std::string> args{"run", scenario(file), "--json", json.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   const CliResult r = run(args);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -57,6 +58,38 @@ TEST(ComputeSummary, MeasuredKernelsAreNeverFasterThanTheRoofline) {
   // Measured kernels are never faster than the peak roofline.
   EXPECT_GE(profiled["virtual_time_us"].get<double>(), roof["virtual_time_us"].get<double>());
   EXPECT_EQ(roof["compute_notes"].size(), 0u);
+}
+
+TEST(MemorySummary, ZeroOneDividesTheOptimizerStateByDpTimesCp) {
+  // The reference transformer at tp2 cp2 dp2: AdamW keeps an f32 master and two moments per
+  // parameter; ZeRO-1 shards them over DP x CP = 4 ranks (each slice padded to a multiple of 4).
+  const nlohmann::json whole = run_json({"--set", "train.steps=1"}, "train-tp2-cp2-dp2-dgx-h100.yaml");
+  const nlohmann::json zero =
+      run_json({"--set", "train.steps=1", "--set", "train.zero=1"}, "train-tp2-cp2-dp2-dgx-h100.yaml");
+  const auto& w = whole["ranks_detail"][0]["memory"];
+  const auto& z = zero["ranks_detail"][0]["memory"];
+  EXPECT_EQ(w["optimizer_bytes"].get<double>(), 3 * w["parameters_bytes"].get<double>());  // f32 parameters
+  const double ratio = w["optimizer_bytes"].get<double>() / z["optimizer_bytes"].get<double>();
+  EXPECT_GT(ratio, 3.9);
+  EXPECT_LE(ratio, 4.0);
+  // The same parameters, but for ZeRO's all-gathered copies keeping their padding (a few bytes).
+  EXPECT_NEAR(z["parameters_bytes"].get<double>() / w["parameters_bytes"].get<double>(), 1, 1e-4);
+}
+
+TEST(MemorySummary, ALayoutThatDoesNotFitFailsWithItsBreakdown) {
+  // One CP rank of the shipped 32k-token causal attention holds ~0.72 GiB at its peak.
+  const std::vector<std::string> big{"run", scenario("cp-attention-p2p-dgx-h100.yaml"), "--set",
+                                     "topology.device_kinds.h100-sxm.memory=0.5GiB"};
+  const CliResult r = run(big);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("[FAIL] rank 0 needs 0.7 GiB of 0.5 GiB after"));
+  EXPECT_THAT(r.out, HasSubstr("activations 0.7, parameters 0.0"));
+  EXPECT_THAT(r.out, HasSubstr("set memory_check: warn to run anyway"));
+  std::vector<std::string> warn = big;
+  warn.insert(warn.end(), {"--set", "memory_check=warn"});
+  const CliResult w = run(warn);
+  EXPECT_EQ(w.code, 0) << w.out << w.err;
+  EXPECT_THAT(w.out, HasSubstr("(memory_check: warn)"));
 }
 
 }  // namespace

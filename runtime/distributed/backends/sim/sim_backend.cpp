@@ -43,7 +43,8 @@ SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algor
       initialized_(static_cast<size_t>(nranks), 0),
       compute_time_(static_cast<size_t>(nranks)),
       comm_time_(static_cast<size_t>(nranks)),
-      compute_detail_(static_cast<size_t>(nranks)) {
+      compute_detail_(static_cast<size_t>(nranks)),
+      memory_(std::make_shared<SimMemory>(engine, nranks, device_capacities(topology, nranks))) {
   std::vector<int> all(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) all[static_cast<size_t>(r)] = r;
   world_ = make_group(all);
@@ -410,6 +411,12 @@ void SimBackend::match_p2p(const ChannelKey& key, Channel& ch) {
   }
 }
 
+std::vector<uint64_t> SimBackend::device_capacities(const sim::Topology& topology, int nranks) {
+  std::vector<uint64_t> c;
+  for (int r = 0; r < nranks && r < topology.num_devices(); ++r) c.push_back(topology.kind_of(r).memory_bytes);
+  return c;
+}
+
 void SimBackend::charge(const OpCost& cost) {
   sim::Engine* e = sim::Engine::current();
   if (e != &engine_ || !e->in_rank()) return;
@@ -422,6 +429,7 @@ void SimBackend::charge(const OpCost& cost) {
   const sim::Time begin = e->now();
   e->advance(dt);
   compute_time_[static_cast<size_t>(r)] += dt;
+  memory_->ran(r, cost.op);
   ComputeBreakdown& cb = compute_detail_[static_cast<size_t>(r)];
   cb.time[static_cast<size_t>(kt.cls)] += dt;
   cb.flops += flops;
@@ -446,6 +454,8 @@ RunReport SimBackend::take_report() {
   rep.compute = compute_time_;
   rep.compute_detail = compute_detail_;
   rep.compute_notes = compute_notes_;
+  rep.memory = memory_->report();
+  memory_->close();
   for (int k = 0; k < topology_.num_kinds(); ++k) {
     const sim::DeviceKind& kind = topology_.kind(k);
     rep.compute_models.push_back(kind.name + ": " +
@@ -464,6 +474,10 @@ RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const S
   SimBackend backend(engine, topology, opts.algorithm, opts.protocol, nprocs);
   {
     ScopedCostSink sink(&backend);
+    struct LedgerGuard {
+      std::shared_ptr<MemoryLedger> previous;
+      ~LedgerGuard() { set_memory_ledger(std::move(previous)); }
+    } ledger{set_memory_ledger(backend.memory())};
     engine.run(nprocs, fn);
   }
   RunReport report = backend.take_report();

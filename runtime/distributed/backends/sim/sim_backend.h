@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "runtime/distributed/backends/backend.h"
+#include "runtime/distributed/backends/sim/sim_memory.h"
 #include "runtime/distributed/run_report.h"
 #include "runtime/distributed/spawn_options.h"
 #include "runtime/tensor/cost.h"
@@ -98,6 +99,9 @@ class SimBackend : public Backend, public CostSink {
 
   // CostSink: advances the current rank's clock by the roofline cost of an op.
   void charge(const OpCost& cost) override;
+  // The ledger that counts the ranks' tensor memory (installed by spawn_sim for the run).
+  std::shared_ptr<MemoryLedger> memory() const { return memory_; }
+  static std::vector<uint64_t> device_capacities(const sim::Topology& topology, int nranks);
 
   RunReport take_report();
 
@@ -143,6 +147,7 @@ class SimBackend : public Backend, public CostSink {
   std::vector<sim::Time> compute_time_, comm_time_;
   std::vector<ComputeBreakdown> compute_detail_;
   std::map<std::string, int64_t> compute_notes_;
+  std::shared_ptr<SimMemory> memory_;
 };
 
 // spawn() on the sim backend: nprocs fibers of a fresh engine sharing one SimBackend.
