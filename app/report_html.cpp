@@ -171,29 +171,23 @@ void write_html_report(const std::string& path, const ReportData& d) {
       }
       o << "</table>\n";
     }
-    if (!d.compute.empty()) {
-      o << "<h2>Compute by kernel class</h2>\n<table id=\"compute\"><tr>";
-      for (const auto& h : d.compute_header) o << "<th>" << esc(h) << "</th>";
+    auto table = [&](const char* title, const char* id, const std::vector<std::string>& header,
+                     const std::vector<ReportData::Row>& rows) {
+      o << "<h2>" << title << "</h2>\n<table id=\"" << id << "\"><tr>";
+      for (const auto& h : header) o << "<th>" << esc(h) << "</th>";
       o << "</tr>\n";
-      for (const auto& row : d.compute) {
+      for (const auto& row : rows) {
         o << "<tr>";
         for (const auto& c : row.cells) o << "<td>" << esc(c) << "</td>";
         o << "</tr>\n";
       }
       o << "</table>\n";
+    };
+    if (!d.compute.empty()) {
+      table("Compute by kernel class", "compute", d.compute_header, d.compute);
       for (const auto& n : d.compute_notes) o << "<p class=\"note\">" << esc(n) << "</p>\n";
     }
-    if (!d.collectives.empty()) {
-      o << "<h2>Collectives</h2>\n<table id=\"collectives\"><tr>";
-      for (const auto& h : d.collective_header) o << "<th>" << esc(h) << "</th>";
-      o << "</tr>\n";
-      for (const auto& row : d.collectives) {
-        o << "<tr>";
-        for (const auto& c : row.cells) o << "<td>" << esc(c) << "</td>";
-        o << "</tr>\n";
-      }
-      o << "</table>\n";
-    }
+    if (!d.collectives.empty()) table("Collectives", "collectives", d.collective_header, d.collectives);
     sweep_plot(o, d);
     timeline(o, d);
     o << "</body></html>\n";
