@@ -438,12 +438,7 @@ void SimBackend::charge(const OpCost& cost) {
     const auto peak = peaks.find(dtype);
     if (peak != peaks.end()) cb.peak_seconds += flops / peak->second;
   }
-  if (kt.roofline || kt.outside) {
-    std::string note = std::string(sim::to_string(kt.cls)) + " " + std::string(dtype) + ": ";
-    note += kt.roofline ? "roofline (the kernel profile has no " + std::string(dtype) + " entry)"
-                        : "outside the profile's measured shapes (its edge value used)";
-    ++compute_notes_[note];
-  }
+  if (kt.roofline || kt.outside) ++unmeasured_[{kt.cls, dtype, kt.roofline}];  // dtype: a static name
   if (engine_.options().trace && dt > sim::Time::zero())
     engine_.trace().add(sim::Span{r, sim::SpanKind::compute, begin, begin + dt, cost.op, {}});
 }
@@ -453,7 +448,13 @@ RunReport SimBackend::take_report() {
   rep.collectives = std::move(records_);
   rep.compute = compute_time_;
   rep.compute_detail = compute_detail_;
-  rep.compute_notes = compute_notes_;
+  for (const auto& [key, kernels] : unmeasured_) {
+    const auto& [cls, dtype, roofline] = key;
+    const std::string d(dtype);
+    rep.compute_notes[std::string(sim::to_string(cls)) + " " + d + ": " +
+                      (roofline ? "roofline (the kernel profile has no " + d + " entry)"
+                                : "outside the profile's measured shapes (its edge value used)")] += kernels;
+  }
   rep.memory = memory_->report();
   memory_->close();
   for (int k = 0; k < topology_.num_kinds(); ++k) {

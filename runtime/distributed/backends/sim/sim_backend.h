@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -146,7 +147,9 @@ class SimBackend : public Backend, public CostSink {
   std::vector<CollectiveRecord> records_;
   std::vector<sim::Time> compute_time_, comm_time_;
   std::vector<ComputeBreakdown> compute_detail_;
-  std::map<std::string, int64_t> compute_notes_;
+  // Kernels the profile could not time from measurements, by (class, dtype name, roofline): counted
+  // per kernel, worded once in take_report.
+  std::map<std::tuple<sim::KernelClass, std::string_view, bool>, int64_t> unmeasured_;
   std::shared_ptr<SimMemory> memory_;
 };
 
