@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -30,23 +31,29 @@ void print_sweep_table(std::ostream& out, const Scenario& sc, const std::vector<
   }
 }
 
+namespace {
+// Calls row(r) for the ranks a per-rank table shows, of `available` rows (every rank of a run of
+// up to 16, else the first 8), then says how many of the run's `ranks` it left out.
+void for_shown_ranks(std::ostream& out, int ranks, size_t available, const std::function<void(int)>& row) {
+  const int shown = ranks <= 16 ? ranks : 8;
+  const int rows = std::min(ranks, static_cast<int>(available));
+  for (int r = 0; r < rows && r < shown; ++r) row(r);
+  if (rows > shown) out << "   ... (" << ranks - shown << " more ranks)\n";
+}
+}  // namespace
+
 void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {
   const runtime::RunReport& rep = s.report;
   char buf[200];
   std::snprintf(buf, sizeof buf, "%6s %12s %12s %12s %12s\n", "rank", "time", "compute", "comm", "idle");
   out << buf;
-  const int shown = sc.ranks <= 16 ? sc.ranks : 8;
-  for (int r = 0; r < sc.ranks; ++r) {
-    if (r >= shown) {
-      out << "   ... (" << sc.ranks - shown << " more ranks)\n";
-      break;
-    }
+  for_shown_ranks(out, sc.ranks, static_cast<size_t>(sc.ranks), [&](int r) {
     const sim::Time idle = s.makespan - rep.compute[static_cast<size_t>(r)] - rep.comm[static_cast<size_t>(r)];
     std::snprintf(buf, sizeof buf, "%6d %12s %12s %12s %12s\n", r, s.makespan.str().c_str(),
                   rep.compute[static_cast<size_t>(r)].str().c_str(), rep.comm[static_cast<size_t>(r)].str().c_str(),
                   (idle > sim::Time::zero() ? idle : sim::Time::zero()).str().c_str());
     out << buf;
-  }
+  });
   print_compute_table(out, sc, s);
   print_memory_table(out, sc, s);
 }
@@ -59,20 +66,15 @@ void print_memory_table(std::ostream& out, const Scenario& sc, const RunSummary&
   std::snprintf(buf, sizeof buf, "%6s %11s %11s %11s %11s %11s %11s %11s  %s\n", "rank", "peak", "capacity",
                 "parameters", "gradients", "optimizer", "activations", "buffers", "after");
   out << buf;
-  auto gib = [](uint64_t b) { return sim::units::format_bytes(b); };
-  const int shown = sc.ranks <= 16 ? sc.ranks : 8;
-  for (int r = 0; r < sc.ranks && r < static_cast<int>(mem.size()); ++r) {
-    if (r >= shown) {
-      out << "   ... (" << sc.ranks - shown << " more ranks)\n";
-      break;
-    }
+  auto bytes = [](uint64_t b) { return sim::units::format_bytes(b); };
+  for_shown_ranks(out, sc.ranks, mem.size(), [&](int r) {
     const runtime::MemoryUse& m = mem[static_cast<size_t>(r)];
-    std::snprintf(buf, sizeof buf, "%6d %11s %11s %11s %11s %11s %11s %11s  %s\n", r, gib(m.peak).c_str(),
-                  gib(m.capacity).c_str(), gib(m.at_peak[0]).c_str(), gib(m.at_peak[1]).c_str(),
-                  gib(m.at_peak[2]).c_str(), gib(m.at_peak[3]).c_str(), gib(m.at_peak[4]).c_str(),
+    std::snprintf(buf, sizeof buf, "%6d %11s %11s %11s %11s %11s %11s %11s  %s\n", r, bytes(m.peak).c_str(),
+                  bytes(m.capacity).c_str(), bytes(m.at_peak[0]).c_str(), bytes(m.at_peak[1]).c_str(),
+                  bytes(m.at_peak[2]).c_str(), bytes(m.at_peak[3]).c_str(), bytes(m.at_peak[4]).c_str(),
                   (m.after_op.empty() ? std::string("-") : m.after_op + " at " + m.peak_time.str()).c_str());
     out << buf;
-  }
+  });
 }
 
 void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {
@@ -83,19 +85,14 @@ void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary
   std::snprintf(buf, sizeof buf, "%6s %12s %12s %12s %12s %10s %7s\n", "rank", "gemm", "attention", "memory-bound",
                 "other", "TFLOP/s", "MFU");
   out << buf;
-  const int shown = sc.ranks <= 16 ? sc.ranks : 8;
-  for (int r = 0; r < sc.ranks && r < static_cast<int>(rep.compute_detail.size()); ++r) {
-    if (r >= shown) {
-      out << "   ... (" << sc.ranks - shown << " more ranks)\n";
-      break;
-    }
+  for_shown_ranks(out, sc.ranks, rep.compute_detail.size(), [&](int r) {
     const runtime::ComputeBreakdown& c = rep.compute_detail[static_cast<size_t>(r)];
     const ComputeRates rates = compute_rates(c, s.makespan);
     std::snprintf(buf, sizeof buf, "%6d %12s %12s %12s %12s %10.1f %6.1f%%\n", r, c.time[0].str().c_str(),
                   c.time[1].str().c_str(), c.time[2].str().c_str(), c.time[3].str().c_str(), rates.tflops,
                   100 * rates.mfu);
     out << buf;
-  }
+  });
   for (const std::string& m : rep.compute_models) out << "  timed by " << m << "\n";
   for (const auto& [note, kernels] : rep.compute_notes) out << "  note: " << note << ": " << kernels << " kernels\n";
 }
