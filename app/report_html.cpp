@@ -143,6 +143,78 @@ void sweep_plot(std::ostream& o, const ReportData& d) {
     << "\" text-anchor=\"middle\">message size</text>\n</svg>\n";
 }
 
+// Device memory over virtual time: the rank with the largest peak stacked by kind, up to seven
+// more ranks as lines of their totals, and the device's capacity when it is in view. A sample's
+// bytes hold until the next sample (the last one's until the makespan).
+void memory_plot(std::ostream& o, const ReportData& d) {
+  if (d.memory_series.empty() || d.makespan <= sim::Time::zero()) return;
+  const auto top_it = std::max_element(d.memory_series.begin(), d.memory_series.end(),
+                                       [](const auto& a, const auto& b) { return a.peak < b.peak; });
+  const ReportData::MemorySeries& top = *top_it;
+  if (top.peak == 0 || top.samples.empty()) return;
+  const double w = 960, h = 260, left = 60, bottom = 30, head = 20;
+  const bool show_capacity = top.capacity > 0 && top.capacity <= 2 * top.peak;
+  const double ymax = 1.05 * static_cast<double>(show_capacity ? std::max(top.peak, top.capacity) : top.peak);
+  const double span = d.makespan.seconds();
+  auto X = [&](sim::Time t) { return left + w * std::clamp(t.seconds() / span, 0.0, 1.0); };
+  auto Y = [&](double bytes) { return head + h - h * bytes / ymax; };
+  auto end_of = [&](const std::vector<runtime::MemorySample>& s, size_t i) {
+    return i + 1 < s.size() ? s[i + 1].time : std::max(d.makespan, s[i].time);
+  };
+  o << "<h2>Device memory</h2>\n<svg id=\"memory\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + 20
+    << "\" height=\"" << head + h + bottom << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  // The top rank, one band per kind: its top edge is the running sum up to that kind, stepped.
+  static const char* const kKindColor[runtime::kMemoryKinds] = {"#4c78a8", "#f58518", "#e45756", "#72b7b2", "#b279a2"};
+  for (int k = runtime::kMemoryKinds - 1; k >= 0; --k) {  // tallest first, each drawn over by the next
+    o << "<polygon class=\"memory-kind\" fill=\"" << kKindColor[k] << "\" points=\"" << num(X(top.samples.front().time))
+      << ',' << num(Y(0)) << ' ';
+    for (size_t i = 0; i < top.samples.size(); ++i) {
+      double upto = 0;
+      for (int j = 0; j <= k; ++j) upto += static_cast<double>(top.samples[i].bytes[static_cast<size_t>(j)]);
+      o << num(X(top.samples[i].time)) << ',' << num(Y(upto)) << ' ' << num(X(end_of(top.samples, i))) << ','
+        << num(Y(upto)) << ' ';
+    }
+    o << num(X(end_of(top.samples, top.samples.size() - 1))) << ',' << num(Y(0)) << "\"><title>rank " << top.rank << ' '
+      << runtime::memory_kind_name(static_cast<runtime::MemoryKind>(k)) << "</title></polygon>\n";
+  }
+  int others = 0;
+  for (const auto& s : d.memory_series) {
+    if (&s == &top || s.samples.empty() || others == 7) continue;
+    ++others;
+    o << "<polyline class=\"memory-rank\" fill=\"none\" stroke=\"#555\" stroke-width=\"1\" points=\"";
+    for (size_t i = 0; i < s.samples.size(); ++i) {
+      double total = 0;
+      for (uint64_t b : s.samples[i].bytes) total += static_cast<double>(b);
+      o << num(X(s.samples[i].time)) << ',' << num(Y(total)) << ' ' << num(X(end_of(s.samples, i))) << ','
+        << num(Y(total)) << ' ';
+    }
+    o << "\"><title>rank " << s.rank << " total</title></polyline>\n";
+  }
+  if (show_capacity) {
+    const double y = Y(static_cast<double>(top.capacity));
+    o << "<line id=\"memory-capacity\" x1=\"" << left << "\" y1=\"" << num(y) << "\" x2=\"" << left + w << "\" y2=\""
+      << num(y) << "\" stroke=\"#c22\" stroke-dasharray=\"6,3\"><title>capacity "
+      << esc(sim::units::format_bytes(top.capacity)) << "</title></line>\n";
+  }
+  o << "<line x1=\"" << left << "\" y1=\"" << head + h << "\" x2=\"" << left + w << "\" y2=\"" << head + h
+    << "\" stroke=\"black\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    const double v = ymax * t / 4;
+    o << "<text x=\"" << left - 4 << "\" y=\"" << num(Y(v) + 3) << "\" text-anchor=\"end\">"
+      << esc(sim::units::format_bytes(static_cast<uint64_t>(v))) << "</text>\n";
+    o << "<text x=\"" << num(left + w * t / 4) << "\" y=\"" << head + h + 14 << "\" text-anchor=\"middle\">"
+      << esc(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
+  }
+  o << "</svg>\n<p class=\"legend\">rank " << top.rank << " (the largest peak, "
+    << esc(sim::units::format_bytes(top.peak)) << "):";
+  for (int k = 0; k < runtime::kMemoryKinds; ++k)
+    o << " <span style=\"color:" << kKindColor[k] << "\">&#9632;</span> "
+      << runtime::memory_kind_name(static_cast<runtime::MemoryKind>(k));
+  if (others > 0) o << "; grey lines: the totals of " << others << " other rank" << (others > 1 ? "s" : "");
+  if (show_capacity) o << "; dashed: the device's capacity";
+  o << "</p>\n";
+}
+
 }  // namespace
 
 void write_html_report(const std::string& path, const ReportData& d) {
@@ -187,6 +259,8 @@ void write_html_report(const std::string& path, const ReportData& d) {
       table("Compute by kernel class", "compute", d.compute_header, d.compute);
       for (const auto& n : d.compute_notes) o << "<p class=\"note\">" << esc(n) << "</p>\n";
     }
+    if (!d.memory.empty()) table("Device memory at each rank's peak", "memory-peaks", d.memory_header, d.memory);
+    memory_plot(o, d);
     if (!d.collectives.empty()) table("Collectives", "collectives", d.collective_header, d.collectives);
     sweep_plot(o, d);
     timeline(o, d);

@@ -1,12 +1,14 @@
 // The `--report` output of `ranksim run`: one self-contained HTML file (no scripts, no external
 // resources) with the run's summary, an SVG timeline of the ranks (compute and communication
-// spans), and for collective sweeps an SVG plot of bus bandwidth against message size.
+// spans), an SVG plot of device memory over time, and for collective sweeps an SVG plot of bus
+// bandwidth against message size.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "runtime/distributed/run_report.h"
 #include "sim/time.h"
 #include "sim/trace.h"
 
@@ -28,6 +30,17 @@ struct ReportData {
   std::vector<std::string> compute_header;
   std::vector<Row> compute;
   std::vector<std::string> compute_notes;
+  // Device memory at each rank's peak (sim runs), and the bytes over time of the ranks that kept a
+  // timeline (runtime/distributed/run_report.h): the one with the largest peak is drawn stacked by
+  // kind, the others as lines of their totals.
+  std::vector<std::string> memory_header;
+  std::vector<Row> memory;
+  struct MemorySeries {
+    int rank = 0;
+    uint64_t peak = 0, capacity = 0;
+    std::vector<runtime::MemorySample> samples;
+  };
+  std::vector<MemorySeries> memory_series;
   std::vector<std::string> collective_header;
   std::vector<Row> collectives;
   struct Point {

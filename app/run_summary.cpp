@@ -80,6 +80,12 @@ void evaluate_checks(const Scenario& sc, RunSummary& s) {
              std::all_of(s.checks.begin(), s.checks.end(), [](const CheckResult& c) { return c.passed; });
 }
 
+std::string memory_peak_when(const runtime::MemoryUse& m) {
+  const std::string after = m.after_op.empty() ? std::string() : "after " + m.after_op + " at " + m.peak_time.str();
+  if (m.phase.empty()) return after.empty() ? "-" : after;
+  return "in " + m.phase + (after.empty() ? "" : " (" + after + ")");
+}
+
 std::string memory_overflow(int rank, const runtime::MemoryUse& m) {
   // Largest first, as a reader looks for what to cut.
   std::vector<std::pair<uint64_t, const char*>> parts;
@@ -90,7 +96,7 @@ std::string memory_overflow(int rank, const runtime::MemoryUse& m) {
   std::string text = "rank " + std::to_string(rank) + " needs " +
                      fmt("%.1f GiB", static_cast<double>(m.peak) / (1ull << 30)) + " of " +
                      fmt("%.1f GiB", static_cast<double>(m.capacity) / (1ull << 30)) +
-                     (m.after_op.empty() ? std::string() : " after " + m.after_op + " at " + m.peak_time.str()) + ":";
+                     (m.phase.empty() && m.after_op.empty() ? std::string() : " " + memory_peak_when(m)) + ":";
   for (size_t i = 0; i < parts.size(); ++i)
     text += std::string(i ? "," : "") + " " + parts[i].second + " " +
             fmt("%.1f", static_cast<double>(parts[i].first) / (1ull << 30));

@@ -65,12 +65,16 @@ std::vector<CollectiveLine> group_collectives(const runtime::RunReport& report);
 // Fills summary.checks and summary.passed.
 void evaluate_checks(const Scenario& sc, RunSummary& summary);
 
+// "rank 5 needs 92.4 GiB of 80.0 GiB in layer 17 backward (after matmul_backward at 3.2 ms):
+// activations 61.0, optimizer 16.2, ..." (GiB, largest first): a rank whose peak exceeds its
+// device's memory.
+std::string memory_overflow(int rank, const runtime::MemoryUse& m);
+// When a rank's peak came: "in PHASE (after OP at T)", "after OP at T" with no phase, or "-".
+std::string memory_peak_when(const runtime::MemoryUse& m);
+
 // A rank's achieved FLOP rate (every FLOP it was charged, over the makespan) and its model FLOPs
 // utilisation (its GEMM and attention FLOPs at its device's peak for their dtype, over the
 // makespan; docs/compute.md). Zero for an empty run.
-// "rank 5 needs 92.4 GiB of 80.0 GiB after matmul_backward at 3.2 ms: activations 61.0, optimizer
-// 16.2, ..." (GiB, largest first): a rank whose peak exceeds its device's memory.
-std::string memory_overflow(int rank, const runtime::MemoryUse& m);
 
 struct ComputeRates {
   double tflops = 0;

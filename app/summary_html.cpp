@@ -2,6 +2,7 @@
 
 #include "app/nccl_table.h"
 #include "app/report_html.h"
+#include "sim/units.h"
 
 namespace ranksim::app {
 
@@ -26,6 +27,19 @@ void write_run_report(const std::string& path, const Scenario& sc, const sim::To
     for (const std::string& m : s.report.compute_models) d.compute_notes.push_back("timed by " + m);
     for (const auto& [note, kernels] : s.report.compute_notes)
       d.compute_notes.push_back(note + ": " + std::to_string(kernels) + " kernels");
+  }
+  if (!s.report.memory.empty()) {
+    d.memory_header = {"rank",      "peak",        "capacity", "parameters", "gradients",
+                       "optimizer", "activations", "buffers",  "when"};
+    auto bytes = [](uint64_t b) { return sim::units::format_bytes(b); };
+    for (size_t r = 0; r < s.report.memory.size(); ++r) {
+      const runtime::MemoryUse& m = s.report.memory[r];
+      ReportData::Row row{{std::to_string(r), bytes(m.peak), bytes(m.capacity)}};
+      for (uint64_t b : m.at_peak) row.cells.push_back(bytes(b));
+      row.cells.push_back(memory_peak_when(m));
+      d.memory.push_back(std::move(row));
+      if (!m.timeline.empty()) d.memory_series.push_back({static_cast<int>(r), m.peak, m.capacity, m.timeline});
+    }
   }
   d.collective_header = {"collective", "ranks", "type", "size(B)", "algorithm", "calls", "time(us)", "busbw(GB/s)"};
   for (const CollectiveLine& l : s.lines) {

@@ -168,6 +168,7 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
             m.at_peak[static_cast<size_t>(k)];
       mem["peak_time_us"] = us(m.peak_time);
       mem["after_op"] = m.after_op;
+      mem["phase"] = m.phase;
       rank["memory"] = mem;
     }
     ranks.push_back(rank);

@@ -64,16 +64,15 @@ void print_memory_table(std::ostream& out, const Scenario& sc, const RunSummary&
   out << "\ndevice memory at each rank's peak (docs/compute.md):\n";
   char buf[240];
   std::snprintf(buf, sizeof buf, "%6s %11s %11s %11s %11s %11s %11s %11s  %s\n", "rank", "peak", "capacity",
-                "parameters", "gradients", "optimizer", "activations", "buffers", "after");
+                "parameters", "gradients", "optimizer", "activations", "buffers", "when");
   out << buf;
   auto bytes = [](uint64_t b) { return sim::units::format_bytes(b); };
   for_shown_ranks(out, sc.ranks, mem.size(), [&](int r) {
     const runtime::MemoryUse& m = mem[static_cast<size_t>(r)];
-    std::snprintf(buf, sizeof buf, "%6d %11s %11s %11s %11s %11s %11s %11s  %s\n", r, bytes(m.peak).c_str(),
+    std::snprintf(buf, sizeof buf, "%6d %11s %11s %11s %11s %11s %11s %11s  ", r, bytes(m.peak).c_str(),
                   bytes(m.capacity).c_str(), bytes(m.at_peak[0]).c_str(), bytes(m.at_peak[1]).c_str(),
-                  bytes(m.at_peak[2]).c_str(), bytes(m.at_peak[3]).c_str(), bytes(m.at_peak[4]).c_str(),
-                  (m.after_op.empty() ? std::string("-") : m.after_op + " at " + m.peak_time.str()).c_str());
-    out << buf;
+                  bytes(m.at_peak[2]).c_str(), bytes(m.at_peak[3]).c_str(), bytes(m.at_peak[4]).c_str());
+    out << buf << memory_peak_when(m) << '\n';
   });
 }
 

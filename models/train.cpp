@@ -11,6 +11,7 @@
 
 #include "cp/context_parallel.h"
 #include "runtime/distributed/distributed.h"
+#include "runtime/tensor/memory.h"
 #include "runtime/tensor/ops.h"
 #include "runtime/tensor/safetensors.h"
 #include "sim/engine.h"
@@ -128,6 +129,7 @@ struct Runner {
       }
       const Tensor out = model.stage_forward(b, input, ctx[static_cast<std::size_t>(m)]);
       if (last) {
+        const runtime::MemoryPhase phase("loss");
         LossSum ls = cross_entropy_sum(out, b.labels, total_tokens);
         loss_sum += ls.sum;
         dlogits[static_cast<std::size_t>(m)] = std::move(ls.dlogits);
@@ -161,6 +163,7 @@ struct Runner {
       backward(next_backward++);
     }
     while (next_backward < m_count) backward(next_backward++);
+    const runtime::MemoryPhase phase("gradient reduction");
     if (reduce_now) {
       // the embedding and head parameters: one last bucket
       std::vector<std::pair<std::string, tp::Parameter*>> rest;
@@ -246,6 +249,7 @@ TrainResult train(const TrainSpec& spec) {
     r.model.zero_grad();
     const double local = r.forward_backward();
     result.losses.push_back(r.global_loss(local));
+    const runtime::MemoryPhase phase("optimizer step");
     result.grad_norms.push_back(opt.step(spec.clip_grad_norm));
   }
   result.pipeline_wait_seconds = r.pipeline_wait;

@@ -545,7 +545,13 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
     throw Error("Transformer: the batch was sharded for cp=" + str(b.cp) + " but the CP group has " + str(cp) +
                 " ranks");
   }
-  Tensor x = has_embedding() ? runtime::embedding(b.ids, embedding_.value) : input;
+  Tensor x;
+  if (has_embedding()) {
+    const runtime::MemoryPhase phase("embedding forward");
+    x = runtime::embedding(b.ids, embedding_.value);
+  } else {
+    x = input;
+  }
   if (!x.defined()) {
     throw Error(stage_.first() ? "Transformer: external_embeddings is set but no input embeddings were given"
                                : "Transformer: a stage after the first needs the previous stage's output");
@@ -561,9 +567,11 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   }
   ctx.blocks.assign(blocks_.size(), BlockContext{});
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " forward");
     x = blocks_[i]->forward(x, b, config_, groups_, attention_, ctx.blocks[i]);
   }
   if (!stage_.last()) return x;
+  const runtime::MemoryPhase phase("output layer forward");
   ctx.x_last = x;
   ctx.lnf = runtime::layer_norm(x, lnf_w_.value, lnf_b_.value, config_.layer_norm_eps);
   return runtime::add(runtime::matmul(ctx.lnf.y, out_w_.value, false, true), out_b_.value);
@@ -573,6 +581,7 @@ Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, Tran
                                    const std::function<void(i64)>& after_block) {
   Tensor dx = dout;
   if (stage_.last()) {
+    const runtime::MemoryPhase phase("output layer backward");
     // logits = lnf.y W^T + b
     out_b_.accumulate(runtime::add_backward(dout, out_b_.value.shape()).db);
     const runtime::MatmulGrads og = runtime::matmul_backward(dout, ctx.lnf.y, out_w_.value, false, true);
@@ -584,10 +593,14 @@ Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, Tran
     dx = fg.dx;
   }
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    dx = blocks_[i]->backward(dx, b, config_, groups_, attention_, ctx.blocks[i]);
+    {
+      const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " backward");
+      dx = blocks_[i]->backward(dx, b, config_, groups_, attention_, ctx.blocks[i]);
+    }
     if (after_block) after_block(blocks_[i]->index);
   }
   if (!has_embedding()) return dx;
+  const runtime::MemoryPhase phase("embedding backward");
   embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
   return Tensor();
 }
@@ -596,7 +609,11 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   if (stage_.size != 1) throw Error("Transformer::forward_backward runs a single-stage model; use stage_forward");
   TransformerContext ctx;
   const Tensor logits = stage_forward(b, Tensor(), ctx);
-  const GroupLoss gl = group_cross_entropy(logits, b.labels, groups_.loss ? *groups_.loss : groups_.cp.cp);
+  GroupLoss gl;
+  {
+    const runtime::MemoryPhase phase("loss");
+    gl = group_cross_entropy(logits, b.labels, groups_.loss ? *groups_.loss : groups_.cp.cp);
+  }
   StepResult result;
   result.tokens = gl.tokens;
   result.loss = gl.loss;

@@ -57,14 +57,27 @@ struct ComputeBreakdown {
 
 // One rank's device memory on the sim backend (runtime/tensor/memory.h): the peak of the bytes
 // its live tensors held, what that peak was made of (indexed by MemoryKind), when it was reached
-// and the op the rank had run last, and its device's capacity.
+// and the op the rank had run last and its phase (runtime/tensor/memory.h's MemoryPhase), its
+// device's capacity, and its bytes over virtual time.
+struct MemorySample {
+  sim::Time time;
+  std::array<uint64_t, kMemoryKinds> bytes{};  // indexed by MemoryKind
+};
 struct MemoryUse {
   uint64_t peak = 0;
   std::array<uint64_t, kMemoryKinds> at_peak{};
   sim::Time peak_time;
   std::string after_op;
+  std::string phase;  // empty: the program named none
   uint64_t capacity = 0;
+  // The bytes over time, kept for the first kMemoryTimelineRanks ranks: at each instant the most
+  // held at it, in time order, the first at the rank's first allocation and the last at its last
+  // change. At most kMemoryTimelineSamples samples: a longer run keeps, of each run of 2^k
+  // consecutive instants, the one holding the most (the peak itself is always kept).
+  std::vector<MemorySample> timeline;
 };
+inline constexpr int kMemoryTimelineRanks = 64;
+inline constexpr std::size_t kMemoryTimelineSamples = 512;
 
 struct RunReport {
   sim::Time makespan;

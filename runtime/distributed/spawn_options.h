@@ -42,6 +42,9 @@ struct SpawnOptions {
   // The protocol collectives use where the topology times them with the nccl model, as NCCL_PROTO
   // forces it. Default: none, the model picks the fastest per call.
   std::optional<sim::Protocol> protocol;
+  // Count each rank's device memory (sim backend: RunReport::memory). Off, nothing is counted and
+  // RunReport::memory is empty: only for measuring what the counting costs. Default: true.
+  bool count_memory = true;
   // Called about once a second of wall time during long runs (see sim::Engine::set_progress).
   std::function<void(const sim::Engine::Progress&)> progress;
   // Where the ranks run. mpi and nccl initialise MPI (an Error when ranksim was built without

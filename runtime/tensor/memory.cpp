@@ -40,4 +40,17 @@ MemoryScope::~MemoryScope() {
   if (ledger_) ledger_->pop_kind(previous_);
 }
 
+MemoryPhase::MemoryPhase(std::string_view label) : ledger_(t_ledger) {
+  if (ledger_) previous_ = ledger_->push_phase(label);
+}
+
+MemoryPhase::~MemoryPhase() {
+  if (ledger_) ledger_->pop_phase(previous_);
+}
+
+std::array<std::uint64_t, kMemoryKinds> memory_in_use() {
+  if (!t_ledger) return {};
+  return t_ledger->in_use();
+}
+
 }  // namespace ranksim::runtime

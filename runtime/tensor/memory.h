@@ -11,11 +11,16 @@
 // What a storage holds is its MemoryKind: the kind of the innermost MemoryScope on the rank that
 // created it (activations when none), or the kind retag_memory gives it later (a gradient is an
 // op's output until the parameter keeps it).
+//
+// What a rank is doing is its phase: the label of its innermost MemoryPhase ("layer 3 backward",
+// "optimizer step"; empty when none). The ledger names the phase of each rank's peak.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 namespace ranksim::runtime {
 
@@ -41,6 +46,11 @@ class MemoryLedger {
   // The calling rank's kind for new storages: push returns the previous one, pop restores it.
   virtual MemoryKind push_kind(MemoryKind k) = 0;
   virtual void pop_kind(MemoryKind previous) = 0;
+  // The calling rank's phase: push returns a token for the previous one, pop restores it.
+  virtual int push_phase(std::string_view label) = 0;
+  virtual void pop_phase(int previous) = 0;
+  // The bytes the calling rank's live storages hold, by kind (zeros for a caller not counted).
+  virtual std::array<std::uint64_t, kMemoryKinds> in_use() const = 0;
 };
 
 // Installs ledger for the calling thread and returns the previous one (nullptr: none).
@@ -59,6 +69,22 @@ class MemoryScope {
   std::shared_ptr<MemoryLedger> ledger_;
   MemoryKind previous_ = MemoryKind::activations;
 };
+
+// While it lives, the calling rank is in phase `label` (nested phases: the innermost counts).
+class MemoryPhase {
+ public:
+  explicit MemoryPhase(std::string_view label);
+  ~MemoryPhase();
+  MemoryPhase(const MemoryPhase&) = delete;
+  MemoryPhase& operator=(const MemoryPhase&) = delete;
+
+ private:
+  std::shared_ptr<MemoryLedger> ledger_;
+  int previous_ = -1;
+};
+
+// The bytes the calling rank holds now, by kind (indexed by MemoryKind); zeros with no ledger.
+std::array<std::uint64_t, kMemoryKinds> memory_in_use();
 
 // t's storage now holds `kind` (counted there from now on). Nothing for an undefined tensor or one
 // not counted.

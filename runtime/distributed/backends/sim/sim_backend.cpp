@@ -478,10 +478,11 @@ RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const S
     struct LedgerGuard {
       std::shared_ptr<MemoryLedger> previous;
       ~LedgerGuard() { set_memory_ledger(std::move(previous)); }
-    } ledger{set_memory_ledger(backend.memory())};
+    } ledger{set_memory_ledger(opts.count_memory ? backend.memory() : nullptr)};
     engine.run(nprocs, fn);
   }
   RunReport report = backend.take_report();
+  if (!opts.count_memory) report.memory.clear();
   report.makespan = engine.makespan();
   report.clocks.resize(static_cast<size_t>(nprocs));
   for (int r = 0; r < nprocs; ++r) report.clocks[static_cast<size_t>(r)] = engine.clock(r);
