@@ -112,6 +112,9 @@ struct RunFlags {
   // The nccl backend's collectives (runtime::gpu::nccl_collectives in a CUDA build). Default:
   // none, and --backend nccl is an Error saying the backend is not available.
   runtime::DeviceCollectivesFactory device_collectives;
+  // Count each rank's device memory (runtime::SpawnOptions::count_memory). Not a command-line
+  // option: off only to measure what counting costs (benches/memory_bench.cpp). Default: true.
+  bool count_memory = true;
 };
 
 // Runs, prints the summary to out, writes the outputs. Returns 0 when every check passed, 1 when

@@ -39,6 +39,7 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   so.backend = runtime::parse_backend(flags.backend);
   so.device_collectives = flags.device_collectives;
   so.engine.trace = trace;
+  so.count_memory = flags.count_memory;
   // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
   // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep
   // frames, and AddressSanitizer's frames are several times larger.

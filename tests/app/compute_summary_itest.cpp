@@ -90,6 +90,50 @@ TEST(MemorySummary, ALayoutThatDoesNotFitFailsWithItsBreakdown) {
   const CliResult w = run(warn);
   EXPECT_EQ(w.code, 0) << w.out << w.err;
   EXPECT_THAT(w.out, HasSubstr("(memory_check: warn)"));
+  // A model names the phase: the first pipeline stage of the 1F1B run peaks at ~6.3 GiB while
+  // running a block (its activations of the micro-batches in flight, plus 3.1 GiB of state).
+  const CliResult m =
+      run({"run", scenario("train-pp2-1f1b-dgx-h100.yaml"), "--set", "topology.device_kinds.h100-sxm.memory=4GiB"});
+  EXPECT_EQ(m.code, 1);
+  EXPECT_THAT(m.out,
+              ::testing::ContainsRegex("\\[FAIL\\] rank 0 needs 6\\.3 GiB of 4\\.0 GiB in layer [01] "
+                                       "(forward|backward) \\(after [a-z_]+ at [0-9.]+ ms\\): activations 3\\.2, "
+                                       "optimizer 1\\.9, parameters 0\\.6, gradients 0\\.6, buffers 0\\.0"));
+}
+
+TEST(MemorySummary, ThePeakNamesItsPhaseAndTheReportDrawsTheBytesOverTime) {
+  // The 1F1B pipeline: the model labels each block's forward and backward, the loss and the
+  // optimizer step, so every rank's peak is in one of them.
+  const fs::path dir = fs::temp_directory_path() / ("ranksim_memory_report_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path json = dir / "out.json", html = dir / "out.html";
+  const CliResult r =
+      run({"run", scenario("train-pp2-1f1b-dgx-h100.yaml"), "--json", json.string(), "--report", html.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  when\n"));
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  for (const auto& rank : j["ranks_detail"]) {
+    const std::string phase = rank["memory"]["phase"].get<std::string>();
+    EXPECT_THAT(phase, ::testing::MatchesRegex("layer [0-9]+ (forward|backward)|loss|output layer (forward|backward)|"
+                                               "embedding (forward|backward)|gradient reduction|optimizer step"));
+    EXPECT_THAT(r.out, HasSubstr("in " + phase + " (after "));
+  }
+  const std::string page = slurp(html);
+  EXPECT_THAT(page, HasSubstr("<table id=\"memory-peaks\">"));
+  EXPECT_THAT(page, HasSubstr("<svg id=\"memory\""));
+  // One band per kind for the largest rank, and the seven other ranks' totals as lines.
+  size_t bands = 0, lines = 0;
+  for (size_t at = page.find("class=\"memory-kind\""); at != std::string::npos;
+       at = page.find("class=\"memory-kind\"", at + 1))
+    ++bands;
+  for (size_t at = page.find("class=\"memory-rank\""); at != std::string::npos;
+       at = page.find("class=\"memory-rank\"", at + 1))
+    ++lines;
+  EXPECT_EQ(bands, 5u);
+  EXPECT_EQ(lines, 7u);
+  // 80 GiB is far above the ~8 GiB peak: no capacity line.
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("memory-capacity")));
+  fs::remove_all(dir);
 }
 
 }  // namespace
