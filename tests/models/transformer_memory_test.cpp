@@ -1,0 +1,463 @@
+// Device memory of the reference transformer (models/transformer.h) as the sim backend counts it
+// (runtime/tensor/memory.h): the activations one layer keeps for its backward, term by term against
+// Megatron's closed form (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+// Transformer Models", arXiv:2205.05198, section 4.1); the counted bytes against the bytes of the
+// tensors a rank can reach, deduplicated by storage; and the phase in which a forward + backward
+// reaches its peak, against an argument made from the code of Transformer::stage_backward.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "models/batch.h"
+#include "models/loss.h"
+#include "models/transformer.h"
+#include "runtime/distributed/spawn.h"
+#include "runtime/tensor/memory.h"
+#include "runtime/tensor/tensor.h"
+#include "sim/topology.h"
+#include "tp/parallel_state.h"
+
+namespace ranksim::models {
+namespace {
+
+using runtime::DType;
+using runtime::MemoryKind;
+using runtime::Tensor;
+using i64 = std::int64_t;
+using u64 = std::uint64_t;
+
+const std::string kRoot = RANKSIM_SOURCE_DIR;
+
+constexpr std::size_t kind(MemoryKind k) { return static_cast<std::size_t>(k); }
+
+u64 total(const std::array<u64, runtime::kMemoryKinds>& bytes) {
+  return std::accumulate(bytes.begin(), bytes.end(), u64{0});
+}
+
+u64 elem(DType d) { return d == DType::f32 ? 4 : 2; }  // the model's dtypes: f32, or bf16 / f16
+
+runtime::SpawnOptions ring4(const sim::Topology& topo) {
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  return so;
+}
+
+// Megatron's tensor-parallel groups without sequence parallelism, cp = 1 (built inside a rank).
+TransformerGroups groups_of(int tp, const AttentionSetup& setup) {
+  const tp::ParallelState ps = tp::initialize_model_parallel(tp, 1, 1);
+  TransformerGroups g;
+  g.tp = ps.tp().group;
+  g.cp = transformer_cp_groups(ps.cp().group, setup);
+  return g;
+}
+
+// --- 1. Activations per layer against Megatron's formula -----------------------------------------
+
+struct LayerCase {
+  const char* name;
+  int tp;
+  DType dtype;
+  i64 hidden, heads, ffn;
+  i64 seq, batch;  // BSHD rows of `seq` tokens: s = seq, b = batch
+};
+
+// Megatron's bytes per layer (section 4.1, 16-bit activations, tensor parallel, no sequence
+// parallelism): sbh (10 + 24/t + 5as/(ht)). Integer as written below when t divides 24 and a.
+u64 megatron_layer_bytes(i64 s, i64 b, i64 h, i64 a, i64 t) {
+  const i64 sbh = s * b * h;
+  return static_cast<u64>(10 * sbh + 24 * sbh / t + 5 * a * s * s * b / t);
+}
+
+// The terms of Megatron's sum that this model keeps, in bytes of the model's dtype (e per element;
+// Megatron's "2" is e at 16 bits), with ffn f in place of 4h and n = s*b tokens:
+//   attention: QKV input (LayerNorm 1 output, replicated)          e n h
+//              Q and K (after RoPE: this model keeps the rotated ones)  2 e n h/t
+//              softmax 2as^2b/t, its dropout mask as^2b/t and dropout output 2as^2b/t: none (the
+//                attention is flash-style: no score matrix is kept; no dropout)
+//              V                                                   e n h/t
+//              output projection input (the attention kernel's output)  e n h/t
+//              dropout mask sbh: none (no dropout)
+//   MLP:       fc1 input (LayerNorm 2 output, replicated)          e n h
+//              fc1 output (GeLU input)                              e n f/t
+//              GeLU output (fc2 input)                              e n f/t
+//              dropout mask sbh: none
+//   LayerNorm inputs (x_in and x_mid; x_in is the previous layer's output, which one more layer
+//   adds once)                                                      2 e n h
+//
+// What this model keeps on top (its accounting = Megatron's terms + these):
+//   lse: the flash kernel keeps its output (already counted above as the projection's input) and
+//     its log-sum-exp, f32 [a/t, n] (cp/attention.h AttentionResult).
+//   ln_stats: each LayerNorm keeps its mean and rstd for backward, f32 [n] each, two LayerNorms
+//     (runtime/tensor/ops.h LayerNormResult).
+//   qkv_view, with one token only (n = 1): v is parts[2].reshape(...) of the fused qkv output
+//     (Transformer::Block::forward). For n > 1 that column slice is not contiguous, so reshape
+//     copies and the fused output dies with the forward; for n = 1 the [1, h/t] slice counts as
+//     contiguous (Tensor::is_contiguous ignores the stride of a size-1 dim), reshape returns a
+//     view, and v keeps the whole [1, 3h/t] storage alive: its q and k thirds, 2 e n h/t, are kept
+//     beside the rotated q and k that backward uses.
+struct PerLayer {
+  u64 megatron_terms = 0;  // the sum above
+  u64 lse = 0;
+  u64 ln_stats = 0;
+  u64 qkv_view = 0;
+  u64 total() const { return megatron_terms + lse + ln_stats + qkv_view; }
+};
+
+PerLayer per_layer(const LayerCase& c) {
+  const u64 e = elem(c.dtype), n = static_cast<u64>(c.seq * c.batch), h = static_cast<u64>(c.hidden);
+  const u64 t = static_cast<u64>(c.tp), f = static_cast<u64>(c.ffn), a = static_cast<u64>(c.heads);
+  PerLayer p;
+  const u64 attention = e * n * h + 2 * e * n * h / t + e * n * h / t + e * n * h / t;
+  const u64 mlp = e * n * h + e * n * f / t + e * n * f / t;
+  const u64 layer_norm_inputs = 2 * e * n * h;
+  p.megatron_terms = attention + mlp + layer_norm_inputs;
+  p.lse = 4 * (a / t) * n;
+  p.ln_stats = 2 * 2 * 4 * n;
+  p.qkv_view = n == 1 ? 2 * e * n * h / t : 0;
+  return p;
+}
+
+class LayerActivations : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(LayerActivations, OneMoreLayerAddsMegatronsTermsLessDropoutAndScoresPlusThisModelsExtras) {
+  const LayerCase c = GetParam();
+  TransformerConfig cfg;
+  cfg.vocab = 1000;
+  cfg.hidden = c.hidden;
+  cfg.heads = c.heads;
+  cfg.head_dim = c.hidden / c.heads;
+  cfg.ffn = c.ffn;
+  cfg.dtype = c.dtype;
+  ASSERT_EQ(cfg.heads * cfg.head_dim, cfg.hidden);
+  constexpr i64 kLayers = 2;  // measured with kLayers and kLayers + 1 blocks
+  TransformerConfig cfg_l = cfg, cfg_l1 = cfg;
+  cfg_l.layers = kLayers;
+  cfg_l1.layers = kLayers + 1;
+  // Made outside the run: neither the weights nor the global batch are any rank's memory.
+  const Weights w_l = shape_only_weights(cfg_l), w_l1 = shape_only_weights(cfg_l1);
+  const Batch batch = synthetic_batch(cp::Format::bshd, cfg.vocab, std::vector<i64>(c.batch, c.seq), 5);
+  const AttentionSetup setup;  // BSHD, causal, cp = 1
+
+  // forward_bytes[rank][0]: activations stage_forward adds with kLayers blocks; [1]: with one more.
+  std::vector<std::array<u64, 2>> forward_bytes(static_cast<std::size_t>(c.tp));
+  const sim::Topology topo = sim::Topology::load_file(kRoot + "/topologies/ring4.yaml");
+  runtime::spawn(
+      [&](int rank) {
+        const TransformerGroups g = groups_of(c.tp, setup);
+        const LocalBatch local = shard_batch(batch, 1, 0);
+        for (int i = 0; i < 2; ++i) {
+          const Transformer model(i == 0 ? cfg_l : cfg_l1, i == 0 ? w_l : w_l1, g, setup);
+          const u64 before = runtime::memory_in_use()[kind(MemoryKind::activations)];
+          TransformerContext ctx;
+          const Tensor logits = model.stage_forward(local, Tensor(), ctx);  // ctx and logits alive
+          const u64 after = runtime::memory_in_use()[kind(MemoryKind::activations)];
+          forward_bytes[static_cast<std::size_t>(rank)][static_cast<std::size_t>(i)] = after - before;
+        }
+      },
+      c.tp, ring4(topo));
+
+  const PerLayer expected = per_layer(c);
+  const u64 e = elem(c.dtype), n = static_cast<u64>(c.seq * c.batch), h = static_cast<u64>(c.hidden);
+  if (c.dtype == DType::bf16 && c.ffn == 4 * c.hidden) {
+    // At Megatron's own element size and ffn, the kept terms are the paper's sum less exactly what
+    // this model drops: the two dropout masks (sbh each) and the score terms 5as^2b/t.
+    const i64 a = c.heads, s = c.seq, b = c.batch, t = c.tp;
+    EXPECT_EQ(expected.megatron_terms, megatron_layer_bytes(s, b, c.hidden, a, t) -
+                                           2 * static_cast<u64>(s * b * c.hidden) -
+                                           static_cast<u64>(5 * a * s * s * b / t));
+  }
+  for (int r = 0; r < c.tp; ++r) {
+    const std::array<u64, 2>& m = forward_bytes[static_cast<std::size_t>(r)];
+    EXPECT_EQ(m[1] - m[0], expected.total())
+        << "rank " << r << ": Megatron's terms " << expected.megatron_terms << " + lse " << expected.lse
+        << " + LayerNorm stats " << expected.ln_stats << " + fused qkv kept by v " << expected.qkv_view;
+    // The whole forward: the embedding's output (e n h), kLayers layers, the final LayerNorm (its
+    // output and two f32 statistics) and the logits (e n vocab, replicated over TP).
+    const u64 head = e * n * h + 2 * 4 * n + e * n * static_cast<u64>(cfg.vocab);
+    EXPECT_EQ(m[0], e * n * h + kLayers * expected.total() + head) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, LayerActivations,
+                         ::testing::Values(
+                             // tp 1, f32, ffn = 4h
+                             LayerCase{"tp1_f32_ffn4h", 1, DType::f32, 512, 8, 2048, 256, 2},
+                             // tp 2, bf16, ffn = 4h: Megatron's own setting
+                             LayerCase{"tp2_bf16_ffn4h", 2, DType::bf16, 1024, 16, 4096, 1024, 1},
+                             // tp 4, bf16, Llama-7B's sizes (ffn 11008 = 2.6875 h), 2 rows of 2048
+                             LayerCase{"tp4_bf16_llama7b", 4, DType::bf16, 4096, 32, 11008, 2048, 2},
+                             // tp 2, f32, an ffn that is no multiple of h, odd s*b
+                             LayerCase{"tp2_f32_ffn1000", 2, DType::f32, 320, 20, 1000, 48, 3},
+                             // tp 4, f32, ffn = 4h, 10 heads per rank
+                             LayerCase{"tp4_f32_ffn4h", 4, DType::f32, 2560, 40, 10240, 512, 4},
+                             // tp 4, bf16, ffn = 4h: Megatron's setting with the heads split four ways
+                             LayerCase{"tp4_bf16_ffn4h", 4, DType::bf16, 768, 12, 3072, 128, 3},
+                             // tp 2, f32, one token per rank (s = b = 1): v is a view of the fused qkv output
+                             LayerCase{"tp2_f32_one_token", 2, DType::f32, 512, 8, 2048, 1, 1}),
+                         [](const ::testing::TestParamInfo<LayerCase>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+// --- 2. The bytes counted are the bytes of the tensors alive -------------------------------------
+
+// Tensors reachable from the test, counted once per storage.
+class Reached {
+ public:
+  void add(const Tensor& t) {
+    if (t.defined()) tensors_.push_back(t);
+  }
+  void add(const runtime::LayerNormResult& r) {
+    add(r.y);
+    add(r.mean);
+    add(r.rstd);
+  }
+  void add(const BlockContext& b) {
+    add(b.x_in);
+    add(b.ln1);
+    add(b.ln2);
+    add(b.x_mid);
+    add(b.qkv.input);
+    add(b.proj.input);
+    add(b.mlp.fc1.input);
+    add(b.mlp.fc2.input);
+    add(b.mlp.pre_activation);
+    add(b.q);
+    add(b.k);
+    add(b.v);
+    add(b.attention.out);
+    add(b.attention.lse);
+    const cp::CpContext& c = b.cp_ctx;  // empty at cp = 1; added all the same
+    for (const Tensor& t : {c.q, c.k, c.v, c.out, c.lse, c.kv_next}) add(t);
+    for (const Tensor& t : c.chunk_out) add(t);
+    for (const Tensor& t : c.chunk_lse) add(t);
+  }
+  void add(const TransformerContext& ctx) {
+    for (const BlockContext& b : ctx.blocks) add(b);
+    add(ctx.x_last);
+    add(ctx.lnf);
+  }
+  void add(Transformer& model) {
+    for (auto& [name, p] : model.named_parameters()) {
+      add(p->value);
+      add(p->grad);
+    }
+  }
+  // The sum of storage_nbytes over distinct storages.
+  u64 bytes() const {
+    std::vector<Tensor> distinct;
+    for (const Tensor& t : tensors_) {
+      bool seen = false;
+      for (const Tensor& d : distinct) seen = seen || d.shares_storage(t);
+      if (!seen) distinct.push_back(t);
+    }
+    u64 sum = 0;
+    for (const Tensor& d : distinct) sum += d.storage_nbytes();
+    return sum;
+  }
+
+ private:
+  std::vector<Tensor> tensors_;
+};
+
+TEST(TransformerMemory, TheBytesCountedAreTheBytesOfTheTensorsAliveAfterForwardAndAfterBackward) {
+  TransformerConfig cfg;
+  cfg.vocab = 33;
+  cfg.hidden = 64;
+  cfg.heads = 4;
+  cfg.head_dim = 16;
+  cfg.ffn = 96;
+  cfg.layers = 2;
+  constexpr int kTp = 2;
+  const Batch batch = synthetic_batch(cp::Format::bshd, cfg.vocab, {6, 6}, 11);  // outside the run
+  const AttentionSetup setup;
+  std::array<u64, kTp> after_forward{}, after_backward{}, counted_forward{}, counted_backward{};
+  const sim::Topology topo = sim::Topology::load_file(kRoot + "/topologies/ring4.yaml");
+  const runtime::RunReport rep = runtime::spawn(
+      [&](int rank) {
+        const u64 baseline = total(runtime::memory_in_use());  // nothing is made yet: 0, and collected below
+        const TransformerGroups g = groups_of(kTp, setup);
+        // The weights are made inside the rank, so every storage the model holds is this rank's
+        // (see DISABLED_ParametersMadeOutsideTheRunAreCounted below for weights made outside).
+        const Weights weights = seeded_weights(cfg, 3);
+        const LocalBatch local = shard_batch(batch, 1, 0);
+        Transformer model(cfg, weights, g, setup);
+        TransformerContext ctx;
+        const Tensor logits = model.stage_forward(local, Tensor(), ctx);
+        ASSERT_TRUE(logits.has_data());
+        Reached fwd;
+        for (const auto& [name, t] : weights) fwd.add(t);
+        fwd.add(local.ids);
+        fwd.add(local.labels);
+        fwd.add(model);
+        fwd.add(ctx);
+        fwd.add(logits);
+        const auto r = static_cast<std::size_t>(rank);
+        after_forward[r] = total(runtime::memory_in_use()) - baseline;
+        counted_forward[r] = fwd.bytes();
+
+        const GroupLoss loss = group_cross_entropy(logits, local.labels, g.cp.cp);
+        const Tensor dx = model.stage_backward(loss.dlogits, local, ctx);
+        ASSERT_FALSE(dx.defined());  // the first stage returns nothing
+        Reached bwd = fwd;           // the same tensors (ctx is still alive) ...
+        bwd.add(model);              // ... plus every parameter's gradient
+        bwd.add(loss.dlogits);
+        after_backward[r] = total(runtime::memory_in_use()) - baseline;
+        counted_backward[r] = bwd.bytes();
+        // Every parameter got its gradient: as many gradient bytes as value bytes.
+        u64 values = 0, grads = 0;
+        for (auto& [name, p] : model.named_parameters()) {
+          ASSERT_TRUE(p->grad.defined()) << name;
+          values += p->value.nbytes();
+          grads += p->grad.storage_nbytes();
+        }
+        EXPECT_EQ(grads, values);
+        EXPECT_EQ(runtime::memory_in_use()[kind(MemoryKind::gradients)], grads);
+      },
+      kTp, ring4(topo));
+  ASSERT_EQ(rep.memory.size(), static_cast<std::size_t>(kTp));
+  for (std::size_t r = 0; r < kTp; ++r) {
+    EXPECT_EQ(after_forward[r], counted_forward[r]) << "rank " << r;
+    EXPECT_EQ(after_backward[r], counted_backward[r]) << "rank " << r;
+    EXPECT_GT(counted_backward[r], counted_forward[r]) << "rank " << r;  // the gradients and dlogits
+    EXPECT_GE(rep.memory[r].peak, counted_forward[r]) << "rank " << r;
+    EXPECT_GE(rep.memory[r].peak, counted_backward[r]) << "rank " << r;
+  }
+}
+
+// Known defect, kept out of the run until it is fixed (run with --gtest_also_run_disabled_tests):
+// a rank's replicated parameters (embedding, every LayerNorm, the output layer) are the caller's
+// weight tensors themselves when the model's dtype is theirs (models/transformer.cpp,
+// replicated(): weight(w, name).to(dtype) returns the same storage for f32), so with weights made
+// before the run, as the `ranksim` runner makes them, no rank counts them (the storage belongs to no
+// rank, and retag_memory skips it). TP-sharded parameters are copies (tp/sharding.cpp, shard_of)
+// and are counted. Here each rank counts 116864 of its 136452 parameter bytes: the 19588 missing
+// are 4 (2 V h + V + 2 h + 4 h L) = the embedding and output weights, the output bias, the final
+// LayerNorm and two LayerNorms per layer, f32, V = 33, h = 64, L = 2.
+TEST(TransformerMemory, DISABLED_ParametersMadeOutsideTheRunAreCounted) {
+  TransformerConfig cfg;
+  cfg.vocab = 33;
+  cfg.hidden = 64;
+  cfg.heads = 4;
+  cfg.head_dim = 16;
+  cfg.ffn = 96;
+  cfg.layers = 2;
+  const Weights weights = seeded_weights(cfg, 3);  // outside the run
+  std::array<u64, 2> counted{}, held{};
+  const sim::Topology topo = sim::Topology::load_file(kRoot + "/topologies/ring4.yaml");
+  runtime::spawn(
+      [&](int rank) {
+        const AttentionSetup setup;
+        Transformer model(cfg, weights, groups_of(2, setup), setup);
+        u64 bytes = 0;
+        for (auto& [name, p] : model.named_parameters()) bytes += p->value.nbytes();
+        held[static_cast<std::size_t>(rank)] = bytes;
+        counted[static_cast<std::size_t>(rank)] = runtime::memory_in_use()[kind(MemoryKind::parameters)];
+      },
+      2, ring4(topo));
+  for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(counted[r], held[r]) << "rank " << r;
+}
+
+// --- 3. The phase of the peak --------------------------------------------------------------------
+
+// A shape-only forward, loss and backward (Transformer::forward_backward's sequence), f32, tp = 2,
+// three layers, n tokens per rank. Where the peak falls, from the code:
+//  - Nothing a forward keeps is released before stage_backward returns: every BlockContext, the
+//    final LayerNorm's output and the logits stay in `ctx` / the caller, and stage_backward frees
+//    none of them as it goes (autograd would free each layer's saved tensors after its backward;
+//    this model does not, which this test pins: were block i's context released after its
+//    backward, the peak would fall elsewhere and be lower). The loss's dlogits (e n V) stays alive
+//    too. Gradients only grow.
+//  - So during the backward the bytes are: everything the forward ended with (A0) + dlogits + the
+//    gradients made so far + the current step's temporaries. Every moment of the forward and of the
+//    loss holds less than A0 + dlogits + the output layer's first gradient; the later a step, the
+//    more gradients it sees, and every block's backward has the same temporaries.
+//  - A block's backward (Transformer::Block::backward) keeps each of its locals until it returns,
+//    so its most is at its last allocation, the returned dx = dmid + g1.dx: then alive are the
+//    incoming dy, dln2, g2.dx, dmid, dln1, g1.dx and the new dx (7 e n h) and dattn, dq, dk, dv and
+//    the 3-wide dqkv (7 e n h/t). The MLP's own temporaries (dh and GeLU's gradient, 2 e n f/t,
+//    freed when ParallelMLP::backward returns) are fewer: 2 f/t < 5 h + 7 h/t for f = 4h.
+//  - The last block processed is layer 0; after it only the embedding's backward runs, holding
+//    dx (e n h) and the new embedding gradient (e V h, an activation until accumulate retags it).
+//    So the peak is "layer 0 backward" when 7 n h + 7 n h/t > n h + V h, i.e. V < 6 n + 7 n/t,
+//    else "embedding backward".
+struct PeakCase {
+  const char* name;
+  i64 vocab, seq, batch;
+  const char* phase;
+};
+
+class PeakPhase : public ::testing::TestWithParam<PeakCase> {};
+
+TEST_P(PeakPhase, IsTheLastBlockOrTheEmbeddingBackwardBecauseNoActivationIsFreedDuringBackward) {
+  const PeakCase pc = GetParam();
+  TransformerConfig cfg;
+  cfg.vocab = pc.vocab;
+  cfg.hidden = 1024;
+  cfg.heads = 16;
+  cfg.head_dim = 64;
+  cfg.ffn = 4096;
+  cfg.layers = 3;
+  constexpr int kTp = 2;
+  const u64 e = 4, n = static_cast<u64>(pc.seq * pc.batch), h = static_cast<u64>(cfg.hidden);
+  const u64 vocab = static_cast<u64>(cfg.vocab), t = kTp;
+  const Weights weights = shape_only_weights(cfg);
+  const Batch batch = synthetic_batch(cp::Format::bshd, cfg.vocab, std::vector<i64>(pc.batch, pc.seq), 2);
+  const AttentionSetup setup;
+  std::array<u64, kTp> forward_activations{}, grads_but_embedding{}, grads_all{};
+  const sim::Topology topo = sim::Topology::load_file(kRoot + "/topologies/ring4.yaml");
+  const runtime::RunReport rep = runtime::spawn(
+      [&](int rank) {
+        const TransformerGroups g = groups_of(kTp, setup);
+        const LocalBatch local = shard_batch(batch, 1, 0);
+        Transformer model(cfg, weights, g, setup);
+        TransformerContext ctx;
+        const Tensor logits = model.stage_forward(local, Tensor(), ctx);
+        const auto r = static_cast<std::size_t>(rank);
+        forward_activations[r] = runtime::memory_in_use()[kind(MemoryKind::activations)];  // A0
+        GroupLoss loss;
+        {
+          const runtime::MemoryPhase phase("loss");  // as forward_backward labels it
+          loss = group_cross_entropy(logits, local.labels, g.cp.cp);
+        }
+        model.stage_backward(loss.dlogits, local, ctx);
+        for (auto& [name, p] : model.named_parameters()) {
+          // nbytes: a fresh shape-only tensor's storage_nbytes() is 0 (it has no host bytes)
+          grads_all[r] += p->grad.nbytes();
+          if (name != "embedding.weight") grads_but_embedding[r] += p->grad.nbytes();
+        }
+      },
+      kTp, ring4(topo));
+  const std::string phase = pc.phase;
+  // The argument's condition holds for the case's sizes, one way or the other.
+  EXPECT_EQ(phase == "layer 0 backward", vocab < 6 * n + 7 * n / t) << pc.name;
+  for (std::size_t r = 0; r < kTp; ++r) {
+    const runtime::MemoryUse& m = rep.memory[r];
+    EXPECT_EQ(m.phase, phase) << "rank " << r;
+    // Both candidates see every gradient but the embedding's (still tagged an activation in its own
+    // backward).
+    EXPECT_EQ(m.at_peak[kind(MemoryKind::gradients)], grads_but_embedding[r]) << "rank " << r;
+    EXPECT_GT(grads_all[r], grads_but_embedding[r]);
+    const u64 dlogits = e * n * vocab;
+    const u64 temporaries = phase == "layer 0 backward" ? 7 * e * n * h + 7 * e * n * h / t  // see above
+                                                        : e * n * h + e * vocab * h;         // dx + dW
+    EXPECT_EQ(m.at_peak[kind(MemoryKind::activations)], forward_activations[r] + dlogits + temporaries) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, PeakPhase,
+                         ::testing::Values(
+                             // V = 1000 < 6n + 7n/t = 9728 for n = 1024
+                             PeakCase{"small_vocab", 1000, 512, 2, "layer 0 backward"},
+                             // V = 8192 > 6n + 7n/t = 2432 for n = 256
+                             PeakCase{"large_vocab", 8192, 128, 2, "embedding backward"}),
+                         [](const ::testing::TestParamInfo<PeakCase>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+}  // namespace
+}  // namespace ranksim::models
