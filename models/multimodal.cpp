@@ -275,10 +275,10 @@ TrainResult train_multimodal(const MultimodalSpec& spec) {
     TransformerContext ctx;
     const Tensor logits = model.stage_forward(local, x, ctx);
     // the loss over every labelled token of the global batch (DP x CP)
-    const GroupLoss loss = group_cross_entropy(logits, local.labels, dp_cp);
+    GroupLoss loss = group_cross_entropy(logits, local.labels, dp_cp);
     result.losses.push_back(loss.loss);
     // backward: the language model, its input gradient back to full rows, the bridge, the encoder
-    const Tensor dx = model.stage_backward(loss.dlogits, local, ctx);
+    const Tensor dx = model.stage_backward(std::move(loss.dlogits), local, ctx);
     const Tensor dfull = scatter_rows(dx, local.global_rows, rows * seq).reshape({rows, seq, hidden});
     encoder.backward(bridge.backward(dfull), ectx);
     // gradients summed over the replicas of each model, then one update each

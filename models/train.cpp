@@ -141,7 +141,7 @@ struct Runner {
       const LocalBatch& b = micro[static_cast<std::size_t>(m)];
       Tensor dout;
       if (last) {
-        dout = dlogits[static_cast<std::size_t>(m)];
+        dout = std::move(dlogits[static_cast<std::size_t>(m)]);
       } else {
         dout = activation(b);
         const sim::Time t0 = sim::this_rank::now();
@@ -151,7 +151,7 @@ struct Runner {
       const bool final_pass = m == m_count - 1;
       std::function<void(i64)> hook;
       if (final_pass && reduce_now) hook = [&](i64 layer) { reduce_bucket(model.block_parameters(layer)); };
-      const Tensor dx = model.stage_backward(dout, b, ctx[static_cast<std::size_t>(m)], hook);
+      const Tensor dx = model.stage_backward(std::move(dout), b, ctx[static_cast<std::size_t>(m)], hook);
       ctx[static_cast<std::size_t>(m)] = TransformerContext{};  // activations freed as in 1F1B
       if (!first) sends.push_back(runtime::isend(dx, peer(-1), p2p));
     };

@@ -73,7 +73,11 @@ const Tensor& weight(const Weights& w, const std::string& name) {
 
 tp::Parameter replicated(const Weights& w, const std::string& name, DType dtype) {
   tp::Parameter p;
-  p.value = weight(w, name).to(dtype);
+  const Tensor& master = weight(w, name);
+  p.value = master.to(dtype);
+  // Every rank's device holds its own copy: to() of the same dtype shares the master's storage,
+  // which (made outside the run) no rank would count.
+  if (p.value.shares_storage(master)) p.value = master.clone();
   runtime::retag_memory(p.value, runtime::MemoryKind::parameters);
   return p;
 }
@@ -440,41 +444,64 @@ struct Transformer::Block {
     return runtime::add(ctx.x_mid, mlp.forward(ctx.ln2.y, ctx.mlp));
   }
 
-  Tensor backward(const Tensor& dy, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
-                  const AttentionSetup& a, const BlockContext& ctx) {
+  // Frees what ctx kept, and its own temporaries, as soon as nothing later needs them (as autograd
+  // frees a node's saved tensors and consumed gradients): the memory a rank holds during backward
+  // is what PyTorch's would hold.
+  Tensor backward(Tensor dy, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
+                  const AttentionSetup& a, BlockContext& ctx) {
     const i64 n = b.ids.size(0);
     const i64 heads = c.heads / g.tp.size(), hl = heads * c.head_dim;
     const i64 cp = g.cp.cp.size();
     // y = x_mid + mlp(ln2(x_mid))
-    const Tensor dln2 = mlp.backward(dy, ctx.mlp);
-    const runtime::LayerNormGrads g2 =
-        runtime::layer_norm_backward(dln2, ctx.x_mid, ln2_w.value, ctx.ln2.mean, ctx.ln2.rstd);
-    ln2_w.accumulate(g2.dweight);
-    ln2_b.accumulate(g2.dbias);
-    const Tensor dmid = runtime::add(dy, g2.dx);
-    // x_mid = x + proj(attention(...))
-    const Tensor dattn = proj.backward(dmid, ctx.proj);  // [n, hl]
-    const Shape head_shape{n, heads, c.head_dim};
-    Tensor dq, dk, dv;
-    if (cp == 1) {
-      const cp::AttentionGrads gr =
-          cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out, ctx.attention.lse,
-                                 b.tokens, b.tokens, attention_options(a));
-      dq = gr.dq;
-      dk = gr.dk;
-      dv = gr.dv;
-    } else {
-      const cp::CpGrads gr = cp::attention_with_cp_backward(dattn.reshape(ctx.cp_ctx.q_shape), ctx.cp_ctx);
-      dq = gr.dq.reshape(head_shape);
-      dk = gr.dk.reshape(head_shape);
-      dv = gr.dv.reshape(head_shape);
+    Tensor dmid;
+    {
+      Tensor dln2 = mlp.backward(dy, ctx.mlp);
+      ctx.mlp = tp::MLPContext{};
+      runtime::LayerNormGrads g2 =
+          runtime::layer_norm_backward(dln2, ctx.x_mid, ln2_w.value, ctx.ln2.mean, ctx.ln2.rstd);
+      dln2 = Tensor();
+      ctx.ln2 = runtime::LayerNormResult{};
+      ctx.x_mid = Tensor();
+      ln2_w.accumulate(g2.dweight);
+      ln2_b.accumulate(g2.dbias);
+      dmid = runtime::add(dy, g2.dx);
     }
-    dq = rope_backward(dq, b.tokens.position, c.rope_base);
-    dk = rope_backward(dk, b.tokens.position, c.rope_base);
-    const Tensor dqkv = runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1);
-    const Tensor dln1 = qkv.backward(dqkv, ctx.qkv);
+    dy = Tensor();
+    // x_mid = x + proj(attention(...))
+    Tensor dqkv;
+    {
+      Tensor dattn = proj.backward(dmid, ctx.proj);  // [n, hl]
+      ctx.proj = tp::LinearContext{};
+      const Shape head_shape{n, heads, c.head_dim};
+      Tensor dq, dk, dv;
+      if (cp == 1) {
+        const cp::AttentionGrads gr =
+            cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out, ctx.attention.lse,
+                                   b.tokens, b.tokens, attention_options(a));
+        dq = gr.dq;
+        dk = gr.dk;
+        dv = gr.dv;
+      } else {
+        const cp::CpGrads gr = cp::attention_with_cp_backward(dattn.reshape(ctx.cp_ctx.q_shape), ctx.cp_ctx);
+        dq = gr.dq.reshape(head_shape);
+        dk = gr.dk.reshape(head_shape);
+        dv = gr.dv.reshape(head_shape);
+      }
+      dattn = Tensor();
+      ctx.q = ctx.k = ctx.v = Tensor();
+      ctx.attention = cp::AttentionResult{};
+      ctx.cp_ctx = cp::CpContext{};
+      dq = rope_backward(dq, b.tokens.position, c.rope_base);
+      dk = rope_backward(dk, b.tokens.position, c.rope_base);
+      dqkv = runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1);
+    }
+    Tensor dln1 = qkv.backward(dqkv, ctx.qkv);
+    dqkv = Tensor();
+    ctx.qkv = tp::LinearContext{};
     const runtime::LayerNormGrads g1 =
         runtime::layer_norm_backward(dln1, ctx.x_in, ln1_w.value, ctx.ln1.mean, ctx.ln1.rstd);
+    dln1 = Tensor();
+    ctx = BlockContext{};
     ln1_w.accumulate(g1.dweight);
     ln1_b.accumulate(g1.dbias);
     return runtime::add(dmid, g1.dx);
@@ -577,17 +604,22 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   return runtime::add(runtime::matmul(ctx.lnf.y, out_w_.value, false, true), out_b_.value);
 }
 
-Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, TransformerContext& ctx,
+Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, TransformerContext& ctx,
                                    const std::function<void(i64)>& after_block) {
-  Tensor dx = dout;
+  Tensor dx = std::move(dout);
   if (stage_.last()) {
     const runtime::MemoryPhase phase("output layer backward");
-    // logits = lnf.y W^T + b
-    out_b_.accumulate(runtime::add_backward(dout, out_b_.value.shape()).db);
-    const runtime::MatmulGrads og = runtime::matmul_backward(dout, ctx.lnf.y, out_w_.value, false, true);
+    // logits = lnf.y W^T + b; what forward kept for it is freed once used (see Block::backward)
+    out_b_.accumulate(runtime::add_backward(dx, out_b_.value.shape()).db);
+    runtime::MatmulGrads og = runtime::matmul_backward(dx, ctx.lnf.y, out_w_.value, false, true);
+    dx = Tensor();
     out_w_.accumulate(og.db);
+    og.db = Tensor();
     const runtime::LayerNormGrads fg =
         runtime::layer_norm_backward(og.da, ctx.x_last, lnf_w_.value, ctx.lnf.mean, ctx.lnf.rstd);
+    og = runtime::MatmulGrads{};
+    ctx.x_last = Tensor();
+    ctx.lnf = runtime::LayerNormResult{};
     lnf_w_.accumulate(fg.dweight);
     lnf_b_.accumulate(fg.dbias);
     dx = fg.dx;
@@ -595,7 +627,7 @@ Tensor Transformer::stage_backward(const Tensor& dout, const LocalBatch& b, Tran
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     {
       const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " backward");
-      dx = blocks_[i]->backward(dx, b, config_, groups_, attention_, ctx.blocks[i]);
+      dx = blocks_[i]->backward(std::move(dx), b, config_, groups_, attention_, ctx.blocks[i]);
     }
     if (after_block) after_block(blocks_[i]->index);
   }
@@ -618,7 +650,7 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   result.tokens = gl.tokens;
   result.loss = gl.loss;
   result.logits = logits.to(DType::f32);
-  stage_backward(gl.dlogits, b, ctx);
+  stage_backward(std::move(gl.dlogits), b, ctx);
   return result;
 }
 

@@ -181,11 +181,13 @@ class Transformer {
   // [N, hidden]); returns hidden states, or the logits
   // [N, vocab] on the last stage. ctx keeps what stage_backward needs.
   runtime::Tensor stage_forward(const LocalBatch& batch, const runtime::Tensor& input, TransformerContext& ctx) const;
-  // The stage's backward from the gradient of its output (dlogits on the last stage); returns the
+  // The stage's backward from the gradient of its output (dlogits on the last stage; pass it by
+  // std::move so it is freed once used); frees what forward kept in ctx as soon as each part is
+  // used (ctx is left empty); returns the
   // gradient of its input (undefined on the first stage unless its embeddings are external) and accumulates its
   // parameters' gradients. after_block, when set, is called with each block's index as soon as that block's gradients
   // are complete (last block first): the hook for overlapping gradient reduction.
-  runtime::Tensor stage_backward(const runtime::Tensor& dout, const LocalBatch& batch, TransformerContext& ctx,
+  runtime::Tensor stage_backward(runtime::Tensor dout, const LocalBatch& batch, TransformerContext& ctx,
                                  const std::function<void(std::int64_t)>& after_block = {});
 
   // Forward, loss and backward of one (local share of a) batch on a single-stage model: returns the loss and the local
