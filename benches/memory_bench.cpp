@@ -17,7 +17,7 @@ namespace {
 using namespace ranksim;
 
 constexpr std::array<const char*, 5> kScenarios = {
-    "train-pp2-1f1b-dgx-h100.yaml",   // shape-only 4096-hidden model, 1F1B, ZeRO-1
+    "train-pp2-1f1b-dgx-h100.yaml",     // shape-only 4096-hidden model, 1F1B, ZeRO-1
     "train-tp2-cp2-dp2-dgx-h100.yaml",  // real data, AdamW, every layout at once
     "cp-attention-p2p-dgx-h100.yaml",   // shape-only 32k-token causal attention over cp=8
     "tp-mlp-dgx-h100.yaml",             // Megatron MLP, tp=8
