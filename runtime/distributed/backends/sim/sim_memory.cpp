@@ -18,6 +18,7 @@ SimMemory::SimMemory(sim::Engine& engine, int nranks, std::vector<uint64_t> capa
       live_(static_cast<size_t>(nranks)),
       kind_(static_cast<size_t>(nranks), MemoryKind::activations),
       last_op_(static_cast<size_t>(nranks), nullptr),
+      peak_op_(static_cast<size_t>(nranks), nullptr),
       phase_(static_cast<size_t>(nranks), -1),
       peak_phase_(static_cast<size_t>(nranks), -1),
       series_(static_cast<size_t>(std::min(nranks, kMemoryTimelineRanks))) {
@@ -119,8 +120,7 @@ void SimMemory::changed(int rank) {
   u.peak = total;
   u.at_peak = live;
   u.peak_time = now;
-  const char* op = last_op_[r];
-  u.after_op = op ? op : "";
+  peak_op_[r] = last_op_[r];  // a string literal: made a std::string once, in report()
   peak_phase_[r] = phase_[r];
 }
 
@@ -153,6 +153,7 @@ std::vector<MemorySample> SimMemory::Series::samples() const {
 std::vector<MemoryUse> SimMemory::report() const {
   std::vector<MemoryUse> out = use_;
   for (size_t r = 0; r < out.size(); ++r) {
+    if (peak_op_[r] != nullptr) out[r].after_op = peak_op_[r];
     if (peak_phase_[r] >= 0) out[r].phase = phases_[static_cast<size_t>(peak_phase_[r])];
     if (r < series_.size()) out[r].timeline = series_[r].samples();
   }
