@@ -59,7 +59,7 @@ class SimMemory final : public MemoryLedger {
   std::vector<std::array<uint64_t, kMemoryKinds>> live_;
   std::vector<MemoryKind> kind_;
   std::vector<const char*> last_op_, peak_op_;  // string literals (OpCost::op)
-  std::vector<int> phase_, peak_phase_;  // indices into phases_; -1: none
+  std::vector<int> phase_, peak_phase_;         // indices into phases_; -1: none
   std::vector<std::string> phases_;
   std::unordered_map<std::string, int> phase_index_;
   std::vector<Series> series_;  // the first kMemoryTimelineRanks ranks
