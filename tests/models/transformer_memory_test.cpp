@@ -49,6 +49,18 @@ runtime::SpawnOptions ring4(const sim::Topology& topo) {
   return so;
 }
 
+// An f32 model of the given sizes (head_dim = hidden / heads).
+TransformerConfig f32_config(i64 vocab, i64 hidden, i64 heads, i64 ffn, i64 layers) {
+  TransformerConfig c;
+  c.vocab = vocab;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.head_dim = hidden / heads;
+  c.ffn = ffn;
+  c.layers = layers;
+  return c;
+}
+
 // Megatron's tensor-parallel groups without sequence parallelism, cp = 1 (built inside a rank).
 TransformerGroups groups_of(int tp, const AttentionSetup& setup) {
   const tp::ParallelState ps = tp::initialize_model_parallel(tp, 1, 1);
@@ -267,13 +279,7 @@ class Reached {
 };
 
 TEST(TransformerMemory, TheBytesCountedAreTheBytesOfTheTensorsAliveAfterForwardAndAfterBackward) {
-  TransformerConfig cfg;
-  cfg.vocab = 33;
-  cfg.hidden = 64;
-  cfg.heads = 4;
-  cfg.head_dim = 16;
-  cfg.ffn = 96;
-  cfg.layers = 2;
+  const TransformerConfig cfg = f32_config(33, 64, 4, 96, 2);
   constexpr int kTp = 2;
   const Batch batch = synthetic_batch(cp::Format::bshd, cfg.vocab, {6, 6}, 11);  // outside the run
   const AttentionSetup setup;
@@ -339,13 +345,7 @@ TEST(TransformerMemory, TheBytesCountedAreTheBytesOfTheTensorsAliveAfterForwardA
 // embedding and output weights, the output bias, the final LayerNorm and two LayerNorms per layer,
 // f32, V = 33, h = 64, L = 2). TP-sharded parameters are copies (tp/sharding.cpp, shard_of).
 TEST(TransformerMemory, ParametersMadeOutsideTheRunAreCounted) {
-  TransformerConfig cfg;
-  cfg.vocab = 33;
-  cfg.hidden = 64;
-  cfg.heads = 4;
-  cfg.head_dim = 16;
-  cfg.ffn = 96;
-  cfg.layers = 2;
+  const TransformerConfig cfg = f32_config(33, 64, 4, 96, 2);
   const Weights weights = seeded_weights(cfg, 3);  // outside the run
   std::array<u64, 2> counted{}, held{};
   const sim::Topology topo = sim::Topology::load_file(kRoot + "/topologies/ring4.yaml");
@@ -381,13 +381,7 @@ TEST(TransformerMemory, ParametersMadeOutsideTheRunAreCounted) {
 // earlier layer, and below A0 + dlogits + one block's largest temporaries (7 e n h + 7 e n h / t:
 // dy, dln2, g2.dx, dmid, dln1, g1.dx, dx and dattn, dq, dk, dv, 3-wide dqkv) + all the gradients.
 TEST(TransformerMemory, BackwardFreesEachBlocksContextAndPeaksAtItsStart) {
-  TransformerConfig cfg;
-  cfg.vocab = 1000;
-  cfg.hidden = 1024;
-  cfg.heads = 16;
-  cfg.head_dim = 64;
-  cfg.ffn = 4096;
-  cfg.layers = 3;
+  const TransformerConfig cfg = f32_config(1000, 1024, 16, 4096, 3);
   constexpr int kTp = 2;
   const LayerCase lc{"", kTp, DType::f32, cfg.hidden, cfg.heads, cfg.ffn, 512, 2};
   const u64 e = 4, n = 1024, h = static_cast<u64>(cfg.hidden), t = kTp;
