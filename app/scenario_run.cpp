@@ -186,6 +186,17 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
     out << "report: " << report_path << "\n";
   }
   if (!trace_path.empty()) {
+    // Each rank's device memory as a counter track beside its spans (the ranks that kept a
+    // timeline: runtime/distributed/run_report.h).
+    for (size_t r = 0; r < s.report.memory.size(); ++r) {
+      for (const runtime::MemorySample& m : s.report.memory[r].timeline) {
+        sim::Counter c{"memory rank " + std::to_string(r) + " (bytes)", m.time, {}};
+        for (int k = 0; k < runtime::kMemoryKinds; ++k)
+          c.values.emplace_back(runtime::memory_kind_name(static_cast<runtime::MemoryKind>(k)),
+                                static_cast<double>(m.bytes[static_cast<size_t>(k)]));
+        s.report.trace.add_counter(std::move(c));
+      }
+    }
     s.report.trace.save(trace_path);
     out << "trace: " << trace_path << " (open in ui.perfetto.dev)\n";
   }

@@ -95,6 +95,19 @@ void Trace::write_chrome_json(std::ostream& out) const {
     }
     out << '}';
   }
+  for (const Counter& c : counters_) {
+    out << ",\n{\"ph\":\"C\",\"pid\":0,\"name\":";
+    write_json_string(out, c.track);
+    out << ",\"ts\":" << format_us(c.time) << ",\"args\":{";
+    for (size_t i = 0; i < c.values.size(); ++i) {
+      if (i) out << ',';
+      write_json_string(out, c.values[i].first);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, ":%.17g", c.values[i].second);  // exact for integers below 2^53
+      out << buf;
+    }
+    out << "}}";
+  }
   out << "\n]}\n";
 }
 

@@ -6,6 +6,9 @@
 // timestamps in microseconds written exactly from integer picoseconds (six decimals), so two
 // runs of the same program produce byte-identical files.
 //
+// Counters are values over time on a named track of the same process (Perfetto draws one track
+// per name, its values stacked): the run's device memory per rank, by kind, for example.
+//
 // Spans are kept in the order they were recorded; the engine records deterministically, so the
 // order is part of the run's determinism. A Trace belongs to one run.
 #pragma once
@@ -32,11 +35,20 @@ struct Span {
   std::vector<std::pair<std::string, std::string>> args;
 };
 
+// The values of a counter track at one time; each holds until the track's next Counter.
+struct Counter {
+  std::string track;
+  Time time;
+  std::vector<std::pair<std::string, double>> values;
+};
+
 class Trace {
  public:
   // REQUIRES: end >= start.
   void add(Span span);
   const std::vector<Span>& spans() const { return spans_; }
+  void add_counter(Counter c) { counters_.push_back(std::move(c)); }
+  const std::vector<Counter>& counters() const { return counters_; }
   bool empty() const { return spans_.empty(); }
   void clear() { spans_.clear(); }
   // Names the rank tracks: ranks [0, nranks) appear as "rank N" even when they recorded nothing.
@@ -48,6 +60,7 @@ class Trace {
 
  private:
   std::vector<Span> spans_;
+  std::vector<Counter> counters_;
   int num_ranks_ = 0;
 };
 

@@ -106,9 +106,9 @@ TEST(MemorySummary, ThePeakNamesItsPhaseAndTheReportDrawsTheBytesOverTime) {
   // optimizer step, so every rank's peak is in one of them.
   const fs::path dir = fs::temp_directory_path() / ("ranksim_memory_report_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const fs::path json = dir / "out.json", html = dir / "out.html";
-  const CliResult r =
-      run({"run", scenario("train-pp2-1f1b-dgx-h100.yaml"), "--json", json.string(), "--report", html.string()});
+  const fs::path json = dir / "out.json", html = dir / "out.html", trace = dir / "trace.json";
+  const CliResult r = run({"run", scenario("train-pp2-1f1b-dgx-h100.yaml"), "--json", json.string(), "--report",
+                           html.string(), "--trace", trace.string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("  when\n"));
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
@@ -131,8 +131,25 @@ TEST(MemorySummary, ThePeakNamesItsPhaseAndTheReportDrawsTheBytesOverTime) {
     ++lines;
   EXPECT_EQ(bands, 5u);
   EXPECT_EQ(lines, 7u);
-  // 80 GiB is far above the ~8 GiB peak: no capacity line.
+  // 80 GiB is far above the ~6 GiB peak: no capacity line.
   EXPECT_THAT(page, ::testing::Not(HasSubstr("memory-capacity")));
+  // The trace has each rank's bytes as a counter track; its largest total is the rank's peak.
+  const nlohmann::json tr = nlohmann::json::parse(slurp(trace));
+  std::vector<double> most(8, 0);
+  size_t counters = 0;
+  for (const auto& ev : tr["traceEvents"]) {
+    if (ev["ph"] != "C") continue;
+    ++counters;
+    const std::string track = ev["name"].get<std::string>();
+    ASSERT_THAT(track, ::testing::MatchesRegex("memory rank [0-7] \\(bytes\\)"));
+    double sum = 0;
+    for (const auto& [kind, bytes] : ev["args"].items()) sum += bytes.get<double>();
+    const size_t rank = static_cast<size_t>(track[12] - '0');
+    most[rank] = std::max(most[rank], sum);
+  }
+  EXPECT_GT(counters, 8u);
+  for (size_t rank = 0; rank < 8; ++rank)
+    EXPECT_EQ(most[rank], j["ranks_detail"][rank]["memory"]["peak_bytes"].get<double>()) << rank;
   fs::remove_all(dir);
 }
 

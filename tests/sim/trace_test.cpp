@@ -40,6 +40,20 @@ TEST(Trace, WritesChromeTraceJsonWithOneTrackPerRank) {
   EXPECT_EQ(json.substr(json.size() - 4), "\n]}\n");
 }
 
+TEST(Trace, WritesCountersAsCounterEventsWithExactIntegers) {
+  Trace t;
+  t.set_num_ranks(1);
+  t.add_counter({"memory rank 0 (bytes)", Time::ns(2500), {{"parameters", 6442450944.0}, {"activations", 0.0}}});
+  t.add_counter({"memory rank 0 (bytes)", Time::us(3), {{"parameters", 9007199254740992.0}, {"activations", 12.0}}});
+  std::ostringstream os;
+  t.write_chrome_json(os);
+  const std::string json = os.str();
+  EXPECT_THAT(json, HasSubstr("{\"ph\":\"C\",\"pid\":0,\"name\":\"memory rank 0 (bytes)\",\"ts\":2.500000,"
+                              "\"args\":{\"parameters\":6442450944,\"activations\":0}}"));
+  EXPECT_THAT(json, HasSubstr("\"ts\":3.000000,\"args\":{\"parameters\":9007199254740992,\"activations\":12}}"));
+  EXPECT_EQ(json.substr(json.size() - 4), "\n]}\n");
+}
+
 TEST(Trace, SaveIsAtomic) {
   const auto dir = std::filesystem::temp_directory_path() / "ranksim_trace_test";
   std::filesystem::create_directories(dir);
