@@ -38,10 +38,10 @@ struct ScenarioSchema {
   ScenarioSchema() {
     parallel.keys = {{"cp", nullptr},    {"cp_comm", nullptr}, {"dp", nullptr}, {"hierarchical_cp", nullptr},
                      {"order", nullptr}, {"pp", nullptr},      {"tp", nullptr}};
-    model.keys = {{"dtype", nullptr}, {"ffn", nullptr},    {"format", nullptr}, {"head_dim", nullptr},
-                  {"heads", nullptr}, {"hidden", nullptr}, {"kind", nullptr},   {"layers", nullptr},
-                  {"mask", nullptr},  {"seed", nullptr},   {"vocab", nullptr},  {"weights", nullptr},
-                  {"window", nullptr}};
+    model.keys = {{"dtype", nullptr},    {"ffn", nullptr},   {"format", nullptr}, {"fp8", nullptr},
+                  {"head_dim", nullptr}, {"heads", nullptr}, {"hidden", nullptr}, {"kind", nullptr},
+                  {"layers", nullptr},   {"mask", nullptr},  {"seed", nullptr},   {"vocab", nullptr},
+                  {"weights", nullptr},  {"window", nullptr}};
     optimizer.keys = {
         {"betas", nullptr}, {"eps", nullptr}, {"kind", nullptr}, {"lr", nullptr}, {"weight_decay", nullptr}};
     train.keys = {{"checkpoint", nullptr},   {"clip_grad_norm", nullptr}, {"micro_batches", nullptr},

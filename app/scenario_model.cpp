@@ -93,6 +93,13 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
                      : (d == "fp16" || d == "f16") ? runtime::DType::f16
                                                    : runtime::DType::f32;
   }
+  if (auto v = entry(n, "fp8"); v.IsDefined()) {
+    // Megatron-LM's --fp8-format: both recipes run the GEMMs at the same FP8 tensor-core rate.
+    const std::string f = r.one_of(v, "model.fp8", {"none", "hybrid", "e4m3"});
+    m.config.fp8 = f != "none";
+    if (m.config.fp8 && m.config.dtype == runtime::DType::f32)
+      r.fail(v, "model.fp8 needs model.dtype bf16 or fp16 (FP8 GEMMs take and give 16-bit activations)");
+  }
   if (auto v = entry(n, "format"); v.IsDefined())
     m.attention.format = r.one_of(v, "model.format", {"bshd", "thd"}) == "thd" ? cp::Format::thd : cp::Format::bshd;
   if (auto v = entry(n, "mask"); v.IsDefined())

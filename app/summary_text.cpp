@@ -118,7 +118,8 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
   const ModelWorkload& m = *sc.model;
   const models::TransformerConfig& c = m.config;
   out << "\nmodel: reference transformer, vocab " << c.vocab << ", hidden " << c.hidden << ", " << c.heads
-      << " heads of " << c.head_dim << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype) << ", "
+      << " heads of " << c.head_dim << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype)
+      << (c.fp8 ? " with FP8 GEMMs (timing only)" : "") << ", "
       << (m.attention.format == cp::Format::thd ? "thd" : "bshd") << " " << models::mask_name(m.attention.mask);
   if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
     out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";

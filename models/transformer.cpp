@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -178,6 +179,9 @@ void check_config(const TransformerConfig& c) {
   }
   if (!runtime::is_floating(c.dtype) || c.dtype == DType::f64) {
     throw Error(std::string("Transformer: dtype must be f32, bf16 or f16, got ") + runtime::dtype_name(c.dtype));
+  }
+  if (c.fp8 && c.dtype == DType::f32) {
+    throw Error("Transformer: fp8 GEMMs need a 16-bit dtype (bf16 or f16) for the activations around them");
   }
   if (!(c.layer_norm_eps > 0)) throw Error("Transformer: layer_norm_eps must be > 0");
   if (!(c.rope_base > 1)) throw Error("Transformer: rope_base must be > 1");
@@ -595,6 +599,8 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   ctx.blocks.assign(blocks_.size(), BlockContext{});
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " forward");
+    std::optional<runtime::GemmPrecisionScope> fp8;
+    if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
     x = blocks_[i]->forward(x, b, config_, groups_, attention_, ctx.blocks[i]);
   }
   if (!stage_.last()) return x;
@@ -627,6 +633,8 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     {
       const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " backward");
+      std::optional<runtime::GemmPrecisionScope> fp8;
+      if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
       dx = blocks_[i]->backward(std::move(dx), b, config_, groups_, attention_, ctx.blocks[i]);
     }
     if (after_block) after_block(blocks_[i]->index);

@@ -65,6 +65,11 @@ struct TransformerConfig {
   // `layers.<i>.<name>` (i from 0). Default: 1.
   std::int64_t layers = 1;
   runtime::DType dtype = runtime::DType::f32;  // parameters and activations. Default: f32
+  // The blocks' linear layers (qkv, proj, fc1, fc2) run their GEMMs in FP8, as Megatron-LM's
+  // --fp8-format does with TransformerEngine layers: timed at the device's FP8 rate
+  // (runtime::GemmPrecision::fp8); the embedding, attention core and output layer stay in dtype.
+  // Timing only: the numbers stay dtype's. Default: false.
+  bool fp8 = false;
   double layer_norm_eps = 1e-5;
   double rope_base = 10000.0;
 };

@@ -13,6 +13,8 @@
 // are not charged.
 #pragma once
 
+#include <cstdint>
+
 #include "runtime/device/dtype.h"
 #include "sim/kernel_profile.h"
 
@@ -29,10 +31,24 @@ struct OpCost {
   sim::KernelShape shape{};
 };
 
+// The precision a rank's tensor-core GEMMs run at, for timing. native: their inputs' dtype.
+// fp8: as under TransformerEngine's fp8_autocast, the GEMMs run in FP8 (E4M3 forward, E5M2
+// gradients in the hybrid recipe) while the tensors around them stay bf16 or f16: the sim backend
+// times each GEMM (matmul, matmul_backward; no other kernel class) of a floating dtype at its device
+// kind's fp8 entries (the kernel profile's fp8 grid, peak_flops.fp8), and counts its FLOPs against
+// the fp8 peak in MFU. The numbers an op computes do not change: ranksim has no fp8 data type.
+enum class GemmPrecision : std::uint8_t { native, fp8 };
+
 class CostSink {
  public:
   virtual ~CostSink();
   virtual void charge(const OpCost& cost) = 0;
+  // Sets the calling rank's GEMM precision and returns the previous one. A sink that does not
+  // time GEMMs by precision ignores it (the default).
+  virtual GemmPrecision exchange_gemm_precision(GemmPrecision p) {
+    (void)p;
+    return GemmPrecision::native;
+  }
 };
 
 // Installs sink for the calling thread and returns the previous one. nullptr drops charges.
@@ -42,6 +58,24 @@ CostSink* cost_sink();  // the calling thread's current sink, or nullptr
 
 // Reports cost to the calling thread's sink (no-op when none is installed).
 void charge(const OpCost& cost);
+
+// The calling rank's GEMMs run at `precision` in this scope (GemmPrecision); nested scopes
+// restore the outer one. Nothing outside a run.
+class GemmPrecisionScope {
+ public:
+  explicit GemmPrecisionScope(GemmPrecision precision) : sink_(cost_sink()) {
+    if (sink_ != nullptr) previous_ = sink_->exchange_gemm_precision(precision);
+  }
+  ~GemmPrecisionScope() {
+    if (sink_ != nullptr) sink_->exchange_gemm_precision(previous_);
+  }
+  GemmPrecisionScope(const GemmPrecisionScope&) = delete;
+  GemmPrecisionScope& operator=(const GemmPrecisionScope&) = delete;
+
+ private:
+  CostSink* sink_;
+  GemmPrecision previous_ = GemmPrecision::native;
+};
 
 // Installs a sink for the lifetime of the guard, then restores the previous one.
 class ScopedCostSink {

@@ -44,6 +44,7 @@ SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algor
       compute_time_(static_cast<size_t>(nranks)),
       comm_time_(static_cast<size_t>(nranks)),
       compute_detail_(static_cast<size_t>(nranks)),
+      gemm_precision_(static_cast<size_t>(nranks), GemmPrecision::native),
       memory_(std::make_shared<SimMemory>(engine, nranks, device_capacities(topology, nranks))) {
   std::vector<int> all(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) all[static_cast<size_t>(r)] = r;
@@ -417,12 +418,20 @@ std::vector<uint64_t> SimBackend::device_capacities(const sim::Topology& topolog
   return c;
 }
 
+GemmPrecision SimBackend::exchange_gemm_precision(GemmPrecision p) {
+  sim::Engine* e = sim::Engine::current();
+  if (e != &engine_ || !e->in_rank()) return GemmPrecision::native;
+  return std::exchange(gemm_precision_[static_cast<size_t>(e->rank())], p);
+}
+
 void SimBackend::charge(const OpCost& cost) {
   sim::Engine* e = sim::Engine::current();
   if (e != &engine_ || !e->in_rank()) return;
   const int r = e->rank();
   const bool fp = is_floating(cost.dtype);
-  const std::string_view dtype = fp ? dtype_name(cost.dtype) : "f32";
+  const bool fp8 =
+      fp && cost.shape.cls == sim::KernelClass::gemm && gemm_precision_[static_cast<size_t>(r)] == GemmPrecision::fp8;
+  const std::string_view dtype = fp8 ? "fp8" : fp ? dtype_name(cost.dtype) : "f32";
   const double flops = fp ? cost.flops : 0.0;
   const sim::KernelTime kt = compute_.time(r, cost.op, cost.shape, flops, cost.bytes, dtype);
   const sim::Time dt = kt.time;

@@ -100,6 +100,7 @@ class SimBackend : public Backend, public CostSink {
 
   // CostSink: advances the current rank's clock by the roofline cost of an op.
   void charge(const OpCost& cost) override;
+  GemmPrecision exchange_gemm_precision(GemmPrecision p) override;
   // The ledger that counts the ranks' tensor memory (installed by spawn_sim for the run).
   std::shared_ptr<MemoryLedger> memory() const { return memory_; }
   static std::vector<uint64_t> device_capacities(const sim::Topology& topology, int nranks);
@@ -147,6 +148,7 @@ class SimBackend : public Backend, public CostSink {
   std::vector<CollectiveRecord> records_;
   std::vector<sim::Time> compute_time_, comm_time_;
   std::vector<ComputeBreakdown> compute_detail_;
+  std::vector<GemmPrecision> gemm_precision_;  // per rank (GemmPrecisionScope)
   // Kernels the profile could not time from measurements, by (class, dtype name, roofline): counted
   // per kernel, worded once in take_report.
   std::map<std::tuple<sim::KernelClass, std::string_view, bool>, int64_t> unmeasured_;
