@@ -136,6 +136,24 @@ Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x) {
   return DX.t;
 }
 
+Tensor swiglu(Device& dev, const Tensor& x) {
+  In X(dev, x);
+  Shape y_shape = x.shape();
+  y_shape.back() /= 2;
+  Out Y(dev, y_shape, x.dtype());
+  const i64 F = y_shape.back();
+  if (F > 0) launch(dev, k::SwigluKernel{X.get(), Y.ptr, x.dtype(), F}, shape_numel(y_shape));
+  return Y.t;
+}
+
+Tensor swiglu_backward(Device& dev, const Tensor& dy, const Tensor& x) {
+  In DY(dev, dy), X(dev, x);
+  Out DX(dev, x.shape(), x.dtype());
+  const i64 F = dy.size(-1);
+  if (F > 0) launch(dev, k::SwigluBackwardKernel{DY.get(), X.get(), DX.ptr, x.dtype(), F}, dy.numel());
+  return DX.t;
+}
+
 // --- rows -----------------------------------------------------------------------------------
 
 LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -166,6 +184,29 @@ LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& 
                                      H},
          H);
   return {DX.t, DW.t, DB.t};
+}
+
+RmsNormResult rms_norm(Device& dev, const Tensor& x, const Tensor& weight, double eps) {
+  In X(dev, x), W(dev, weight);
+  const i64 H = x.size(-1);
+  const Shape stat(x.shape().begin(), x.shape().end() - 1);
+  Out Y(dev, x.shape(), x.dtype()), Rstd(dev, stat, DType::f32);
+  launch(dev, k::RmsNormKernel{X.get(), W.get(), Y.ptr, Rstd.as<float>(), x.dtype(), H, static_cast<float>(eps)},
+         H == 0 ? 0 : shape_numel(stat));
+  return {Y.t, Rstd.t};
+}
+
+RmsNormGrads rms_norm_backward(Device& dev, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd) {
+  // The saved rstd is f32 (rms_norm's); another dtype is converted on the way in.
+  const Tensor rstd32 = rstd.to(DType::f32);
+  In DY(dev, dy), X(dev, x), W(dev, weight), Rs(dev, rstd32);
+  const i64 H = x.size(-1);
+  const i64 rows = H == 0 ? 0 : x.numel() / H;
+  Out DX(dev, x.shape(), x.dtype()), DW(dev, {H}, weight.dtype());
+  launch(dev, k::RmsNormBackwardKernel{DY.get(), X.get(), W.get(), Rs.as<float>(), DX.ptr, x.dtype(), H}, rows);
+  launch(dev, k::RmsNormParamGradKernel{DY.get(), X.get(), Rs.as<float>(), DW.ptr, x.dtype(), rows, H}, H);
+  return {DX.t, DW.t};
 }
 
 Tensor softmax(Device& dev, const Tensor& x) {

@@ -32,8 +32,13 @@ Tensor scale(Device& dev, const Tensor& x, double alpha);
 LayerNormResult layer_norm(Device& dev, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 LayerNormGrads layer_norm_backward(Device& dev, const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd);
+RmsNormResult rms_norm(Device& dev, const Tensor& x, const Tensor& weight, double eps);
+RmsNormGrads rms_norm_backward(Device& dev, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd);
 Tensor gelu(Device& dev, const Tensor& x);
 Tensor gelu_backward(Device& dev, const Tensor& dy, const Tensor& x);
+Tensor swiglu(Device& dev, const Tensor& x);
+Tensor swiglu_backward(Device& dev, const Tensor& dy, const Tensor& x);
 Tensor softmax(Device& dev, const Tensor& x);
 Tensor softmax_backward(Device& dev, const Tensor& dy, const Tensor& y);
 Tensor embedding(Device& dev, const Tensor& ids, const Tensor& weight);

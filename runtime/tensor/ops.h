@@ -83,10 +83,31 @@ struct LayerNormGrads {
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd);
 
+// --- rms_norm over the last dim: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps)
+// (Llama's RMSNorm, Megatron/TE's RMSNorm). x: [..., H]; weight: [H].
+struct RmsNormResult {
+  Tensor y;     // x's shape and dtype
+  Tensor rstd;  // [...] (x's leading dims), f32 (f64 for f64 x): saved for backward
+};
+// Flops 4*numel(x).
+RmsNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+struct RmsNormGrads {
+  Tensor dx, dweight;  // shapes and dtypes of x and weight
+};
+// With xhat = x * rstd and g = dy * weight: dx = rstd * (g - xhat * mean(g * xhat)) per row,
+// dweight = the sum over rows (in order) of dy * xhat. Flops 8*numel(x).
+RmsNormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+
 // --- GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // Flops 9*numel (tanh counted as one).
 Tensor gelu(const Tensor& x);
 Tensor gelu_backward(const Tensor& dy, const Tensor& x);  // flops 19*numel
+
+// --- swiglu: x [..., 2F] holds [gate | up] along the last dim (Megatron's fused fc1 output);
+// y [..., F] = silu(gate) * up with silu(g) = g / (1 + exp(-g)). Flops 6*numel(y).
+Tensor swiglu(const Tensor& x);
+// dx [..., 2F] (x's shape and dtype): [dy * up * silu'(gate) | dy * silu(gate)]. Flops 10*numel(dy).
+Tensor swiglu_backward(const Tensor& dy, const Tensor& x);
 
 // --- softmax along the last dim, max-subtracted. Flops 5*numel.
 Tensor softmax(const Tensor& x);

@@ -1,4 +1,4 @@
-// The elementwise ops of runtime/tensor/ops.h: add (with its bias broadcast), scale and GELU.
+// The elementwise ops of runtime/tensor/ops.h: add (with its bias broadcast), scale, GELU and SwiGLU.
 #include "runtime/tensor/ops.h"
 
 #include <algorithm>
@@ -169,6 +169,83 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
     });
   }
   charge({op, 19.0 * count(x.numel()), bytes(dy) + bytes(x) + bytes(dx), x.dtype()});
+  return dx;
+}
+
+// --- SwiGLU ---------------------------------------------------------------------------------
+
+namespace {
+// Checks x [..., 2F] and returns y's shape [..., F].
+Shape swiglu_out_shape(const char* op, const Tensor& x) {
+  if (x.dim() < 1) fail(op, "x " + x.str() + " needs at least one dim ([..., 2F]: gate and up)");
+  if (x.size(-1) % 2 != 0) {
+    fail(op,
+         "x " + x.str() + " must have an even last dim ([..., 2F]: gate and up); got " + std::to_string(x.size(-1)));
+  }
+  Shape s = x.shape();
+  s.back() /= 2;
+  return s;
+}
+}  // namespace
+
+Tensor swiglu(const Tensor& x) {
+  const char* op = "swiglu";
+  require_floating(op, x, "x");
+  const Shape y_shape = swiglu_out_shape(op, x);
+  Tensor y;
+  if (Device* dev = device_for({&x})) {
+    y = device_ops::swiglu(*dev, x);
+  } else if (!inputs_ready({&x})) {
+    y = Tensor::shape_only(y_shape, x.dtype());
+  } else {
+    y = with_compute_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      In<T> X(x);
+      Out<T> Y(y_shape, x.dtype());
+      const i64 F = y_shape.back(), n = shape_numel(y_shape);
+      for (i64 i = 0; i < n; ++i) {
+        const i64 o = (i / F) * 2 * F + i % F;
+        const T g = X[o], u = X[o + F];
+        Y[i] = g / (T(1) + std::exp(-g)) * u;
+      }
+      return Y.finish();
+    });
+  }
+  charge({op, 6.0 * count(y.numel()), bytes(x) + bytes(y), x.dtype()});
+  return y;
+}
+
+Tensor swiglu_backward(const Tensor& dy, const Tensor& x) {
+  const char* op = "swiglu_backward";
+  require_same_dtype(op, dy, "dy", x, "x");
+  const Shape y_shape = swiglu_out_shape(op, x);
+  if (dy.shape() != y_shape) {
+    fail(op,
+         "dy " + dy.str() + " must have shape " + shape_str(y_shape) + " (x " + x.str() + " with the last dim halved)");
+  }
+  Tensor dx;
+  if (Device* dev = device_for({&dy, &x})) {
+    dx = device_ops::swiglu_backward(*dev, dy, x);
+  } else if (!inputs_ready({&dy, &x})) {
+    dx = Tensor::shape_only(x.shape(), x.dtype());
+  } else {
+    dx = with_compute_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      In<T> DY(dy), X(x);
+      Out<T> DX(x.shape(), x.dtype());
+      const i64 F = y_shape.back(), n = shape_numel(y_shape);
+      for (i64 i = 0; i < n; ++i) {
+        const i64 o = (i / F) * 2 * F + i % F;
+        const T g = X[o], u = X[o + F], d = DY[i];
+        const T den = T(1) + std::exp(-g);
+        const T sig = T(1) / den, s = g / den;  // sigmoid(g), silu(g)
+        DX[o] = d * u * (sig + s * (T(1) - sig));
+        DX[o + F] = d * s;
+      }
+      return DX.finish();
+    });
+  }
+  charge({op, 10.0 * count(dy.numel()), bytes(dy) + bytes(x) + bytes(dx), x.dtype()});
   return dx;
 }
 

@@ -3,8 +3,8 @@
 // follows the CPU loop of its op (runtime/tensor/ops_*.cpp) in its sum order, so the emulated
 // device gives the CPU's bits.
 //
-// Column reductions (bias and LayerNorm weight gradients, embedding gradients) run one item per
-// column, over rows in increasing order, on every device: deterministic, coalesced.
+// Column reductions (bias, LayerNorm and RMSNorm weight gradients, embedding gradients) run one
+// item per column, over rows in increasing order, on every device: deterministic, coalesced.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +71,41 @@ struct GeluBackwardKernel {
     const float t = tanh_f(kGeluC * (v + kGeluA * v * v * v));
     const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
     store(dx, dtype, i, load(dy, dtype, i) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
+  }
+};
+
+// y [rows, F] = silu(gate) * up, x [rows, 2F] = [gate | up]; one item per element of y.
+struct SwigluKernel {
+  static constexpr bool kCooperative = false;
+  const void* x;
+  void* y;
+  DType dtype;
+  i64 f;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const i64 o = (i / f) * 2 * f + i % f;
+    const float g = load(x, dtype, o), u = load(x, dtype, o + f);
+    store(y, dtype, i, g / (1.0f + exp_f(-g)) * u);
+  }
+};
+
+// dx [rows, 2F] = [dy * up * silu'(gate) | dy * silu(gate)]; one item per element of dy, writing
+// its two elements of dx.
+struct SwigluBackwardKernel {
+  static constexpr bool kCooperative = false;
+  const void* dy;
+  const void* x;
+  void* dx;
+  DType dtype;
+  i64 f;
+  template <class L>
+  RANKSIM_HD void operator()(i64 i, const L&) const {
+    const i64 o = (i / f) * 2 * f + i % f;
+    const float g = load(x, dtype, o), u = load(x, dtype, o + f), d = load(dy, dtype, i);
+    const float den = 1.0f + exp_f(-g);
+    const float sig = 1.0f / den, s = g / den;
+    store(dx, dtype, o, d * u * (sig + s * (1.0f - sig)));
+    store(dx, dtype, o + f, d * s);
   }
 };
 
@@ -155,6 +190,26 @@ struct LayerNormParamGradKernel {
   }
 };
 
+// dweight[c] = sum_r dy[r, c] * (x[r, c] * rstd[r]) (RMSNorm's weight gradient).
+struct RmsNormParamGradKernel {
+  static constexpr bool kCooperative = false;
+  const void* dy;
+  const void* x;
+  const float* rstd;
+  void* dweight;
+  DType dtype;
+  i64 rows, hidden;
+  template <class L>
+  RANKSIM_HD void operator()(i64 c, const L&) const {
+    float dw = 0.0f;
+    for (i64 r = 0; r < rows; ++r) {
+      const float xhat = load(x, dtype, r * hidden + c) * rstd[r];
+      dw += load(dy, dtype, r * hidden + c) * xhat;
+    }
+    store(dweight, dtype, c, dw);
+  }
+};
+
 // acc [V, H] (f32, zeroed) += dy's rows at their ids, tokens in order (embedding_backward).
 struct EmbeddingBackwardKernel {
   static constexpr bool kCooperative = false;
@@ -231,6 +286,58 @@ struct LayerNormBackwardKernel {
       const float gw = load(dy, dtype, o + j) * load(weight, dtype, j);
       const float xhat = (load(x, dtype, o + j) - mu) * rs;
       store(dx, dtype, o + j, rs * ((gw - mean_g) - xhat * mean_gx));
+    }
+  }
+};
+
+struct RmsNormKernel {
+  static constexpr bool kCooperative = true;
+  const void* x;
+  const void* weight;
+  void* y;
+  float* rstd;
+  DType dtype;
+  i64 hidden;
+  float eps;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * hidden;
+    float sq = 0.0f;
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float v = load(x, dtype, o + j);
+      sq += v * v;
+    }
+    const float rs = 1.0f / sqrt_f(lanes.sum(sq) / static_cast<float>(hidden) + eps);
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      store(y, dtype, o + j, load(x, dtype, o + j) * rs * load(weight, dtype, j));
+    }
+    if (lanes.lane == 0) rstd[r] = rs;
+  }
+};
+
+struct RmsNormBackwardKernel {
+  static constexpr bool kCooperative = true;
+  const void* dy;
+  const void* x;
+  const void* weight;
+  const float* rstd;
+  void* dx;
+  DType dtype;
+  i64 hidden;
+  template <class L>
+  RANKSIM_HD void operator()(i64 r, const L& lanes) const {
+    const i64 o = r * hidden;
+    const float rs = rstd[r];
+    float sgx = 0.0f;
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float gw = load(dy, dtype, o + j) * load(weight, dtype, j);
+      sgx += gw * (load(x, dtype, o + j) * rs);
+    }
+    const float mean_gx = lanes.sum(sgx) / static_cast<float>(hidden);
+    for (i64 j = lanes.lane; j < hidden; j += lanes.width) {
+      const float gw = load(dy, dtype, o + j) * load(weight, dtype, j);
+      const float xhat = load(x, dtype, o + j) * rs;
+      store(dx, dtype, o + j, rs * (gw - xhat * mean_gx));
     }
   }
 };

@@ -1,4 +1,4 @@
-// The row-normalising ops of runtime/tensor/ops.h: layer_norm and softmax over the last dim.
+// The row-normalising ops of runtime/tensor/ops.h: layer_norm, rms_norm and softmax over the last dim.
 #include "runtime/tensor/ops.h"
 
 #include <algorithm>
@@ -118,6 +118,92 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
           bytes(dy) + bytes(x) + bytes(weight) + bytes(mean) + bytes(rstd) + bytes(g.dx) + bytes(g.dweight) +
               bytes(g.dbias),
           x.dtype()});
+  return g;
+}
+
+// --- rms_norm -------------------------------------------------------------------------------
+
+RmsNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const char* op = "rms_norm";
+  require_same_dtype(op, x, "x", weight, "weight");
+  if (x.dim() < 1) fail(op, "x " + x.str() + " needs at least one dim");
+  const i64 H = x.size(-1);
+  require_shape(op, weight, "weight", {H});
+  const Shape stat_shape = leading(x.shape());
+  const DType stat_dtype = compute_dtype(x.dtype());
+  RmsNormResult r;
+  if (Device* dev = device_for({&x, &weight})) {
+    r = device_ops::rms_norm(*dev, x, weight, eps);
+  } else if (!inputs_ready({&x, &weight})) {
+    r.y = Tensor::shape_only(x.shape(), x.dtype());
+    r.rstd = Tensor::shape_only(stat_shape, stat_dtype);
+  } else {
+    with_compute_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      In<T> X(x), W(weight);
+      Out<T> Y(x.shape(), x.dtype()), Rstd(stat_shape, stat_dtype);
+      const i64 rows = shape_numel(stat_shape);
+      const ConstRowMap<T> w(W.get(), H);
+      for (i64 r0 = 0; r0 < rows; ++r0) {
+        const T* xr = X.get() + r0 * H;
+        T sq = 0;
+        for (i64 j = 0; j < H; ++j) sq += xr[j] * xr[j];
+        const T rstd = T(1) / std::sqrt(sq / static_cast<T>(H) + static_cast<T>(eps));
+        RowMap<T>(Y.get() + r0 * H, H) = ConstRowMap<T>(xr, H) * rstd * w;
+        Rstd[r0] = rstd;
+      }
+      r.y = Y.finish();
+      r.rstd = Rstd.finish();
+    });
+  }
+  charge({op, 4.0 * count(x.numel()), bytes(x) + bytes(weight) + bytes(r.y) + bytes(r.rstd), x.dtype()});
+  return r;
+}
+
+RmsNormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+  const char* op = "rms_norm_backward";
+  require_same_dtype(op, dy, "dy", x, "x");
+  require_same_dtype(op, x, "x", weight, "weight");
+  require_floating(op, rstd, "rstd");
+  if (x.dim() < 1) fail(op, "x " + x.str() + " needs at least one dim");
+  const i64 H = x.size(-1);
+  require_shape(op, dy, "dy", x.shape());
+  require_shape(op, weight, "weight", {H});
+  const Shape stat_shape = leading(x.shape());
+  require_shape(op, rstd, "rstd", stat_shape);
+  RmsNormGrads g;
+  if (Device* dev = device_for({&dy, &x, &weight, &rstd})) {
+    g = device_ops::rms_norm_backward(*dev, dy, x, weight, rstd);
+  } else if (!inputs_ready({&dy, &x, &weight, &rstd})) {
+    g.dx = Tensor::shape_only(x.shape(), x.dtype());
+    g.dweight = Tensor::shape_only({H}, weight.dtype());
+  } else {
+    with_compute_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      using Row = Eigen::Array<T, 1, Eigen::Dynamic>;
+      In<T> DY(dy), X(x), W(weight), Rstd(rstd);
+      Out<T> DX(x.shape(), x.dtype()), DW({H}, weight.dtype());
+      const i64 rows = shape_numel(stat_shape);
+      const ConstRowMap<T> w(W.get(), H);
+      RowMap<T> dw(DW.get(), H);
+      Row xhat(H), gw(H);
+      for (i64 r0 = 0; r0 < rows; ++r0) {
+        const ConstRowMap<T> dyr(DY.get() + r0 * H, H);
+        const T rs = Rstd[r0];
+        xhat = ConstRowMap<T>(X.get() + r0 * H, H) * rs;
+        gw = dyr * w;
+        T sum_gx = 0;
+        for (i64 j = 0; j < H; ++j) sum_gx += gw[j] * xhat[j];
+        const T mean_gx = sum_gx / static_cast<T>(H);
+        RowMap<T>(DX.get() + r0 * H, H) = rs * (gw - xhat * mean_gx);
+        dw += dyr * xhat;
+      }
+      g.dx = DX.finish();
+      g.dweight = DW.finish();
+    });
+  }
+  charge({op, 8.0 * count(x.numel()),
+          bytes(dy) + bytes(x) + bytes(weight) + bytes(rstd) + bytes(g.dx) + bytes(g.dweight), x.dtype()});
   return g;
 }
 

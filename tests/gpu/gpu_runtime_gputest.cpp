@@ -214,8 +214,9 @@ TEST(GpuOps, NanAndInfinityComeOutWhereTheCpuPutsThem) {
   x.set({3, 7}, -inf);
   const Tensor ln_w = Tensor::ones({64}), ln_b = Tensor::zeros({64});
   const auto ops = [&] {
-    return std::vector<Tensor>{gelu(x),   softmax(x),   layer_norm(x, ln_w, ln_b).y,
-                               add(x, x), matmul(x, w), scale(x, 2.0)};
+    return std::vector<Tensor>{
+        gelu(x),      softmax(x),   layer_norm(x, ln_w, ln_b).y, rms_norm(x, ln_w).y, swiglu(x), add(x, x),
+        matmul(x, w), scale(x, 2.0)};
   };
   const std::vector<Tensor> cpu = ops();
   const std::shared_ptr<Device> dev = make_cuda_device(0, every_kernel());

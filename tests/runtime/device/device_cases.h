@@ -75,6 +75,23 @@ inline void device_op_cases(DType dt, const DeviceCheck& check) {
       return std::vector<Tensor>{r.y, r.mean, r.rstd, g.dx, g.dweight, g.dbias};
     });
   }
+  {  // RmsNormForwardAndBackward
+    const Tensor x = rnd({5, 2, 33}, 22, dt, -3.0, 5.0), w = rnd({33}, 23, dt, 0.5, 1.5);
+    const Tensor dy = rnd({5, 2, 33}, 24, dt);
+    check("rms_norm", [&] {
+      const RmsNormResult r = rms_norm(x, w, 1e-5);
+      const RmsNormGrads g = rms_norm_backward(dy, x, w, r.rstd);
+      return std::vector<Tensor>{r.y, r.rstd, g.dx, g.dweight};
+    });
+  }
+  {  // SwigluForwardAndBackward
+    const Tensor x = rnd({4, 3, 34}, 25, dt, -6.0, 6.0), dy = rnd({4, 3, 17}, 26, dt);
+    const Tensor strided = rnd({34, 6}, 27, dt).transpose(0, 1);  // [6, 34], not contiguous
+    const Tensor dy2 = rnd({6, 17}, 28, dt);
+    check("swiglu", [&] {
+      return std::vector<Tensor>{swiglu(x), swiglu_backward(dy, x), swiglu(strided), swiglu_backward(dy2, strided)};
+    });
+  }
   {  // SoftmaxForwardAndBackward
     const Tensor x = rnd({6, 40}, 14, dt, -8.0, 8.0), dy = rnd({6, 40}, 15, dt);
     check("softmax", [&] {

@@ -48,7 +48,16 @@ std::vector<OpCost> run_all(bool with_data, DType dtype) {
   EXPECT_EQ(ln.rstd.has_data(), with_data);
   const LayerNormGrads lg = layer_norm_backward(c, c, bias, ln.mean, ln.rstd);
   EXPECT_EQ(lg.dweight.shape(), (Shape{12}));
+  const RmsNormResult rn = rms_norm(c, bias);
+  EXPECT_EQ(rn.rstd.shape(), (Shape{2, 8}));
+  EXPECT_EQ(rn.y.has_data(), with_data);
+  const RmsNormGrads rg = rms_norm_backward(c, c, bias, rn.rstd);
+  EXPECT_EQ(rg.dweight.shape(), (Shape{12}));
+  EXPECT_EQ(rg.dx.has_data(), with_data);
   (void)gelu_backward(c, gelu(c));
+  const Tensor sw = swiglu(c);
+  EXPECT_EQ(sw.shape(), (Shape{2, 8, 6}));
+  EXPECT_EQ(swiglu_backward(sw, c).has_data(), with_data);
   (void)softmax_backward(c, softmax(c));
   const Tensor ids = make_ids({2, 8}, 12);
   const Tensor w = make({12, 16}, 5);
@@ -70,7 +79,7 @@ TEST(Cost, ShapeOnlyChargesExactlyWhatRealDataCharges) {
     const std::vector<OpCost> real = run_all(true, dtype);
     const std::vector<OpCost> shape_only = run_all(false, dtype);
     ASSERT_EQ(real.size(), shape_only.size());
-    ASSERT_EQ(real.size(), 17u);
+    ASSERT_EQ(real.size(), 21u);
     for (std::size_t i = 0; i < real.size(); ++i) {
       EXPECT_STREQ(real[i].op, shape_only[i].op);
       EXPECT_EQ(real[i].flops, shape_only[i].flops) << real[i].op;
@@ -102,8 +111,19 @@ TEST(Cost, DocumentedFlopsAndBytes) {
   // x, weight, bias, y in bf16; mean and rstd in f32.
   EXPECT_EQ(find("layer_norm").bytes, two * (m * n + n + n + m * n) + 4 * (m + m));
   EXPECT_EQ(find("layer_norm_backward").flops, 14 * m * n);
+  EXPECT_EQ(find("rms_norm").flops, 4 * m * n);
+  // x, weight, y in bf16; rstd in f32.
+  EXPECT_EQ(find("rms_norm").bytes, two * (m * n + n + m * n) + 4 * m);
+  EXPECT_EQ(find("rms_norm_backward").flops, 8 * m * n);
+  // dy, x, weight, dx, dweight in bf16; rstd in f32.
+  EXPECT_EQ(find("rms_norm_backward").bytes, two * (m * n + m * n + n + m * n + n) + 4 * m);
   EXPECT_EQ(find("gelu").flops, 9 * m * n);
   EXPECT_EQ(find("gelu_backward").flops, 19 * m * n);
+  // swiglu: x [m, n] = [gate | up], y [m, n / 2].
+  EXPECT_EQ(find("swiglu").flops, 6 * m * n / 2);
+  EXPECT_EQ(find("swiglu").bytes, two * (m * n + m * n / 2));
+  EXPECT_EQ(find("swiglu_backward").flops, 10 * m * n / 2);
+  EXPECT_EQ(find("swiglu_backward").bytes, two * (m * n / 2 + m * n + m * n));
   EXPECT_EQ(find("softmax").flops, 5 * m * n);
   EXPECT_EQ(find("softmax").bytes, two * 2 * m * n);
   EXPECT_EQ(find("softmax_backward").flops, 4 * m * n);

@@ -1,6 +1,7 @@
-// add, scale and GELU against float64 references (tolerances: tests/runtime/tensor/ops_test_helpers.h).
+// add, scale, GELU and SwiGLU against float64 references (tolerances: tests/runtime/tensor/ops_test_helpers.h).
 #include "runtime/tensor/ops.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,8 @@ namespace ranksim::runtime {
 namespace {
 
 using namespace ops_testing;  // ops_test_helpers.h: tolerances, comparisons, finite differences
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
 
 // --- add / scale ----------------------------------------------------------------------------
 
@@ -107,6 +110,105 @@ TEST(Gelu, ForwardAndBackwardAgainstFloat64) {
   const Tensor dy = Tensor::randn({10}, 94, 0.0, 1.0, DType::f64);
   expect_matches_fd(vals(gelu_backward(dy, x)), numeric_grad([&](const Tensor& v) { return dot(dy, gelu(v)); }, x),
                     "gelu dx");
+}
+
+// --- SwiGLU ---------------------------------------------------------------------------------
+
+TEST(Swiglu, ForwardAndBackwardAgainstFloat64) {
+  const std::int64_t F = 40;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor x = Tensor::randn({2, 3, 2 * F}, 191, 0.0, 3.0, dtype);
+    const Tensor dy = Tensor::randn({2, 3, F}, 192, 0.0, 1.0, dtype);
+    const Tensor y = swiglu(x), dx = swiglu_backward(dy, x);
+    ASSERT_EQ(y.shape(), (Shape{2, 3, F}));
+    ASSERT_EQ(y.dtype(), dtype);
+    ASSERT_EQ(dx.shape(), x.shape());
+    ASSERT_EQ(dx.dtype(), dtype);
+    const std::vector<double> xv = vals(x), dyv = vals(dy);
+    const double u = unit_roundoff(dtype) + kU64;  // the op's and the reference's
+    std::vector<double> yr, yt, dr(xv.size()), dt(xv.size());
+    const auto f = static_cast<std::size_t>(F);
+    for (std::size_t i = 0; i < dyv.size(); ++i) {
+      const std::size_t o = (i / f) * 2 * f + i % f;  // gate at o, up at o + f
+      const double g = xv[o], up = xv[o + f], d = dyv[i];
+      const double sig = 1 / (1 + std::exp(-g));
+      const double silu = g * sig;
+      const double yy = silu * up;
+      const double dgate = d * up * sig * (1 + g * (1 - sig));
+      const double dup = d * silu;
+      // exp adds at most 2u, 1 + e 1u, the division 1u (no cancellation: e > 0), the product 1u:
+      // y within 6u |y|. The gate's derivative sig + silu (1 - sig) cancels in 1 - sig when sig
+      // is near 1, so its error is bounded by the magnitudes sig + |silu|: 8u of them, and the
+      // two products 2u more.
+      double ytol = 6 * u * std::fabs(yy);
+      double gtol = 10 * u * std::fabs(d * up) * (sig + std::fabs(silu));
+      double utol = 6 * u * std::fabs(dup);
+      if (dtype == DType::bf16) {
+        ytol = kUBf16 * std::fabs(yy) + (1 + kUBf16) * ytol;
+        gtol = kUBf16 * std::fabs(dgate) + (1 + kUBf16) * gtol;
+        utol = kUBf16 * std::fabs(dup) + (1 + kUBf16) * utol;
+      }
+      yr.push_back(yy);
+      yt.push_back(ytol);
+      dr[o] = dgate;
+      dt[o] = gtol;
+      dr[o + f] = dup;
+      dt[o + f] = utol;
+    }
+    expect_within(vals(y), yr, yt, std::string("swiglu ") + dtype_name(dtype));
+    expect_within(vals(dx), dr, dt, std::string("swiglu_backward ") + dtype_name(dtype));
+  }
+  const Tensor x = Tensor::randn({2, 10}, 193, 0.0, 2.0, DType::f64);
+  const Tensor dy = Tensor::randn({2, 5}, 194, 0.0, 1.0, DType::f64);
+  expect_matches_fd(vals(swiglu_backward(dy, x)), numeric_grad([&](const Tensor& v) { return dot(dy, swiglu(v)); }, x),
+                    "swiglu dx");
+}
+
+TEST(Swiglu, ShapeOnlyInputsGiveShapeOnlyOutputs) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor x = Tensor::shape_only({4, 3, 10}, dtype);
+    const Tensor y = swiglu(x);
+    EXPECT_FALSE(y.has_data());
+    EXPECT_EQ(y.shape(), (Shape{4, 3, 5}));
+    EXPECT_EQ(y.dtype(), dtype);
+    const Tensor dx = swiglu_backward(Tensor::ones({4, 3, 5}, dtype), x);  // one shape-only input is enough
+    EXPECT_FALSE(dx.has_data());
+    EXPECT_EQ(dx.shape(), x.shape());
+    EXPECT_EQ(dx.dtype(), dtype);
+  }
+}
+
+TEST(Swiglu, Errors) {
+  const Tensor x = Tensor::zeros({2, 6});
+  EXPECT_THAT(
+      [&] {
+        swiglu(Tensor::zeros({2, 5}));
+      },
+      ThrowsMessage<Error>(HasSubstr("swiglu: x f32[2, 5] must have an even last dim")));
+  EXPECT_THAT([&] { swiglu(Tensor::zeros({})); },
+              ThrowsMessage<Error>(HasSubstr("swiglu: x f32[] needs at least one dim")));
+  EXPECT_THAT(
+      [&] {
+        swiglu(Tensor::zeros({2, 6}, DType::i64));
+      },
+      ThrowsMessage<Error>(HasSubstr("swiglu: x i64[2, 6] must be floating")));
+  EXPECT_THAT(
+      [&] {
+        swiglu_backward(Tensor::zeros({2, 3}, DType::bf16), x);
+      },
+      ThrowsMessage<Error>(
+          HasSubstr("swiglu_backward: dy bf16[2, 3] and x f32[2, 6] have different dtypes; convert one with to()")));
+  EXPECT_THAT(
+      [&] {
+        swiglu_backward(Tensor::zeros({2, 6}), x);
+      },
+      ThrowsMessage<Error>(
+          HasSubstr("swiglu_backward: dy f32[2, 6] must have shape [2, 3] (x f32[2, 6] with the last dim halved)")));
+  EXPECT_THAT(
+      [&] {
+        swiglu_backward(Tensor::zeros({2, 2}), Tensor::zeros({2, 5}));
+      },
+      ThrowsMessage<Error>(HasSubstr("swiglu_backward: x f32[2, 5] must have an even last dim")));
 }
 
 }  // namespace

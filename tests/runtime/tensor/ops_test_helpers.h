@@ -3,12 +3,12 @@
 // differences, and a cost sink that records every charge.
 //
 // Tolerances come from first-order rounding-error analysis with u the unit roundoff of the
-// arithmetic (2^-24 for f32 and for bf16/f16 inputs, which compute in f32) plus, for bf16 outputs,
-// the final rounding (at most 2^-8 relative). The references themselves are computed in double
-// from the exact input values, so their own error (about 2^-53 relative) is negligible next to
-// these bounds. The backward references use formulations different from the ops' (full Jacobians,
-// sums written per element), and each backward is also checked against central finite differences
-// in f64.
+// arithmetic (2^-24 for f32 and for bf16/f16 inputs, which compute in f32; 2^-53 for f64) plus, for
+// bf16 outputs, the final rounding (at most 2^-8 relative). The references themselves are computed
+// in double from the exact input values, so their own error (about 2^-53 relative) is negligible
+// next to the f32 bounds; where an f64 op is checked too, the same bound in 2^-53 is added for it. The backward
+// references use formulations different from the ops' (full Jacobians, sums written per element), and each backward is
+// also checked against central finite differences in f64.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -25,6 +25,7 @@
 namespace ranksim::runtime::ops_testing {
 
 inline constexpr double kU32 = 0x1p-24;   // unit roundoff of f32 arithmetic
+inline constexpr double kU64 = 0x1p-53;   // unit roundoff of f64 arithmetic (the references' own)
 inline constexpr double kUBf16 = 0x1p-8;  // relative rounding error bound of a bf16 result
 inline constexpr double kGeluC = 0.7978845608028654;
 inline constexpr double kGeluA = 0.044715;
@@ -32,6 +33,9 @@ inline constexpr double kGeluA = 0.044715;
 inline std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
 inline double gamma(double n) { return n * kU32 / (1 - n * kU32); }
+
+// The unit roundoff of an op's arithmetic on inputs of dtype (f64 computes in double, the others in f32).
+inline double unit_roundoff(DType dtype) { return dtype == DType::f64 ? kU64 : kU32; }
 
 // Compares element by element; reports the worst violation with its index.
 inline void expect_within(const std::vector<double>& got, const std::vector<double>& ref,
