@@ -36,12 +36,20 @@ struct ScenarioSchema {
   sim::YamlSchema parallel, model, optimizer, train, encoder, batch, baseline, validate, collectives, step, step_list,
       steps, workload, check, checks, outputs, root;
   ScenarioSchema() {
-    parallel.keys = {{"cp", nullptr},    {"cp_comm", nullptr}, {"dp", nullptr}, {"hierarchical_cp", nullptr},
-                     {"order", nullptr}, {"pp", nullptr},      {"tp", nullptr}};
-    model.keys = {{"dtype", nullptr},    {"ffn", nullptr},   {"format", nullptr}, {"fp8", nullptr},
-                  {"head_dim", nullptr}, {"heads", nullptr}, {"hidden", nullptr}, {"kind", nullptr},
-                  {"layers", nullptr},   {"mask", nullptr},  {"seed", nullptr},   {"vocab", nullptr},
-                  {"weights", nullptr},  {"window", nullptr}};
+    parallel.keys = {{"cp", nullptr},
+                     {"cp_comm", nullptr},
+                     {"dp", nullptr},
+                     {"hierarchical_cp", nullptr},
+                     {"order", nullptr},
+                     {"pp", nullptr},
+                     {"sequence_parallel", nullptr},
+                     {"tp", nullptr}};
+    model.keys = {{"activation", nullptr}, {"bias", nullptr},   {"dtype", nullptr},         {"family", nullptr},
+                  {"ffn", nullptr},        {"format", nullptr}, {"fp8", nullptr},           {"head_dim", nullptr},
+                  {"heads", nullptr},      {"hidden", nullptr}, {"kind", nullptr},          {"kv_heads", nullptr},
+                  {"layers", nullptr},     {"mask", nullptr},   {"max_positions", nullptr}, {"norm", nullptr},
+                  {"positions", nullptr},  {"seed", nullptr},   {"vocab", nullptr},         {"weights", nullptr},
+                  {"window", nullptr}};
     optimizer.keys = {
         {"betas", nullptr}, {"eps", nullptr}, {"kind", nullptr}, {"lr", nullptr}, {"weight_decay", nullptr}};
     train.keys = {{"checkpoint", nullptr},   {"clip_grad_norm", nullptr}, {"micro_batches", nullptr},
@@ -271,6 +279,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
+  if (!has_model && par.IsDefined() && entry(par, "sequence_parallel").IsDefined())
+    r.fail(entry(par, "sequence_parallel"),
+           "parallel.sequence_parallel belongs to the model workload; add model: {kind: transformer, ...}");
   for (const char* k : {"batch", "dump", "validate", "train", "encoder"})
     if (!has_model && entry(root, k).IsDefined())
       r.fail(entry(root, k), std::string(k) + " belongs to the model workload; add model: {kind: transformer, ...}");

@@ -87,6 +87,26 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
   ModelWorkload m;
   r.known_keys(n, section_keys("model"), "model");
   if (auto v = entry(n, "kind"); v.IsDefined()) r.one_of(v, "model.kind", {"transformer"});
+  // The family sets the architecture's defaults; the keys after it override them one by one.
+  if (auto v = entry(n, "family"); v.IsDefined()) {
+    const std::string f = r.one_of(v, "model.family", {"gpt", "llama"});
+    models::TransformerConfig& c = m.config;
+    const bool llama = f == "llama";
+    c.norm = llama ? models::Norm::rmsnorm : models::Norm::layernorm;
+    c.activation = llama ? models::Activation::swiglu : models::Activation::gelu;
+    c.bias = !llama;
+    c.positions = llama ? models::Positions::rope : models::Positions::learned;
+  }
+  if (auto v = entry(n, "norm"); v.IsDefined())
+    m.config.norm = r.one_of(v, "model.norm", {"layernorm", "rmsnorm"}) == "rmsnorm" ? models::Norm::rmsnorm
+                                                                                     : models::Norm::layernorm;
+  if (auto v = entry(n, "activation"); v.IsDefined())
+    m.config.activation = r.one_of(v, "model.activation", {"gelu", "swiglu"}) == "swiglu" ? models::Activation::swiglu
+                                                                                          : models::Activation::gelu;
+  if (auto v = entry(n, "bias"); v.IsDefined()) m.config.bias = r.one_of(v, "model.bias", {"true", "false"}) == "true";
+  if (auto v = entry(n, "positions"); v.IsDefined())
+    m.config.positions = r.one_of(v, "model.positions", {"rope", "learned"}) == "learned" ? models::Positions::learned
+                                                                                          : models::Positions::rope;
   if (auto v = entry(n, "dtype"); v.IsDefined()) {
     const std::string d = r.one_of(v, "model.dtype", {"fp32", "bf16", "fp16", "f32", "f16"});
     m.config.dtype = d == "bf16"                   ? runtime::DType::bf16
@@ -131,9 +151,27 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
                             {"hidden", &m.config.hidden},
                             {"heads", &m.config.heads},
                             {"head_dim", &m.config.head_dim},
+                            {"kv_heads", &m.config.kv_heads},
                             {"ffn", &m.config.ffn},
-                            {"layers", &m.config.layers}})
+                            {"layers", &m.config.layers},
+                            {"max_positions", &m.config.max_positions}})
     if (auto v = entry(n, key); v.IsDefined()) *field = r.positive_int(v, std::string("model.") + key);
+  // head_dim defaults to hidden / heads (Megatron's kv_channels)
+  if (!entry(n, "head_dim").IsDefined() && (entry(n, "hidden").IsDefined() || entry(n, "heads").IsDefined())) {
+    if (m.config.hidden % m.config.heads != 0)
+      r.fail(entry(n, "hidden").IsDefined() ? entry(n, "hidden") : entry(n, "heads"),
+             "model.hidden " + std::to_string(m.config.hidden) + " is not divisible by model.heads " +
+                 std::to_string(m.config.heads) + "; set model.head_dim");
+    m.config.head_dim = m.config.hidden / m.config.heads;
+  }
+  if (m.config.positions == models::Positions::learned && m.config.max_positions == 0) {
+    const YAML::Node at = entry(n, "positions").IsDefined() ? entry(n, "positions") : entry(n, "family");
+    r.fail(at.IsDefined() ? at : n,
+           "learned positions need model.max_positions (the rows of the position table, Megatron's "
+           "--max-position-embeddings: usually the sequence length), or set model.positions: rope");
+  }
+  if (m.config.positions == models::Positions::rope && m.config.max_positions != 0)
+    r.fail(entry(n, "max_positions"), "model.max_positions is for learned positions; RoPE has no position table");
   m.attention.comm = cp::parse_comm_type(sc.cp_comm);
   if (sc.hierarchical_cp.size() == 2) {
     m.attention.a2a_size = sc.hierarchical_cp[0];
@@ -150,6 +188,12 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
   m.shape_only = data_given && !sc.real_data;
   const YAML::Node par = entry(root, "parallel");
   const YAML::Node at = par.IsDefined() ? par : n;
+  if (const YAML::Node v = par.IsDefined() ? entry(par, "sequence_parallel") : YAML::Node(YAML::NodeType::Undefined);
+      v.IsDefined()) {
+    m.config.sequence_parallel = r.one_of(v, "parallel.sequence_parallel", {"true", "false"}) == "true";
+    if (m.config.sequence_parallel && sc.tp == 1)
+      r.fail(v, "parallel.sequence_parallel splits the tokens over TP: it needs tp > 1");
+  }
   auto layout_error = [&](const std::string& what) { r.fail(at, what); };
   const std::int64_t heads = m.config.heads;
   if (heads % sc.tp != 0)
@@ -157,6 +201,11 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
                  " (each TP rank holds whole heads)");
   if (m.config.ffn % sc.tp != 0)
     layout_error("model.ffn " + std::to_string(m.config.ffn) + " is not divisible by tp=" + std::to_string(sc.tp));
+  const std::int64_t kv = m.config.query_groups();
+  if (kv % sc.tp != 0 && sc.tp % kv != 0)
+    layout_error("model.kv_heads " + std::to_string(kv) + " and tp=" + std::to_string(sc.tp) +
+                 " do not divide one another: each TP rank holds whole key/value heads, or tp/kv_heads ranks share "
+                 "one; use a tp that divides kv_heads or a multiple of it");
   if (auto t = entry(root, "train"); t.IsDefined()) {
     r.known_keys(t, section_keys("train"), "train");
     TrainSettings ts;
@@ -207,11 +256,18 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     layout_error("cp_comm a2a: " + std::to_string(heads) + " heads / tp=" + std::to_string(sc.tp) + " = " +
                  std::to_string(local_heads) + " heads per rank, not divisible by cp=" + std::to_string(sc.cp) +
                  " (Ulysses splits the heads over CP); use p2p or all_gather, or another cp");
+  const std::int64_t local_kv = kv >= sc.tp ? kv / sc.tp : 1;
+  if (m.attention.comm == cp::CommType::a2a && local_kv % sc.cp != 0)
+    layout_error("cp_comm a2a: " + std::to_string(local_kv) + " key/value heads per TP rank are not divisible by cp=" +
+                 std::to_string(sc.cp) + " (Ulysses splits the key/value heads over CP too); use p2p or all_gather");
   if (m.attention.comm == cp::CommType::a2a_p2p) {
     const int a = m.attention.a2a_size ? m.attention.a2a_size : 2;
     if (!m.attention.a2a_size && sc.cp % 2 != 0)
       layout_error("cp_comm a2a+p2p: the default hierarchical_cp [2, cp/2] needs an even cp, got cp=" +
                    std::to_string(sc.cp) + "; set parallel.hierarchical_cp");
+    if (local_kv % a != 0)
+      layout_error("cp_comm a2a+p2p: " + std::to_string(local_kv) +
+                   " key/value heads per TP rank are not divisible by the a2a size " + std::to_string(a));
     if (local_heads % a != 0)
       layout_error("cp_comm a2a+p2p: " + std::to_string(local_heads) +
                    " heads per TP rank are not divisible by the a2a size " + std::to_string(a));

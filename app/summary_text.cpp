@@ -117,10 +117,15 @@ void print_collectives_table(std::ostream& out, const RunSummary& s) {
 void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s) {
   const ModelWorkload& m = *sc.model;
   const models::TransformerConfig& c = m.config;
-  out << "\nmodel: reference transformer, vocab " << c.vocab << ", hidden " << c.hidden << ", " << c.heads
-      << " heads of " << c.head_dim << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype)
-      << (c.fp8 ? " with FP8 GEMMs (timing only)" : "") << ", "
-      << (m.attention.format == cp::Format::thd ? "thd" : "bshd") << " " << models::mask_name(m.attention.mask);
+  const bool ln = c.norm == models::Norm::layernorm;
+  out << "\nmodel: decoder (" << (ln ? "LayerNorm" : "RMSNorm") << ", "
+      << (c.activation == models::Activation::swiglu ? "SwiGLU" : "GELU") << ", "
+      << (c.positions == models::Positions::rope ? "RoPE" : "learned positions") << ", "
+      << (c.bias ? "biases" : "no biases") << "), vocab " << c.vocab << ", hidden " << c.hidden << ", " << c.heads
+      << " heads of " << c.head_dim;
+  if (!c.fused_qkv()) out << " (" << c.query_groups() << " KV heads)";
+  out << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype) << (c.fp8 ? " with FP8 GEMMs (timing only)" : "")
+      << ", " << (m.attention.format == cp::Format::thd ? "thd" : "bshd") << " " << models::mask_name(m.attention.mask);
   if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
     out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";
   out << ", cp_comm " << sc.cp_comm << "\n";

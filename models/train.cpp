@@ -84,7 +84,7 @@ struct Runner {
   int peer(int stage_offset) const { return pp.global_rank(ps.pp().rank + stage_offset); }
 
   Tensor activation(const LocalBatch& b) const {
-    const Shape shape{b.ids.size(0), spec.config.hidden};
+    const Shape shape = model.hidden_shape(b);
     return model_data() ? Tensor::zeros(shape, spec.config.dtype) : Tensor::shape_only(shape, spec.config.dtype);
   }
   bool model_data() const {
@@ -150,7 +150,13 @@ struct Runner {
       }
       const bool final_pass = m == m_count - 1;
       std::function<void(i64)> hook;
-      if (final_pass && reduce_now) hook = [&](i64 layer) { reduce_bucket(model.block_parameters(layer)); };
+      if (final_pass && reduce_now) {
+        hook = [&](i64 layer) {
+          const auto block = model.block_parameters(layer);
+          model.reduce_tp_partial_gradients(block);
+          reduce_bucket(block);
+        };
+      }
       const Tensor dx = model.stage_backward(std::move(dout), b, ctx[static_cast<std::size_t>(m)], hook);
       ctx[static_cast<std::size_t>(m)] = TransformerContext{};  // activations freed as in 1F1B
       if (!first) sends.push_back(runtime::isend(dx, peer(-1), p2p));
@@ -164,14 +170,17 @@ struct Runner {
     }
     while (next_backward < m_count) backward(next_backward++);
     const runtime::MemoryPhase phase("gradient reduction");
+    if (!reduce_now) model.reduce_tp_partial_gradients(model.named_parameters());
     if (reduce_now) {
       // the embedding and head parameters: one last bucket
       std::vector<std::pair<std::string, tp::Parameter*>> rest;
       for (auto& [name, p] : model.named_parameters()) {
-        if (name == "embedding.weight" || name.rfind("final_ln.", 0) == 0 || name.rfind("output.", 0) == 0) {
+        if (name == "embedding.weight" || name == "position_embedding.weight" || name.rfind("final_ln.", 0) == 0 ||
+            name.rfind("output.", 0) == 0) {
           rest.emplace_back(name, p);
         }
       }
+      model.reduce_tp_partial_gradients(rest);
       reduce_bucket(rest);
     }
     for (auto& w : buckets) w.wait();

@@ -15,6 +15,8 @@
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
+#include "tp/mappings.h"
+#include "tp/sharding.h"
 
 namespace ranksim::models {
 
@@ -36,17 +38,36 @@ struct ParamSpec {
 
 // The block parameters' short names, shapes and fan-ins, in the contract's order.
 std::vector<ParamSpec> block_specs(const TransformerConfig& c) {
-  const i64 h = c.hidden, f = c.ffn;
-  return {
-      {"ln1.weight", {h}, 0},     {"ln1.bias", {h}, 0},  {"qkv.weight", {3 * h, h}, h}, {"qkv.bias", {3 * h}, h},
-      {"proj.weight", {h, h}, h}, {"proj.bias", {h}, h}, {"ln2.weight", {h}, 0},        {"ln2.bias", {h}, 0},
-      {"fc1.weight", {f, h}, h},  {"fc1.bias", {f}, h},  {"fc2.weight", {h, f}, f},     {"fc2.bias", {h}, f},
+  const i64 h = c.hidden, f = c.ffn, q = c.heads * c.head_dim, kv = c.query_groups() * c.head_dim;
+  const bool ln = c.norm == Norm::layernorm;
+  std::vector<ParamSpec> out;
+  auto linear = [&](const char* name, i64 rows, i64 in) {
+    out.push_back({std::string(name) + ".weight", {rows, in}, in});
+    if (c.bias) out.push_back({std::string(name) + ".bias", {rows}, in});
   };
+  auto norm = [&](const char* name) {
+    out.push_back({std::string(name) + ".weight", {h}, 0});
+    if (ln) out.push_back({std::string(name) + ".bias", {h}, 0});
+  };
+  norm("ln1");
+  if (c.fused_qkv()) {
+    linear("qkv", 3 * q, h);
+  } else {
+    linear("q", q, h);
+    linear("k", kv, h);
+    linear("v", kv, h);
+  }
+  linear("proj", h, q);
+  norm("ln2");
+  linear("fc1", c.activation == Activation::swiglu ? 2 * f : f, h);
+  linear("fc2", h, f);
+  return out;
 }
 
 std::vector<ParamSpec> param_specs(const TransformerConfig& c) {
   const i64 h = c.hidden, v = c.vocab;
   std::vector<ParamSpec> out = {{"embedding.weight", {v, h}, -1}};
+  if (c.positions == Positions::learned) out.push_back({"position_embedding.weight", {c.max_positions, h}, -1});
   for (i64 l = 0; l < c.layers; ++l) {
     for (ParamSpec s : block_specs(c)) {
       s.name = block_parameter_name(c, l, s.name);
@@ -54,11 +75,44 @@ std::vector<ParamSpec> param_specs(const TransformerConfig& c) {
     }
   }
   out.push_back({"final_ln.weight", {h}, 0});
-  out.push_back({"final_ln.bias", {h}, 0});
+  if (c.norm == Norm::layernorm) out.push_back({"final_ln.bias", {h}, 0});
   out.push_back({"output.weight", {v, h}, h});
-  out.push_back({"output.bias", {v}, h});
+  if (c.bias) out.push_back({"output.bias", {v}, h});
   return out;
 }
+
+// Sequence parallelism: the local token rows padded with zero rows to a multiple of tp, and
+// those rows dropped again.
+i64 sp_rows(i64 n, i64 tp) { return (n + tp - 1) / tp * tp; }
+
+Tensor pad_rows(const Tensor& x, i64 rows) {
+  if (x.size(0) == rows) return x;
+  Shape extra = x.shape();
+  extra[0] = rows - x.size(0);
+  const Tensor zeros = x.has_data() ? Tensor::zeros(extra, x.dtype()) : Tensor::shape_only(extra, x.dtype());
+  return runtime::cat({x, zeros}, 0);
+}
+
+Tensor first_rows(const Tensor& x, i64 rows) { return x.size(0) == rows ? x : x.narrow(0, 0, rows).contiguous(); }
+
+// The learned table's row of each local token: its position in its sequence. Padding tokens
+// (negative segment) read row 0; their rows get no gradient. Error for a real token at or beyond
+// max_positions.
+Tensor position_ids(const LocalBatch& b, i64 max_positions) {
+  std::vector<i64> ids(b.tokens.position.size(), 0);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (b.tokens.segment[i] < 0) continue;
+    const i64 pos = b.tokens.position[i];
+    if (pos >= max_positions) {
+      throw Error("Transformer: a token at position " + str(pos) + " needs a learned position table of more than " +
+                  str(max_positions) + " rows; raise max_positions to the longest sequence or shorten the batch");
+    }
+    ids[i] = pos;
+  }
+  return Tensor::from_vector(ids, {static_cast<i64>(ids.size())}, DType::i64);
+}
+
+bool is_embedding(const std::string& name) { return name == "embedding.weight" || name == "position_embedding.weight"; }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -93,6 +147,11 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
     throw Error("Transformer: " + str(c.heads) + " attention heads are not divisible by tp=" + str(tp) +
                 " (each TP rank holds whole heads)");
   }
+  const i64 kv = c.query_groups();
+  if (kv % tp != 0 && tp % kv != 0) {
+    throw Error("Transformer: " + str(kv) + " key/value heads and tp=" + str(tp) +
+                " do not divide one another (each TP rank holds whole query groups, or tp/kv_heads ranks share one)");
+  }
   if (c.ffn % tp != 0) {
     throw Error("Transformer: ffn " + str(c.ffn) + " is not divisible by tp=" + str(tp));
   }
@@ -106,7 +165,7 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
   const i64 per = c.layers / st.size, first = st.rank * per;
   for (const ParamSpec& s : param_specs(c)) {
     // only this stage's parameters are read (a stage loads nothing else)
-    const bool embedding = s.name == "embedding.weight";
+    const bool embedding = is_embedding(s.name);
     const bool head = s.name.rfind("final_ln.", 0) == 0 || s.name.rfind("output.", 0) == 0;
     if (embedding && (!st.first() || st.external_embeddings)) continue;
     if (head && !st.last()) continue;
@@ -124,24 +183,60 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
   return c;
 }
 
-tp::ColumnParallelLinearOptions qkv_options(DType dtype) {
+tp::ColumnParallelLinearOptions qkv_options(const TransformerConfig& c) {
   tp::ColumnParallelLinearOptions o;
+  o.bias = c.bias;
   o.stride = 3;  // q, k and v blocks: rank r takes the same heads of each
-  o.dtype = dtype;
+  o.sequence_parallel = c.sequence_parallel;
+  o.dtype = c.dtype;
   return o;
 }
 
-tp::RowParallelLinearOptions proj_options(DType dtype) {
+tp::RowParallelLinearOptions proj_options(const TransformerConfig& c) {
   tp::RowParallelLinearOptions o;
+  o.bias = c.bias;
   o.input_is_parallel = true;
-  o.dtype = dtype;
+  o.sequence_parallel = c.sequence_parallel;
+  o.dtype = c.dtype;
   return o;
 }
 
-tp::ParallelMLPOptions mlp_options(DType dtype) {
+tp::ParallelMLPOptions mlp_options(const TransformerConfig& c) {
   tp::ParallelMLPOptions o;
-  o.dtype = dtype;
+  o.bias = c.bias;
+  o.swiglu = c.activation == Activation::swiglu;
+  o.sequence_parallel = c.sequence_parallel;
+  o.dtype = c.dtype;
   return o;
+}
+
+NormResult norm_forward(Norm kind, const Tensor& x, const tp::Parameter& w, const tp::Parameter& b, double eps) {
+  if (kind == Norm::rmsnorm) {
+    runtime::RmsNormResult r = runtime::rms_norm(x, w.value, eps);
+    return {std::move(r.y), Tensor(), std::move(r.rstd)};
+  }
+  runtime::LayerNormResult r = runtime::layer_norm(x, w.value, b.value, eps);
+  return {std::move(r.y), std::move(r.mean), std::move(r.rstd)};
+}
+
+// Accumulates the norm's parameter gradients and returns dx.
+Tensor norm_backward(Norm kind, const Tensor& dy, const Tensor& x, tp::Parameter& w, tp::Parameter& b,
+                     const NormResult& r) {
+  if (kind == Norm::rmsnorm) {
+    runtime::RmsNormGrads g = runtime::rms_norm_backward(dy, x, w.value, r.rstd);
+    w.accumulate(g.dweight);
+    return std::move(g.dx);
+  }
+  runtime::LayerNormGrads g = runtime::layer_norm_backward(dy, x, w.value, r.mean, r.rstd);
+  w.accumulate(g.dweight);
+  b.accumulate(g.dbias);
+  return std::move(g.dx);
+}
+
+// The gradient of a bias added over dy's rows, as a tensor of its own.
+Tensor bias_grad(const Tensor& dy, i64 n) {
+  Tensor db = runtime::add_backward(dy, {n}).db;
+  return db.shares_storage(dy) ? db.clone() : db;
 }
 
 cp::AttentionOptions attention_options(const AttentionSetup& a) {
@@ -170,12 +265,20 @@ void check_config(const TransformerConfig& c) {
   positive("head_dim", c.head_dim);
   positive("ffn", c.ffn);
   positive("layers", c.layers);
-  if (c.heads * c.head_dim != c.hidden) {
-    throw Error("Transformer: hidden " + str(c.hidden) + " must equal heads * head_dim = " + str(c.heads) + " * " +
-                str(c.head_dim) + " = " + str(c.heads * c.head_dim));
+  if (c.kv_heads < 0 || (c.kv_heads > 0 && c.heads % c.kv_heads != 0)) {
+    throw Error("Transformer: kv_heads " + str(c.kv_heads) + " must divide heads " + str(c.heads) +
+                " (grouped-query attention shares each key/value head among heads/kv_heads query heads)");
   }
-  if (c.head_dim % 2 != 0) {
+  if (c.positions == Positions::rope && c.head_dim % 2 != 0) {
     throw Error("Transformer: head_dim " + str(c.head_dim) + " must be even (rotate-half RoPE)");
+  }
+  if (c.positions == Positions::learned && c.max_positions < 1) {
+    throw Error("Transformer: learned positions need max_positions >= 1 (the rows of the position table), got " +
+                str(c.max_positions));
+  }
+  if (c.positions == Positions::rope && c.max_positions != 0) {
+    throw Error("Transformer: max_positions " + str(c.max_positions) +
+                " is for learned positions; RoPE has no position table (leave it 0)");
   }
   if (!runtime::is_floating(c.dtype) || c.dtype == DType::f64) {
     throw Error(std::string("Transformer: dtype must be f32, bf16 or f16, got ") + runtime::dtype_name(c.dtype));
@@ -185,6 +288,38 @@ void check_config(const TransformerConfig& c) {
   }
   if (!(c.layer_norm_eps > 0)) throw Error("Transformer: layer_norm_eps must be > 0");
   if (!(c.rope_base > 1)) throw Error("Transformer: rope_base must be > 1");
+}
+
+TransformerConfig gpt_config(i64 vocab, i64 hidden, i64 heads, i64 ffn, i64 layers, i64 max_positions) {
+  TransformerConfig c;
+  c.vocab = vocab;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.head_dim = heads > 0 ? hidden / heads : 0;
+  c.ffn = ffn;
+  c.layers = layers;
+  c.norm = Norm::layernorm;
+  c.activation = Activation::gelu;
+  c.bias = true;
+  c.positions = Positions::learned;
+  c.max_positions = max_positions;
+  return c;
+}
+
+TransformerConfig llama_config(i64 vocab, i64 hidden, i64 heads, i64 kv_heads, i64 ffn, i64 layers) {
+  TransformerConfig c;
+  c.vocab = vocab;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.head_dim = heads > 0 ? hidden / heads : 0;
+  c.kv_heads = kv_heads;
+  c.ffn = ffn;
+  c.layers = layers;
+  c.norm = Norm::rmsnorm;
+  c.activation = Activation::swiglu;
+  c.bias = false;
+  c.positions = Positions::rope;
+  return c;
 }
 
 std::vector<std::pair<std::string, Shape>> parameter_shapes(const TransformerConfig& c) {
@@ -352,6 +487,16 @@ void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::
                   " (DualChunkSwap splits each row into 2*cp chunks)");
     }
   }
+  if (c.positions == Positions::learned) {
+    i64 longest = thd ? 0 : b.input_ids.size(1);
+    for (std::size_t i = 1; thd && i < b.cu_seqlens.size(); ++i) {
+      longest = std::max(longest, b.cu_seqlens[i] - b.cu_seqlens[i - 1]);
+    }
+    if (longest > c.max_positions) {
+      throw Error(who + "a sequence of " + str(longest) + " tokens is longer than the learned position table (" +
+                  str(c.max_positions) + " rows); raise max_positions or shorten the sequences");
+    }
+  }
 }
 
 cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const AttentionSetup& a) {
@@ -373,56 +518,202 @@ cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const Attent
 
 // ---------------------------------------------------------------------------------------------
 
+// Grouped-query attention's input projection: q, k and v as three column-parallel weights that
+// share one input and one reduction of its gradient (Megatron's fused linear_qkv, with the
+// groups' rows kept in separate tensors). Rank r holds the q rows of heads [r*heads/tp,
+// (r+1)*heads/tp). With kv_heads >= tp it holds kv_heads/tp whole key/value heads; with
+// kv_heads < tp every rank keeps k and v whole (kv_heads * head_dim rows) and uses the rows of
+// its own group, r * kv_heads / tp, so its gradient covers those rows only (flagged
+// sequence_parallel: summed over TP by reduce_tp_partial_gradients).
+struct GroupedQKV {
+  runtime::ProcessGroup tp;
+  tp::Parameter q_w, q_b, k_w, k_b, v_w, v_b;
+  bool bias = true;
+  bool sp = false;                // sequence parallelism: the input is this rank's share of the rows
+  bool kv_whole = false;          // kv_heads < tp
+  i64 kv_first = 0, kv_rows = 0;  // this rank's rows of k and v
+
+  GroupedQKV(const TransformerConfig& c, const Weights& w, const runtime::ProcessGroup& g, i64 i)
+      : tp(g), bias(c.bias), sp(c.sequence_parallel) {
+    const int p = g.size(), r = g.rank();
+    const i64 kv = c.query_groups();
+    kv_whole = kv < p;
+    auto column = [&](const char* name, int parts) {
+      tp::Parameter out;
+      const Tensor& master = weight(w, block_parameter_name(c, i, name));
+      out.value = tp::shard_of(master, 0, parts, parts == 1 ? 0 : r, 1, c.dtype);
+      runtime::retag_memory(out.value, runtime::MemoryKind::parameters);
+      out.partition_dim = parts == 1 ? -1 : 0;
+      out.sequence_parallel = parts == 1 && p > 1;  // whole k / v under TP: a partial gradient
+      return out;
+    };
+    q_w = column("q.weight", p);
+    k_w = column("k.weight", kv_whole ? 1 : p);
+    v_w = column("v.weight", kv_whole ? 1 : p);
+    if (bias) {
+      q_b = column("q.bias", p);
+      k_b = column("k.bias", kv_whole ? 1 : p);
+      v_b = column("v.bias", kv_whole ? 1 : p);
+    }
+    kv_rows = kv_whole ? c.head_dim : kv / p * c.head_dim;
+    kv_first = kv_whole ? static_cast<i64>(r) * kv / p * c.head_dim : 0;
+  }
+
+  // This rank's rows of a k or v parameter (all of them unless kept whole).
+  Tensor mine(const tp::Parameter& t) const { return kv_whole ? t.value.narrow(0, kv_first, kv_rows) : t.value; }
+
+  Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& b) const {
+    const Tensor y = runtime::matmul(x, weight, false, true);
+    return bias ? runtime::add(y, b) : y;
+  }
+
+  // x [n, hidden] ([n/tp, hidden] with sequence parallelism, all-gathered first) -> q [n, heads/tp
+  // * d], k and v [n, kv rows here]
+  std::vector<Tensor> forward(const Tensor& x) const {
+    const Tensor total = sp ? tp::all_gather_dim0(x, tp, false).tensor : x;
+    return {linear(total, q_w.value, q_b.value), linear(total, mine(k_w), bias ? mine(k_b) : Tensor()),
+            linear(total, mine(v_w), bias ? mine(v_b) : Tensor())};
+  }
+
+  // A gradient of this rank's rows, at the parameter's full shape when it is kept whole.
+  Tensor full_rows(const Tensor& g, const tp::Parameter& p) const {
+    if (!kv_whole) return g;
+    if (!g.has_data()) return Tensor::shape_only(p.value.shape(), g.dtype());
+    const i64 rows = p.value.size(0);
+    Shape before = p.value.shape(), after = p.value.shape();
+    before[0] = kv_first;
+    after[0] = rows - kv_first - kv_rows;
+    return runtime::cat({Tensor::zeros(before, g.dtype()), g, Tensor::zeros(after, g.dtype())}, 0);
+  }
+
+  // Megatron's column-parallel order: dX from the three weights, its all-reduce started, the
+  // weight gradients computed while it runs.
+  // With sequence parallelism the input is all-gathered again (Megatron keeps only the local
+  // share) and dX is reduce-scattered.
+  Tensor backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& local_x) {
+    tp::CommResult total{local_x, runtime::Work()};
+    if (sp) total = tp::all_gather_dim0(local_x, tp, true);
+    Tensor dx = runtime::matmul(dq, q_w.value);
+    dx = runtime::add(dx, runtime::matmul(dk, mine(k_w)));
+    dx = runtime::add(dx, runtime::matmul(dv, mine(v_w)));
+    tp::CommResult reduced{Tensor(), runtime::Work()};
+    if (sp) {
+      total.wait();
+      reduced = tp::reduce_scatter_dim0(dx, tp, true);
+    } else {
+      reduced = tp::all_reduce_tp(dx, tp, true);
+    }
+    dx = Tensor();
+    const Tensor& x = total.tensor;
+    q_w.accumulate(runtime::matmul(dq, x, true, false));
+    k_w.accumulate(full_rows(runtime::matmul(dk, x, true, false), k_w));
+    v_w.accumulate(full_rows(runtime::matmul(dv, x, true, false), v_w));
+    if (bias) {
+      q_b.accumulate(bias_grad(dq, dq.size(-1)));
+      k_b.accumulate(full_rows(bias_grad(dk, dk.size(-1)), k_b));
+      v_b.accumulate(full_rows(bias_grad(dv, dv.size(-1)), v_b));
+    }
+    reduced.wait();
+    return reduced.tensor;
+  }
+};
+
 struct Transformer::Block {
   i64 index = 0;
+  Norm norm_kind = Norm::layernorm;
   tp::Parameter ln1_w, ln1_b, ln2_w, ln2_b;
-  tp::ColumnParallelLinear qkv;
+  std::optional<tp::ColumnParallelLinear> qkv;  // multi-head attention: fused q|k|v
+  std::optional<GroupedQKV> gqa;                // grouped-query attention
   tp::RowParallelLinear proj;
   tp::ParallelMLP mlp;
 
+  static tp::Parameter maybe(const TransformerConfig& c, const Weights& w, i64 i, const char* name, bool present) {
+    return present ? replicated(w, block_parameter_name(c, i, name), c.dtype) : tp::Parameter{};
+  }
+  static Tensor optional_weight(const TransformerConfig& c, const Weights& w, i64 i, const char* name) {
+    return c.bias ? weight(w, block_parameter_name(c, i, name)) : Tensor();
+  }
+
   Block(const TransformerConfig& c, const Weights& w, const runtime::ProcessGroup& tp, i64 i)
       : index(i),
+        norm_kind(c.norm),
         ln1_w(replicated(w, block_parameter_name(c, i, "ln1.weight"), c.dtype)),
-        ln1_b(replicated(w, block_parameter_name(c, i, "ln1.bias"), c.dtype)),
+        ln1_b(maybe(c, w, i, "ln1.bias", c.norm == Norm::layernorm)),
         ln2_w(replicated(w, block_parameter_name(c, i, "ln2.weight"), c.dtype)),
-        ln2_b(replicated(w, block_parameter_name(c, i, "ln2.bias"), c.dtype)),
-        qkv(weight(w, block_parameter_name(c, i, "qkv.weight")), tp, qkv_options(c.dtype),
-            weight(w, block_parameter_name(c, i, "qkv.bias"))),
-        proj(weight(w, block_parameter_name(c, i, "proj.weight")), tp, proj_options(c.dtype),
-             weight(w, block_parameter_name(c, i, "proj.bias"))),
+        ln2_b(maybe(c, w, i, "ln2.bias", c.norm == Norm::layernorm)),
+        proj(weight(w, block_parameter_name(c, i, "proj.weight")), tp, proj_options(c),
+             optional_weight(c, w, i, "proj.bias")),
         mlp(weight(w, block_parameter_name(c, i, "fc1.weight")), weight(w, block_parameter_name(c, i, "fc2.weight")),
-            tp, mlp_options(c.dtype), weight(w, block_parameter_name(c, i, "fc1.bias")),
-            weight(w, block_parameter_name(c, i, "fc2.bias"))) {}
+            tp, mlp_options(c), optional_weight(c, w, i, "fc1.bias"), optional_weight(c, w, i, "fc2.bias")) {
+    // Under sequence parallelism each rank's norm gradients cover its share of the tokens only.
+    for (tp::Parameter* p : {&ln1_w, &ln1_b, &ln2_w, &ln2_b}) p->sequence_parallel = c.sequence_parallel;
+    if (c.fused_qkv()) {
+      qkv.emplace(weight(w, block_parameter_name(c, i, "qkv.weight")), tp, qkv_options(c),
+                  optional_weight(c, w, i, "qkv.bias"));
+    } else {
+      gqa.emplace(c, w, tp, i);
+    }
+  }
 
   std::vector<std::pair<std::string, tp::Parameter*>> params(const TransformerConfig& c) {
-    auto n = [&](const char* s) { return block_parameter_name(c, index, s); };
-    return {{n("ln1.weight"), &ln1_w},
-            {n("ln1.bias"), &ln1_b},
-            {n("qkv.weight"), &qkv.weight()},
-            {n("qkv.bias"), &qkv.bias()},
-            {n("proj.weight"), &proj.weight()},
-            {n("proj.bias"), &proj.bias()},
-            {n("ln2.weight"), &ln2_w},
-            {n("ln2.bias"), &ln2_b},
-            {n("fc1.weight"), &mlp.fc1().weight()},
-            {n("fc1.bias"), &mlp.fc1().bias()},
-            {n("fc2.weight"), &mlp.fc2().weight()},
-            {n("fc2.bias"), &mlp.fc2().bias()}};
+    std::vector<std::pair<std::string, tp::Parameter*>> out;
+    auto add = [&](const char* name, tp::Parameter* p) { out.emplace_back(block_parameter_name(c, index, name), p); };
+    const bool ln = norm_kind == Norm::layernorm;
+    add("ln1.weight", &ln1_w);
+    if (ln) add("ln1.bias", &ln1_b);
+    if (qkv) {
+      add("qkv.weight", &qkv->weight());
+      if (c.bias) add("qkv.bias", &qkv->bias());
+    } else {
+      add("q.weight", &gqa->q_w);
+      if (c.bias) add("q.bias", &gqa->q_b);
+      add("k.weight", &gqa->k_w);
+      if (c.bias) add("k.bias", &gqa->k_b);
+      add("v.weight", &gqa->v_w);
+      if (c.bias) add("v.bias", &gqa->v_b);
+    }
+    add("proj.weight", &proj.weight());
+    if (c.bias) add("proj.bias", &proj.bias());
+    add("ln2.weight", &ln2_w);
+    if (ln) add("ln2.bias", &ln2_b);
+    add("fc1.weight", &mlp.fc1().weight());
+    if (c.bias) add("fc1.bias", &mlp.fc1().bias());
+    add("fc2.weight", &mlp.fc2().weight());
+    if (c.bias) add("fc2.bias", &mlp.fc2().bias());
+    return out;
+  }
+
+  // Local heads: query heads and key/value heads on this TP rank.
+  static std::pair<i64, i64> local_heads(const TransformerConfig& c, const TransformerGroups& g) {
+    const i64 tp = g.tp.size(), kv = c.query_groups();
+    return {c.heads / tp, kv >= tp ? kv / tp : 1};
   }
 
   Tensor forward(const Tensor& x, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
                  const AttentionSetup& a, BlockContext& ctx) const {
     const i64 n = b.ids.size(0);
-    const i64 heads = c.heads / g.tp.size(), hl = heads * c.head_dim;
+    const auto [heads, kvh] = local_heads(c, g);
+    const i64 hl = heads * c.head_dim;
     const i64 cp = g.cp.cp.size();
+    const i64 padded = c.sequence_parallel ? sp_rows(n, g.tp.size()) : n;
     ctx.x_in = x;
-    ctx.ln1 = runtime::layer_norm(x, ln1_w.value, ln1_b.value, c.layer_norm_eps);
-    const Tensor qkv_out = qkv.forward(ctx.ln1.y, ctx.qkv).output;  // [n, 3 hl]: q | k | v of local heads
-    const std::vector<Tensor> parts = runtime::split(qkv_out, {hl, hl, hl}, 1);
-    const Shape head_shape{n, heads, c.head_dim};
-    const Tensor q = rope(parts[0].reshape(head_shape), b.tokens.position, c.rope_base);
-    const Tensor k = rope(parts[1].reshape(head_shape), b.tokens.position, c.rope_base);
-    const Tensor v = parts[2].reshape(head_shape);
+    ctx.ln1 = norm_forward(norm_kind, x, ln1_w, ln1_b, c.layer_norm_eps);
+    std::vector<Tensor> parts;
+    if (qkv) {
+      parts = runtime::split(qkv->forward(ctx.ln1.y, ctx.qkv).output, {hl, hl, hl}, 1);  // q | k | v of local heads
+    } else {
+      ctx.qkv.input = ctx.ln1.y;
+      parts = gqa->forward(ctx.ln1.y);
+    }
+    for (Tensor& t : parts) t = first_rows(t, n);  // sequence parallelism: the padding rows dropped
+    const Shape q_shape{n, heads, c.head_dim}, kv_shape{n, kvh, c.head_dim};
+    const bool rotate = c.positions == Positions::rope;
+    const Tensor q =
+        rotate ? rope(parts[0].reshape(q_shape), b.tokens.position, c.rope_base) : parts[0].reshape(q_shape);
+    const Tensor k =
+        rotate ? rope(parts[1].reshape(kv_shape), b.tokens.position, c.rope_base) : parts[1].reshape(kv_shape);
+    const Tensor v = parts[2].reshape(kv_shape);
+    parts.clear();
     const cp::AttentionOptions opts = attention_options(a);
     Tensor attn;
     if (cp == 1) {
@@ -432,19 +723,22 @@ struct Transformer::Block {
       ctx.attention = cp::attention_forward(q, k, v, b.tokens, b.tokens, opts);
       attn = ctx.attention.out;
     } else {
-      Shape local = head_shape;
-      if (b.layout.format == cp::Format::bshd) local = {b.layout.batch, b.layout.seq_len / cp, heads, c.head_dim};
+      Shape ql = q_shape, kl = kv_shape;
+      if (b.layout.format == cp::Format::bshd) {
+        ql = {b.layout.batch, b.layout.seq_len / cp, heads, c.head_dim};
+        kl = {b.layout.batch, b.layout.seq_len / cp, kvh, c.head_dim};
+      }
       cp::CpOptions co;
       co.comm_type = a.comm;
       co.attention = opts;
       cp::CpForwardResult r =
-          cp::attention_with_cp_forward(q.reshape(local), k.reshape(local), v.reshape(local), b.layout, g.cp, co);
+          cp::attention_with_cp_forward(q.reshape(ql), k.reshape(kl), v.reshape(kl), b.layout, g.cp, co);
       ctx.cp_ctx = std::move(r.ctx);
       attn = r.out;
     }
-    const Tensor p = proj.forward(attn.reshape({n, hl}), ctx.proj).output;
+    const Tensor p = proj.forward(pad_rows(attn.reshape({n, hl}), padded), ctx.proj).output;
     ctx.x_mid = runtime::add(x, p);
-    ctx.ln2 = runtime::layer_norm(ctx.x_mid, ln2_w.value, ln2_b.value, c.layer_norm_eps);
+    ctx.ln2 = norm_forward(norm_kind, ctx.x_mid, ln2_w, ln2_b, c.layer_norm_eps);
     return runtime::add(ctx.x_mid, mlp.forward(ctx.ln2.y, ctx.mlp));
   }
 
@@ -454,61 +748,65 @@ struct Transformer::Block {
   Tensor backward(Tensor dy, const LocalBatch& b, const TransformerConfig& c, const TransformerGroups& g,
                   const AttentionSetup& a, BlockContext& ctx) {
     const i64 n = b.ids.size(0);
-    const i64 heads = c.heads / g.tp.size(), hl = heads * c.head_dim;
+    const auto [heads, kvh] = local_heads(c, g);
+    const i64 hl = heads * c.head_dim, kvl = kvh * c.head_dim;
     const i64 cp = g.cp.cp.size();
+    const i64 padded = c.sequence_parallel ? sp_rows(n, g.tp.size()) : n;
     // y = x_mid + mlp(ln2(x_mid))
     Tensor dmid;
     {
       Tensor dln2 = mlp.backward(dy, ctx.mlp);
       ctx.mlp = tp::MLPContext{};
-      runtime::LayerNormGrads g2 =
-          runtime::layer_norm_backward(dln2, ctx.x_mid, ln2_w.value, ctx.ln2.mean, ctx.ln2.rstd);
+      const Tensor dx2 = norm_backward(norm_kind, dln2, ctx.x_mid, ln2_w, ln2_b, ctx.ln2);
       dln2 = Tensor();
-      ctx.ln2 = runtime::LayerNormResult{};
+      ctx.ln2 = NormResult{};
       ctx.x_mid = Tensor();
-      ln2_w.accumulate(g2.dweight);
-      ln2_b.accumulate(g2.dbias);
-      dmid = runtime::add(dy, g2.dx);
+      dmid = runtime::add(dy, dx2);
     }
     dy = Tensor();
     // x_mid = x + proj(attention(...))
-    Tensor dqkv;
+    Tensor dln1;
     {
-      Tensor dattn = proj.backward(dmid, ctx.proj);  // [n, hl]
+      Tensor dattn = first_rows(proj.backward(dmid, ctx.proj), n);  // [n, hl]
       ctx.proj = tp::LinearContext{};
-      const Shape head_shape{n, heads, c.head_dim};
+      const Shape q_shape{n, heads, c.head_dim}, kv_shape{n, kvh, c.head_dim};
       Tensor dq, dk, dv;
       if (cp == 1) {
         const cp::AttentionGrads gr =
-            cp::attention_backward(dattn.reshape(head_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out, ctx.attention.lse,
+            cp::attention_backward(dattn.reshape(q_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out, ctx.attention.lse,
                                    b.tokens, b.tokens, attention_options(a));
         dq = gr.dq;
         dk = gr.dk;
         dv = gr.dv;
       } else {
         const cp::CpGrads gr = cp::attention_with_cp_backward(dattn.reshape(ctx.cp_ctx.q_shape), ctx.cp_ctx);
-        dq = gr.dq.reshape(head_shape);
-        dk = gr.dk.reshape(head_shape);
-        dv = gr.dv.reshape(head_shape);
+        dq = gr.dq.reshape(q_shape);
+        dk = gr.dk.reshape(kv_shape);
+        dv = gr.dv.reshape(kv_shape);
       }
       dattn = Tensor();
       ctx.q = ctx.k = ctx.v = Tensor();
       ctx.attention = cp::AttentionResult{};
       ctx.cp_ctx = cp::CpContext{};
-      dq = rope_backward(dq, b.tokens.position, c.rope_base);
-      dk = rope_backward(dk, b.tokens.position, c.rope_base);
-      dqkv = runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1);
+      if (c.positions == Positions::rope) {
+        dq = rope_backward(dq, b.tokens.position, c.rope_base);
+        dk = rope_backward(dk, b.tokens.position, c.rope_base);
+      }
+      if (qkv) {
+        Tensor dqkv =
+            pad_rows(runtime::cat({dq.reshape({n, hl}), dk.reshape({n, hl}), dv.reshape({n, hl})}, 1), padded);
+        dq = dk = dv = Tensor();
+        dln1 = qkv->backward(dqkv, ctx.qkv);
+      } else {
+        dln1 = gqa->backward(pad_rows(dq.reshape({n, hl}), padded), pad_rows(dk.reshape({n, kvl}), padded),
+                             pad_rows(dv.reshape({n, kvl}), padded), ctx.qkv.input);
+      }
     }
-    Tensor dln1 = qkv.backward(dqkv, ctx.qkv);
-    dqkv = Tensor();
     ctx.qkv = tp::LinearContext{};
-    const runtime::LayerNormGrads g1 =
-        runtime::layer_norm_backward(dln1, ctx.x_in, ln1_w.value, ctx.ln1.mean, ctx.ln1.rstd);
+    const Tensor dx1 = norm_backward(norm_kind, dln1, ctx.x_in, ln1_w, ln1_b, ctx.ln1);
     dln1 = Tensor();
     ctx = BlockContext{};
-    ln1_w.accumulate(g1.dweight);
-    ln1_b.accumulate(g1.dbias);
-    return runtime::add(dmid, g1.dx);
+    return runtime::add(dmid, dx1);
   }
 };
 
@@ -520,14 +818,20 @@ Transformer::Transformer(const TransformerConfig& config, const Weights& w, Tran
       stage_(stage) {
   const i64 per = config_.layers / stage_.size;
   first_layer_ = stage_.rank * per;
-  if (has_embedding()) embedding_ = replicated(w, "embedding.weight", config_.dtype);
+  if (has_embedding()) {
+    embedding_ = replicated(w, "embedding.weight", config_.dtype);
+    if (config_.positions == Positions::learned) {
+      position_embedding_ = replicated(w, "position_embedding.weight", config_.dtype);
+    }
+  }
   for (i64 l = first_layer_; l < first_layer_ + per; ++l)
     blocks_.push_back(std::make_unique<Block>(config_, w, groups_.tp, l));
   if (stage_.last()) {
     lnf_w_ = replicated(w, "final_ln.weight", config_.dtype);
-    lnf_b_ = replicated(w, "final_ln.bias", config_.dtype);
+    if (config_.norm == Norm::layernorm) lnf_b_ = replicated(w, "final_ln.bias", config_.dtype);
+    lnf_w_.sequence_parallel = lnf_b_.sequence_parallel = config_.sequence_parallel;
     out_w_ = replicated(w, "output.weight", config_.dtype);
-    out_b_ = replicated(w, "output.bias", config_.dtype);
+    if (config_.bias) out_b_ = replicated(w, "output.bias", config_.dtype);
   }
 }
 
@@ -537,15 +841,18 @@ Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
 std::vector<std::pair<std::string, tp::Parameter*>> Transformer::named_parameters() {
   std::vector<std::pair<std::string, tp::Parameter*>> out;
-  if (has_embedding()) out.emplace_back("embedding.weight", &embedding_);
+  if (has_embedding()) {
+    out.emplace_back("embedding.weight", &embedding_);
+    if (config_.positions == Positions::learned) out.emplace_back("position_embedding.weight", &position_embedding_);
+  }
   for (auto& b : blocks_) {
     for (auto& p : b->params(config_)) out.push_back(p);
   }
   if (stage_.last()) {
     out.emplace_back("final_ln.weight", &lnf_w_);
-    out.emplace_back("final_ln.bias", &lnf_b_);
+    if (config_.norm == Norm::layernorm) out.emplace_back("final_ln.bias", &lnf_b_);
     out.emplace_back("output.weight", &out_w_);
-    out.emplace_back("output.bias", &out_b_);
+    if (config_.bias) out.emplace_back("output.bias", &out_b_);
   }
   return out;
 }
@@ -570,6 +877,20 @@ void Transformer::reduce_gradients(const runtime::ProcessGroup& g) {
   }
 }
 
+Shape Transformer::hidden_shape(const LocalBatch& b) const {
+  const i64 rows = b.ids.numel(), tp = groups_.tp.size();
+  return {config_.sequence_parallel ? sp_rows(rows, tp) / tp : rows, config_.hidden};
+}
+
+void Transformer::reduce_tp_partial_gradients(const std::vector<std::pair<std::string, tp::Parameter*>>& params) {
+  if (groups_.tp.size() <= 1) return;
+  std::vector<tp::Parameter*> partial;
+  for (const auto& [name, p] : params) {
+    if (p->sequence_parallel) partial.push_back(p);
+  }
+  if (!partial.empty()) tp::allreduce_sequence_parallel_grads(partial, groups_.tp);
+}
+
 Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, TransformerContext& ctx) const {
   const i64 cp = groups_.cp.cp.size();
   if (cp != b.cp) {
@@ -580,6 +901,9 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   if (has_embedding()) {
     const runtime::MemoryPhase phase("embedding forward");
     x = runtime::embedding(b.ids, embedding_.value);
+    if (config_.positions == Positions::learned) {
+      x = runtime::add(x, runtime::embedding(position_ids(b, config_.max_positions), position_embedding_.value));
+    }
   } else {
     x = input;
   }
@@ -588,13 +912,20 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
                                : "Transformer: a stage after the first needs the previous stage's output");
   }
   const i64 rows = b.ids.numel();
+  const bool sp = config_.sequence_parallel;
   if (x.dtype() != config_.dtype) {
     throw Error("Transformer: the stage input is " + x.str() + " but the model computes in " +
                 runtime::dtype_name(config_.dtype) + "; convert it with to()");
   }
-  if (x.dim() != 2 || x.size(0) != rows || x.size(1) != config_.hidden) {
-    throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(rows) + ", " + str(config_.hidden) +
-                "] (the batch's local tokens x hidden)");
+  const i64 want = stage_.first() ? rows : hidden_shape(b)[0];
+  if (x.dim() != 2 || x.size(0) != want || x.size(1) != config_.hidden) {
+    throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(want) + ", " + str(config_.hidden) +
+                (sp && !stage_.first() ? "] (this TP rank's share of the local tokens x hidden)"
+                                       : "] (the batch's local tokens x hidden)"));
+  }
+  if (sp && stage_.first()) {
+    // into the sequence-parallel region: this rank's share of the (padded) rows
+    x = tp::scatter_to_sp(pad_rows(x, sp_rows(rows, groups_.tp.size())), groups_.tp);
   }
   ctx.blocks.assign(blocks_.size(), BlockContext{});
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
@@ -606,29 +937,35 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   if (!stage_.last()) return x;
   const runtime::MemoryPhase phase("output layer forward");
   ctx.x_last = x;
-  ctx.lnf = runtime::layer_norm(x, lnf_w_.value, lnf_b_.value, config_.layer_norm_eps);
-  return runtime::add(runtime::matmul(ctx.lnf.y, out_w_.value, false, true), out_b_.value);
+  ctx.lnf = norm_forward(config_.norm, x, lnf_w_, lnf_b_, config_.layer_norm_eps);
+  // out of the sequence-parallel region: every rank's rows, for the output layer every TP rank holds
+  const Tensor y = sp ? first_rows(tp::gather_from_sp(ctx.lnf.y, groups_.tp), rows) : ctx.lnf.y;
+  const Tensor logits = runtime::matmul(y, out_w_.value, false, true);
+  return config_.bias ? runtime::add(logits, out_b_.value) : logits;
 }
 
 Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, TransformerContext& ctx,
                                    const std::function<void(i64)>& after_block) {
   Tensor dx = std::move(dout);
+  const bool sp = config_.sequence_parallel;
+  const i64 rows = b.ids.numel(), padded = sp ? sp_rows(rows, groups_.tp.size()) : rows;
   if (stage_.last()) {
     const runtime::MemoryPhase phase("output layer backward");
     // logits = lnf.y W^T + b; what forward kept for it is freed once used (see Block::backward)
-    out_b_.accumulate(runtime::add_backward(dx, out_b_.value.shape()).db);
-    runtime::MatmulGrads og = runtime::matmul_backward(dx, ctx.lnf.y, out_w_.value, false, true);
+    if (config_.bias) out_b_.accumulate(runtime::add_backward(dx, out_b_.value.shape()).db);
+    // with sequence parallelism the output layer's input is gathered again (only the share was kept)
+    const Tensor y = sp ? first_rows(tp::gather_from_sp(ctx.lnf.y, groups_.tp), rows) : ctx.lnf.y;
+    runtime::MatmulGrads og = runtime::matmul_backward(dx, y, out_w_.value, false, true);
     dx = Tensor();
     out_w_.accumulate(og.db);
     og.db = Tensor();
-    const runtime::LayerNormGrads fg =
-        runtime::layer_norm_backward(og.da, ctx.x_last, lnf_w_.value, ctx.lnf.mean, ctx.lnf.rstd);
+    // every TP rank computed the same full gradient: each keeps its share
+    if (sp) og.da = tp::gather_from_sp_backward(pad_rows(og.da, padded), groups_.tp, false);
+    Tensor dfinal = norm_backward(config_.norm, og.da, ctx.x_last, lnf_w_, lnf_b_, ctx.lnf);
     og = runtime::MatmulGrads{};
     ctx.x_last = Tensor();
-    ctx.lnf = runtime::LayerNormResult{};
-    lnf_w_.accumulate(fg.dweight);
-    lnf_b_.accumulate(fg.dbias);
-    dx = fg.dx;
+    ctx.lnf = NormResult{};
+    dx = std::move(dfinal);
   }
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     {
@@ -639,9 +976,15 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
     }
     if (after_block) after_block(blocks_[i]->index);
   }
+  if (!stage_.first()) return dx;
+  if (sp) dx = first_rows(tp::scatter_to_sp_backward(dx, groups_.tp), rows);
   if (!has_embedding()) return dx;
   const runtime::MemoryPhase phase("embedding backward");
   embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
+  if (config_.positions == Positions::learned) {
+    position_embedding_.accumulate(
+        runtime::embedding_backward(dx, position_ids(b, config_.max_positions), config_.max_positions));
+  }
   return Tensor();
 }
 
@@ -659,6 +1002,7 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   result.loss = gl.loss;
   result.logits = logits.to(DType::f32);
   stage_backward(std::move(gl.dlogits), b, ctx);
+  reduce_tp_partial_gradients(named_parameters());
   return result;
 }
 

@@ -55,24 +55,68 @@
 
 namespace ranksim::models {
 
+// The block's normalisation: LayerNorm (weight and bias) or RMSNorm (weight only,
+// y = x / sqrt(mean(x^2) + eps) * weight), for ln1, ln2 and final_ln alike.
+enum class Norm { layernorm, rmsnorm };
+// The MLP's activation: GELU (tanh approximation) on fc1's output, or SwiGLU, where fc1 is
+// Megatron's fused gate/up layer [2*ffn, hidden] (rows: gate, then up) and fc2 reads
+// silu(gate) * up.
+enum class Activation { gelu, swiglu };
+// Position information: RoPE on q and k, or a learned table added to the token embeddings
+// (position_embedding.weight [max_positions, hidden], GPT-2/3 style).
+enum class Positions { rope, learned };
+
+// The decoder family. The defaults are the bionemo model (GPT style with RoPE); gpt_config and
+// llama_config give the two families' choices.
 struct TransformerConfig {
   std::int64_t vocab = 33;     // Default: 33 (the bionemo model's)
-  std::int64_t hidden = 320;   // Default: 320. REQUIRES: heads * head_dim
-  std::int64_t heads = 20;     // Default: 20
-  std::int64_t head_dim = 16;  // Default: 16. REQUIRES: even (RoPE)
-  std::int64_t ffn = 1280;     // Default: 1280
+  std::int64_t hidden = 320;   // Default: 320
+  std::int64_t heads = 20;     // query heads. Default: 20
+  std::int64_t head_dim = 16;  // Default: 16. REQUIRES: even with RoPE
+  // Key/value heads (Megatron's num_query_groups): 0 means heads (multi-head attention); fewer
+  // is grouped-query attention. REQUIRES: divides heads. Default: 0.
+  std::int64_t kv_heads = 0;
+  std::int64_t ffn = 1280;  // Default: 1280
   // Transformer blocks. With one, block parameters are named `layer.<name>`; with more,
   // `layers.<i>.<name>` (i from 0). Default: 1.
   std::int64_t layers = 1;
+  Norm norm = Norm::layernorm;               // Default: layernorm
+  Activation activation = Activation::gelu;  // Default: gelu
+  bool bias = true;                          // biases on every linear layer. Default: true
+  Positions positions = Positions::rope;     // Default: rope
+  // Rows of the learned position table (positions >= it are an error). REQUIRES >= 1 with
+  // Positions::learned, 0 otherwise. Default: 0.
+  std::int64_t max_positions = 0;
   runtime::DType dtype = runtime::DType::f32;  // parameters and activations. Default: f32
   // The blocks' linear layers (qkv, proj, fc1, fc2) run their GEMMs in FP8, as Megatron-LM's
   // --fp8-format does with TransformerEngine layers: timed at the device's FP8 rate
   // (runtime::GemmPrecision::fp8); the embedding, attention core and output layer stay in dtype.
   // Timing only: the numbers stay dtype's. Default: false.
   bool fp8 = false;
-  double layer_norm_eps = 1e-5;
+  // Megatron's sequence parallelism (needs tp > 1 to change anything): between the TP regions
+  // each TP rank keeps 1/tp of the local tokens (the norms, residual adds and dropout-free
+  // elementwise work run on that share); the column-parallel layers all-gather their input and
+  // the row-parallel ones reduce-scatter their output in place of the all-reduces; the norms'
+  // weight gradients (and the row-parallel biases') are summed over TP at the end of the step.
+  // The local tokens are padded with zero rows to a multiple of tp where needed (rows that reach
+  // no output and no gradient). Changes timing and memory, not the numbers beyond rounding.
+  // Default: false.
+  bool sequence_parallel = false;
+  double layer_norm_eps = 1e-5;  // LayerNorm and RMSNorm eps. Default: 1e-5
   double rope_base = 10000.0;
+
+  std::int64_t query_groups() const { return kv_heads == 0 ? heads : kv_heads; }
+  // Fused q|k|v projection (`qkv`) for multi-head attention, separate `q`, `k`, `v` for GQA.
+  bool fused_qkv() const { return query_groups() == heads; }
 };
+
+// GPT style: LayerNorm, GELU MLP, biases, multi-head attention, learned positions.
+TransformerConfig gpt_config(std::int64_t vocab, std::int64_t hidden, std::int64_t heads, std::int64_t ffn,
+                             std::int64_t layers, std::int64_t max_positions);
+// Llama style: RMSNorm, SwiGLU, no biases, grouped-query attention, RoPE (base 10000 unless
+// changed), untied input and output embeddings; head_dim = hidden / heads.
+TransformerConfig llama_config(std::int64_t vocab, std::int64_t hidden, std::int64_t heads, std::int64_t kv_heads,
+                               std::int64_t ffn, std::int64_t layers);
 
 // Errors (ranksim::Error) for sizes that cannot work, naming them.
 void check_config(const TransformerConfig& config);
@@ -130,14 +174,19 @@ struct TransformerGroups {
   std::optional<runtime::ProcessGroup> loss;
 };
 
+// A normalisation's saved statistics (mean is undefined for RMSNorm).
+struct NormResult {
+  runtime::Tensor y, mean, rstd;
+};
+
 // What a stage's backward needs, filled by its forward.
 struct BlockContext {
   runtime::Tensor x_in;  // the block's input (residual stream)
-  runtime::LayerNormResult ln1, ln2;
+  NormResult ln1, ln2;
   runtime::Tensor x_mid;  // after attention
   tp::LinearContext qkv, proj;
   tp::MLPContext mlp;
-  runtime::Tensor q, k, v;        // cp = 1: rotated q, k and v, [N, heads/tp, d]
+  runtime::Tensor q, k, v;        // cp = 1: rotated q and k, and v, [N, heads/tp, d] ([N, kv heads here, d])
   cp::AttentionResult attention;  // cp = 1
   cp::CpContext cp_ctx;           // cp > 1
 };
@@ -145,7 +194,7 @@ struct BlockContext {
 struct TransformerContext {
   std::vector<BlockContext> blocks;
   runtime::Tensor x_last;  // the last block's output (last stage)
-  runtime::LayerNormResult lnf;
+  NormResult lnf;
 };
 
 // A pipeline stage: the blocks [first_layer, first_layer + layers) of the model, with the
@@ -195,12 +244,23 @@ class Transformer {
   runtime::Tensor stage_backward(runtime::Tensor dout, const LocalBatch& batch, TransformerContext& ctx,
                                  const std::function<void(std::int64_t)>& after_block = {});
 
+  // The shape of a stage's input and output hidden states for a batch, [rows, hidden]: the local
+  // tokens, or this TP rank's share of them (padded to a multiple of tp) with sequence
+  // parallelism -- what pipeline stages send one another.
+  runtime::Shape hidden_shape(const LocalBatch& batch) const;
+
   // Forward, loss and backward of one (local share of a) batch on a single-stage model: returns the loss and the local
   // logits, and accumulates every parameter's gradient (not yet summed over CP or DP). Collective
   // over tp, cp and the loss group.
   StepResult forward_backward(const LocalBatch& batch);
   // Sums every gradient over g (the CP group, or DP x CP), in parameter order. Collective.
   void reduce_gradients(const runtime::ProcessGroup& g);
+  // Completes the gradients of the given parameters that each TP rank holds only a part of: the
+  // key and value weights every TP rank keeps whole when kv_heads < tp (each rank's gradient
+  // covers only its group's rows), summed over TP. Call once per step, after the last
+  // micro-batch's backward and before any reduction over DP or CP. Collective over TP; a no-op
+  // when none of them is partial.
+  void reduce_tp_partial_gradients(const std::vector<std::pair<std::string, tp::Parameter*>>& params);
   void zero_grad();
 
   // The contract's names of this stage's parameters, in the contract's order, with this rank's
@@ -224,7 +284,7 @@ class Transformer {
   AttentionSetup attention_;
   Stage stage_;
   std::int64_t first_layer_ = 0;
-  tp::Parameter embedding_, lnf_w_, lnf_b_, out_w_, out_b_;  // first / last stage only
+  tp::Parameter embedding_, position_embedding_, lnf_w_, lnf_b_, out_w_, out_b_;  // first / last stage only
   std::vector<std::unique_ptr<Block>> blocks_;
 };
 

@@ -1,7 +1,10 @@
 // ParallelMLP: Megatron's tensor-parallel MLP, h -> ffn -> h, with explicit backward.
 //
 //   fc1: ColumnParallelLinear [ffn, h] (each rank computes ffn/p of the hidden units)
-//   tanh-approximated GELU on the local units (no communication)
+//   tanh-approximated GELU on the local units (no communication); or, with swiglu, fc1 is the
+//        fused gate/up layer [2*ffn, h] (rows: gate, then up) split with partition stride 2, so
+//        rank r holds its gate rows and the matching up rows, and fc2 reads silu(gate) * up
+//        (Megatron's gated_linear_unit with F.silu)
 //   fc2: RowParallelLinear [h, ffn], input_is_parallel (one all-reduce, or a reduce-scatter
 //        along dim 0 with sequence parallelism)
 // Forward costs one all-reduce (SP: one all-gather + one reduce-scatter); backward one
@@ -26,17 +29,19 @@ namespace ranksim::tp {
 struct ParallelMLPOptions {
   bool bias = true;                            // Default: true (both linears)
   bool sequence_parallel = false;              // Default: false
+  bool swiglu = false;                         // SwiGLU instead of GELU (fc1 [2*ffn, h]). Default: false
   runtime::DType dtype = runtime::DType::f32;  // parameters and activations. Default: f32
 };
 
 struct MLPContext {
   LinearContext fc1, fc2;
-  runtime::Tensor pre_activation;  // fc1's output (with bias), [..., ffn/p]
+  runtime::Tensor pre_activation;  // fc1's output (with bias), [..., ffn/p] ([..., 2*ffn/p] with swiglu)
 };
 
 class ParallelMLP {
  public:
-  // fc1_weight [ffn, h], fc2_weight [h, ffn]; biases [ffn] and [h], or undefined (zeros).
+  // fc1_weight [ffn, h] ([2*ffn, h] with swiglu), fc2_weight [h, ffn]; biases [ffn] ([2*ffn])
+  // and [h], or undefined (zeros).
   ParallelMLP(const runtime::Tensor& fc1_weight, const runtime::Tensor& fc2_weight, runtime::ProcessGroup tp,
               const ParallelMLPOptions& opts = {}, const runtime::Tensor& fc1_bias = {},
               const runtime::Tensor& fc2_bias = {});
@@ -58,6 +63,7 @@ class ParallelMLP {
   std::vector<std::pair<std::string, Parameter*>> named_parameters();
 
  private:
+  bool swiglu_ = false;
   ColumnParallelLinear fc1_;
   RowParallelLinear fc2_;
 };

@@ -225,7 +225,7 @@ class Reached {
   void add(const Tensor& t) {
     if (t.defined()) tensors_.push_back(t);
   }
-  void add(const runtime::LayerNormResult& r) {
+  void add(const NormResult& r) {
     add(r.y);
     add(r.mean);
     add(r.rstd);

@@ -634,8 +634,8 @@ TEST(Transformer, BadInputGivesClearErrors) {
   }
   {
     TransformerRunSpec s;
-    s.config.hidden = 300;
-    EXPECT_THAT(error_of([&] { seeded_weights(s.config, 1); }), HasSubstr("hidden 300 must equal heads * head_dim"));
+    s.config.kv_heads = 3;  // of 20 query heads
+    EXPECT_THAT(error_of([&] { seeded_weights(s.config, 1); }), HasSubstr("kv_heads 3 must divide heads 20"));
   }
 }
 
