@@ -104,6 +104,22 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     m.config.activation = r.one_of(v, "model.activation", {"gelu", "swiglu"}) == "swiglu" ? models::Activation::swiglu
                                                                                           : models::Activation::gelu;
   if (auto v = entry(n, "bias"); v.IsDefined()) m.config.bias = r.one_of(v, "model.bias", {"true", "false"}) == "true";
+  if (auto v = entry(n, "recompute"); v.IsDefined()) {
+    const std::string g = r.one_of(v, "model.recompute", {"none", "selective", "full"});
+    m.config.recompute = g == "full"        ? models::Recompute::full
+                         : g == "selective" ? models::Recompute::selective
+                                            : models::Recompute::none;
+  }
+  for (const char* key : {"recompute_method", "recompute_num_layers"}) {
+    if (auto v = entry(n, key); v.IsDefined() && m.config.recompute != models::Recompute::full)
+      r.fail(v, std::string("model.") + key + " applies to model.recompute: full");
+  }
+  if (auto v = entry(n, "recompute_method"); v.IsDefined())
+    m.config.recompute_method = r.one_of(v, "model.recompute_method", {"uniform", "block"}) == "block"
+                                    ? models::RecomputeMethod::block
+                                    : models::RecomputeMethod::uniform;
+  if (auto v = entry(n, "recompute_num_layers"); v.IsDefined())
+    m.config.recompute_num_layers = r.positive_int(v, "model.recompute_num_layers");
   if (auto v = entry(n, "positions"); v.IsDefined())
     m.config.positions = r.one_of(v, "model.positions", {"rope", "learned"}) == "learned" ? models::Positions::learned
                                                                                           : models::Positions::rope;

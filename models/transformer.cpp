@@ -286,6 +286,9 @@ void check_config(const TransformerConfig& c) {
   if (c.fp8 && c.dtype == DType::f32) {
     throw Error("Transformer: fp8 GEMMs need a 16-bit dtype (bf16 or f16) for the activations around them");
   }
+  if (c.recompute_num_layers < 1) {
+    throw Error("Transformer: recompute_num_layers must be >= 1, got " + str(c.recompute_num_layers));
+  }
   if (!(c.layer_norm_eps > 0)) throw Error("Transformer: layer_norm_eps must be > 0");
   if (!(c.rope_base > 1)) throw Error("Transformer: rope_base must be > 1");
 }
@@ -714,32 +717,50 @@ struct Transformer::Block {
         rotate ? rope(parts[1].reshape(kv_shape), b.tokens.position, c.rope_base) : parts[1].reshape(kv_shape);
     const Tensor v = parts[2].reshape(kv_shape);
     parts.clear();
-    const cp::AttentionOptions opts = attention_options(a);
     Tensor attn;
     if (cp == 1) {
       ctx.q = q;
       ctx.k = k;
       ctx.v = v;
-      ctx.attention = cp::attention_forward(q, k, v, b.tokens, b.tokens, opts);
-      attn = ctx.attention.out;
     } else {
       Shape ql = q_shape, kl = kv_shape;
       if (b.layout.format == cp::Format::bshd) {
         ql = {b.layout.batch, b.layout.seq_len / cp, heads, c.head_dim};
         kl = {b.layout.batch, b.layout.seq_len / cp, kvh, c.head_dim};
       }
-      cp::CpOptions co;
-      co.comm_type = a.comm;
-      co.attention = opts;
-      cp::CpForwardResult r =
-          cp::attention_with_cp_forward(q.reshape(ql), k.reshape(kl), v.reshape(kl), b.layout, g.cp, co);
-      ctx.cp_ctx = std::move(r.ctx);
-      attn = r.out;
+      ctx.q = q.reshape(ql);
+      ctx.k = k.reshape(kl);
+      ctx.v = v.reshape(kl);
+    }
+    attn = attention_core(b, g, a, ctx);
+    if (c.recompute == Recompute::selective) {
+      // only q, k and v are kept: backward runs the core again
+      ctx.attention = cp::AttentionResult{};
+      ctx.cp_ctx = cp::CpContext{};
+    } else if (cp > 1) {
+      ctx.q = ctx.k = ctx.v = Tensor();  // the CP context keeps them
     }
     const Tensor p = proj.forward(pad_rows(attn.reshape({n, hl}), padded), ctx.proj).output;
     ctx.x_mid = runtime::add(x, p);
     ctx.ln2 = norm_forward(norm_kind, ctx.x_mid, ln2_w, ln2_b, c.layer_norm_eps);
     return runtime::add(ctx.x_mid, mlp.forward(ctx.ln2.y, ctx.mlp));
+  }
+
+  // The attention core on ctx.q, ctx.k and ctx.v (local shapes): fills ctx.attention (cp = 1) or
+  // ctx.cp_ctx and returns the output.
+  static Tensor attention_core(const LocalBatch& b, const TransformerGroups& g, const AttentionSetup& a,
+                               BlockContext& ctx) {
+    const cp::AttentionOptions opts = attention_options(a);
+    if (g.cp.cp.size() == 1) {
+      ctx.attention = cp::attention_forward(ctx.q, ctx.k, ctx.v, b.tokens, b.tokens, opts);
+      return ctx.attention.out;
+    }
+    cp::CpOptions co;
+    co.comm_type = a.comm;
+    co.attention = opts;
+    cp::CpForwardResult r = cp::attention_with_cp_forward(ctx.q, ctx.k, ctx.v, b.layout, g.cp, co);
+    ctx.cp_ctx = std::move(r.ctx);
+    return r.out;
   }
 
   // Frees what ctx kept, and its own temporaries, as soon as nothing later needs them (as autograd
@@ -770,6 +791,10 @@ struct Transformer::Block {
       Tensor dattn = first_rows(proj.backward(dmid, ctx.proj), n);  // [n, hl]
       ctx.proj = tp::LinearContext{};
       const Shape q_shape{n, heads, c.head_dim}, kv_shape{n, kvh, c.head_dim};
+      if (c.recompute == Recompute::selective) {
+        attention_core(b, g, a, ctx);                  // the core's forward again (its output is not needed)
+        if (cp > 1) ctx.q = ctx.k = ctx.v = Tensor();  // the CP context keeps them
+      }
       Tensor dq, dk, dv;
       if (cp == 1) {
         const cp::AttentionGrads gr =
@@ -877,6 +902,19 @@ void Transformer::reduce_gradients(const runtime::ProcessGroup& g) {
   }
 }
 
+std::vector<Transformer::RecomputeGroup> Transformer::recompute_groups() const {
+  std::vector<RecomputeGroup> out;
+  const std::size_t n = blocks_.size();
+  const bool full = config_.recompute == Recompute::full;
+  const auto per = static_cast<std::size_t>(config_.recompute_num_layers);
+  if (full && config_.recompute_method == RecomputeMethod::uniform) {
+    for (std::size_t i = 0; i < n; i += per) out.push_back({i, std::min(n, i + per), true});
+  } else {
+    for (std::size_t i = 0; i < n; ++i) out.push_back({i, i + 1, full && i < per});
+  }
+  return out;
+}
+
 Shape Transformer::hidden_shape(const LocalBatch& b) const {
   const i64 rows = b.ids.numel(), tp = groups_.tp.size();
   return {config_.sequence_parallel ? sp_rows(rows, tp) / tp : rows, config_.hidden};
@@ -928,11 +966,16 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
     x = tp::scatter_to_sp(pad_rows(x, sp_rows(rows, groups_.tp.size())), groups_.tp);
   }
   ctx.blocks.assign(blocks_.size(), BlockContext{});
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " forward");
-    std::optional<runtime::GemmPrecisionScope> fp8;
-    if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
-    x = blocks_[i]->forward(x, b, config_, groups_, attention_, ctx.blocks[i]);
+  for (const RecomputeGroup& group : recompute_groups()) {
+    const Tensor group_input = x;
+    for (std::size_t i = group.first; i < group.last; ++i) {
+      const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " forward");
+      std::optional<runtime::GemmPrecisionScope> fp8;
+      if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
+      BlockContext dropped;  // a recomputed block keeps nothing
+      x = blocks_[i]->forward(x, b, config_, groups_, attention_, group.recompute ? dropped : ctx.blocks[i]);
+    }
+    if (group.recompute) ctx.blocks[group.first].x_in = group_input;  // the checkpoint
   }
   if (!stage_.last()) return x;
   const runtime::MemoryPhase phase("output layer forward");
@@ -967,14 +1010,27 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
     ctx.lnf = NormResult{};
     dx = std::move(dfinal);
   }
-  for (std::size_t i = blocks_.size(); i-- > 0;) {
-    {
-      const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " backward");
-      std::optional<runtime::GemmPrecisionScope> fp8;
-      if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
-      dx = blocks_[i]->backward(std::move(dx), b, config_, groups_, attention_, ctx.blocks[i]);
+  const std::vector<RecomputeGroup> groups = recompute_groups();
+  for (auto group = groups.rbegin(); group != groups.rend(); ++group) {
+    if (group->recompute) {
+      // the group's forward again from its checkpointed input, keeping what backward needs
+      Tensor x = std::move(ctx.blocks[group->first].x_in);
+      for (std::size_t i = group->first; i < group->last; ++i) {
+        const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " recompute");
+        std::optional<runtime::GemmPrecisionScope> fp8;
+        if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
+        x = blocks_[i]->forward(x, b, config_, groups_, attention_, ctx.blocks[i]);
+      }
     }
-    if (after_block) after_block(blocks_[i]->index);
+    for (std::size_t i = group->last; i-- > group->first;) {
+      {
+        const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " backward");
+        std::optional<runtime::GemmPrecisionScope> fp8;
+        if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
+        dx = blocks_[i]->backward(std::move(dx), b, config_, groups_, attention_, ctx.blocks[i]);
+      }
+      if (after_block) after_block(blocks_[i]->index);
+    }
   }
   if (!stage_.first()) return dx;
   if (sp) dx = first_rows(tp::scatter_to_sp_backward(dx, groups_.tp), rows);

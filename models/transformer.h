@@ -66,6 +66,16 @@ enum class Activation { gelu, swiglu };
 // (position_embedding.weight [max_positions, hidden], GPT-2/3 style).
 enum class Positions { rope, learned };
 
+// Activation recomputation (Megatron-LM's --recompute-granularity): none; selective, the attention
+// core (kept: its q, k and v; recomputed in backward with its CP communication); or full, whole
+// blocks (kept: their input; the blocks' forward with its TP and CP communication runs again in
+// backward).
+enum class Recompute { none, selective, full };
+// Which blocks full recomputation covers (--recompute-method): uniform, every block, in groups of
+// recompute_num_layers consecutive blocks of a stage with only each group's input kept; block,
+// the first recompute_num_layers blocks of each stage, one by one, the rest stored.
+enum class RecomputeMethod { uniform, block };
+
 // The decoder family. The defaults are the bionemo model (GPT style with RoPE); gpt_config and
 // llama_config give the two families' choices.
 struct TransformerConfig {
@@ -93,6 +103,9 @@ struct TransformerConfig {
   // (runtime::GemmPrecision::fp8); the embedding, attention core and output layer stay in dtype.
   // Timing only: the numbers stay dtype's. Default: false.
   bool fp8 = false;
+  Recompute recompute = Recompute::none;                        // Default: none
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;  // full only. Default: uniform
+  std::int64_t recompute_num_layers = 1;                        // full only; >= 1. Default: 1
   // Megatron's sequence parallelism (needs tp > 1 to change anything): between the TP regions
   // each TP rank keeps 1/tp of the local tokens (the norms, residual adds and dropout-free
   // elementwise work run on that share); the column-parallel layers all-gather their input and
@@ -277,6 +290,12 @@ class Transformer {
   struct Block;  // one transformer block's layers (transformer.cpp)
 
  private:
+  // Consecutive local blocks [first, last) run together; a recomputed group keeps only its input.
+  struct RecomputeGroup {
+    std::size_t first = 0, last = 0;
+    bool recompute = false;
+  };
+  std::vector<RecomputeGroup> recompute_groups() const;
   bool has_embedding() const { return stage_.first() && !stage_.external_embeddings; }
 
   TransformerConfig config_;
