@@ -162,6 +162,7 @@ models::TrainSpec train_spec(const ModelWorkload& m, const ModelInputs& in, int 
   if (m.train) {
     s.steps = m.train->steps;
     s.micro_batches = m.train->micro_batches;
+    s.virtual_stages = m.train->virtual_stages;
     s.optimizer = m.train->optimizer;
     s.clip_grad_norm = m.train->clip_grad_norm;
     s.zero = m.train->zero;

@@ -21,6 +21,7 @@ namespace ranksim::app {
 struct TrainSettings {
   int steps = 1;
   int micro_batches = 1;
+  int virtual_stages = 1;  // parallel.virtual_stages: the interleaved pipeline schedule's chunks per stage
   models::AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;
   int zero = 0;

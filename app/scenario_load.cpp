@@ -43,7 +43,8 @@ struct ScenarioSchema {
                      {"order", nullptr},
                      {"pp", nullptr},
                      {"sequence_parallel", nullptr},
-                     {"tp", nullptr}};
+                     {"tp", nullptr},
+                     {"virtual_stages", nullptr}};
     model.keys = {{"activation", nullptr},
                   {"bias", nullptr},
                   {"dtype", nullptr},
@@ -297,9 +298,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
-  if (!has_model && par.IsDefined() && entry(par, "sequence_parallel").IsDefined())
-    r.fail(entry(par, "sequence_parallel"),
-           "parallel.sequence_parallel belongs to the model workload; add model: {kind: transformer, ...}");
+  for (const char* k : {"sequence_parallel", "virtual_stages"})
+    if (!has_model && par.IsDefined() && entry(par, k).IsDefined())
+      r.fail(entry(par, k),
+             std::string("parallel.") + k + " belongs to the model workload; add model: {kind: transformer, ...}");
   for (const char* k : {"batch", "dump", "validate", "train", "encoder"})
     if (!has_model && entry(root, k).IsDefined())
       r.fail(entry(root, k), std::string(k) + " belongs to the model workload; add model: {kind: transformer, ...}");

@@ -260,7 +260,22 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     if (m.config.layers % sc.pp != 0)
       layout_error(std::to_string(m.config.layers) + " layers cannot be split evenly over pp=" + std::to_string(sc.pp) +
                    " stages; set model.layers to a multiple of pp");
+    if (const YAML::Node v = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
+        v.IsDefined()) {
+      ts.virtual_stages = r.positive_int(v, "parallel.virtual_stages");
+      if (ts.virtual_stages > 1 && sc.pp < 2)
+        r.fail(v, "parallel.virtual_stages interleaves the pipeline schedule: it needs pp >= 2");
+      if (m.config.layers % (sc.pp * ts.virtual_stages) != 0)
+        r.fail(v, "model.layers " + std::to_string(m.config.layers) + " cannot be split into pp=" +
+                      std::to_string(sc.pp) + " x virtual_stages=" + std::to_string(ts.virtual_stages) +
+                      " chunks; use a layer count that is a multiple of " + std::to_string(sc.pp * ts.virtual_stages));
+      if (ts.virtual_stages > 1 && ts.micro_batches % sc.pp != 0)
+        r.fail(v, "the interleaved schedule runs micro-batches in groups of pp: train.micro_batches " +
+                      std::to_string(ts.micro_batches) + " is not a multiple of pp=" + std::to_string(sc.pp));
+    }
     m.train = ts;
+  } else if (par.IsDefined() && entry(par, "virtual_stages").IsDefined()) {
+    r.fail(entry(par, "virtual_stages"), "parallel.virtual_stages needs a train: section (a pipeline schedule)");
   } else if (sc.pp != 1) {
     layout_error("pp=" + std::to_string(sc.pp) +
                  ": pipeline stages need a train: section (one forward and backward "

@@ -144,13 +144,22 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
     out << "  training: " << t.steps << " steps, " << t.micro_batches << " micro-batches per DP rank, adamw lr "
         << fmt("%g", t.optimizer.lr) << ", weight decay " << fmt("%g", t.optimizer.weight_decay)
         << (t.clip_grad_norm ? ", clip " + fmt("%g", *t.clip_grad_norm) : std::string()) << ", zero " << t.zero
-        << ", layers " << c.layers << " over pp=" << sc.pp << "\n";
+        << ", layers " << c.layers << " over pp=" << sc.pp
+        << (t.virtual_stages > 1 ? " x " + std::to_string(t.virtual_stages) + " virtual stages (interleaved 1F1B)"
+                                 : std::string())
+        << "\n";
   }
   if (m.train && sc.pp > 1) {
     const auto [lo, hi] = std::minmax_element(s.pipeline_wait.begin(), s.pipeline_wait.end());
     out << "  pipeline: time blocked in stage-to-stage receives (the 1F1B bubble plus activation transfers, "
            "counted in comm above): "
         << sim::Time::from_seconds(*lo).str() << " to " << sim::Time::from_seconds(*hi).str() << " per rank\n";
+    // Megatron's schedule analysis (Narayanan et al. 2021): the bubble is (pp - 1) / (v m) of the
+    // ideal step time with equal stages and free transfers
+    const double v = m.train->virtual_stages, mb = m.train->micro_batches;
+    out << "  pipeline: the schedule's ideal bubble (pp - 1) / (v m) = " << fmt("%.1f", 100.0 * (sc.pp - 1) / (v * mb))
+        << "% of the ideal step (v = " << m.train->virtual_stages << " chunks, m = " << m.train->micro_batches
+        << " micro-batches)\n";
   }
   if (m.shape_only) {
     out << "  shape-only: timing only, no numbers\n";

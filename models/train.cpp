@@ -50,6 +50,19 @@ void check_spec(const TrainSpec& s) {
     throw Error("training: " + str(s.config.layers) + " layers cannot be split evenly over pp=" + str(s.pp) +
                 " stages; use a pp that divides model.layers");
   }
+  if (s.virtual_stages < 1) throw Error("training: virtual_stages must be >= 1, got " + str(s.virtual_stages));
+  if (s.virtual_stages > 1) {
+    if (s.pp < 2) throw Error("training: virtual_stages (the interleaved schedule) needs pp >= 2");
+    if (s.config.layers % (s.pp * s.virtual_stages) != 0) {
+      throw Error("training: " + str(s.config.layers) + " layers cannot be split into pp=" + str(s.pp) + " x " +
+                  str(s.virtual_stages) + " virtual stages; use a layer count that is a multiple of " +
+                  str(s.pp * s.virtual_stages));
+    }
+    if (s.micro_batches % s.pp != 0) {
+      throw Error("training: the interleaved schedule runs micro-batches in groups of pp: micro_batches " +
+                  str(s.micro_batches) + " is not a multiple of pp=" + str(s.pp));
+    }
+  }
   if (s.clip_grad_norm && !(*s.clip_grad_norm > 0)) throw Error("training: clip_grad_norm must be > 0");
   check_batch(s.batch, s.config, s.cp, "batch");
   for (int d = 0; d < s.dp; ++d) {
@@ -62,18 +75,20 @@ void check_spec(const TrainSpec& s) {
 struct Runner {
   const TrainSpec& spec;
   tp::ParallelState ps;
-  Transformer model;
+  // This rank's model chunks: one, or virtual_stages with the interleaved schedule (chunk j of
+  // pipeline rank r is global chunk j * pp + r of pp * virtual_stages).
+  std::vector<Transformer> chunks;
   std::vector<LocalBatch> micro;  // this rank's share of each micro-batch
   double total_tokens = 0;        // labelled tokens of the whole global batch
   runtime::ProcessGroup pp, dp_cp;
   double pipeline_wait = 0;  // virtual seconds blocked in pipeline receives
 
-  Runner(const TrainSpec& s, tp::ParallelState state, TransformerGroups groups)
-      : spec(s),
-        ps(std::move(state)),
-        model(s.config, s.weights, std::move(groups), s.attention, Stage{ps.pp().rank, ps.pp().size}),
-        pp(ps.pp().group),
-        dp_cp(ps.dp_cp().group) {
+  Runner(const TrainSpec& s, tp::ParallelState state, const TransformerGroups& groups)
+      : spec(s), ps(std::move(state)), pp(ps.pp().group), dp_cp(ps.dp_cp().group) {
+    const int p = ps.pp().size, v = s.virtual_stages;
+    for (int j = 0; j < v; ++j) {
+      chunks.emplace_back(s.config, s.weights, groups, s.attention, Stage{j * p + ps.pp().rank, p * v});
+    }
     const Batch mine = batch_slice(s.batch, s.dp, ps.dp().rank, "dp");
     for (int m = 0; m < s.micro_batches; ++m) {
       micro.push_back(shard_batch(batch_slice(mine, s.micro_batches, m, "micro_batches"), s.cp, ps.cp().rank));
@@ -81,106 +96,156 @@ struct Runner {
     total_tokens = static_cast<double>(labelled(s.batch.labels));
   }
 
-  int peer(int stage_offset) const { return pp.global_rank(ps.pp().rank + stage_offset); }
-
+  int peer(int stage) const { return pp.global_rank(stage); }
   Tensor activation(const LocalBatch& b) const {
-    const Shape shape = model.hidden_shape(b);
+    const Shape shape = chunks.front().hidden_shape(b);
     return model_data() ? Tensor::zeros(shape, spec.config.dtype) : Tensor::shape_only(shape, spec.config.dtype);
   }
+  // Every chunk's parameters, chunk by chunk (increasing layer order).
+  std::vector<std::pair<std::string, tp::Parameter*>> named_parameters() {
+    std::vector<std::pair<std::string, tp::Parameter*>> out;
+    for (Transformer& c : chunks) {
+      for (auto& p : c.named_parameters()) out.push_back(p);
+    }
+    return out;
+  }
+  std::vector<std::pair<std::string, tp::Parameter*>> block_parameters(i64 layer) {
+    for (Transformer& c : chunks) {
+      if (layer >= c.first_layer() && layer < c.first_layer() + c.num_layers()) return c.block_parameters(layer);
+    }
+    throw Error("training: layer " + str(layer) + " is not on pipeline stage " + str(ps.pp().rank));
+  }
   bool model_data() const {
-    const auto params = const_cast<Transformer&>(model).named_parameters();
+    const auto params = const_cast<Runner*>(this)->named_parameters();
     return params.empty() || params.front().second->value.has_data();
   }
+  const TransformerGroups& groups() const { return chunks.front().groups(); }
 
-  // One step's forward and backward over every micro-batch: 1F1B across the pipeline stages
-  // (warm-up forwards, steady one-forward-one-backward, cool-down backwards; Megatron's
-  // non-interleaved schedule). Sends are non-blocking, receives block, so the stages wait on each
-  // other exactly where the schedule's bubble is. Gradient buckets (one per block, then the
-  // embedding and head parameters) are all-reduced over DP x CP as soon as the last micro-batch's
-  // backward completes them, unless ZeRO-1 reduce-scatters them later. Returns this stage's sum
-  // of the loss over its tokens (last stage; 0 elsewhere).
+  // One pass of the schedule: a forward or a backward of micro-batch `micro` through model chunk
+  // `chunk`.
+  struct Pass {
+    bool forward;
+    int chunk, micro;
+  };
+  // Megatron's 1F1B: warm-up forwards, then one forward and one backward, then cool-down backwards.
+  // Non-interleaved (one chunk): pp - 1 - rank warm-up forwards. Interleaved (v chunks, Megatron's
+  // forward_backward_pipelining_with_interleaving): virtual micro-batch k runs chunk (k mod pp*v) / pp
+  // (reversed for backward) on micro-batch (k / (pp*v)) * pp + k mod pp, after
+  // 2 (pp - 1 - rank) + (v - 1) pp warm-up forwards (all of them when micro_batches == pp).
+  std::vector<Pass> schedule() const {
+    const int p = ps.pp().size, r = ps.pp().rank, v = spec.virtual_stages, m = spec.micro_batches;
+    const int total = m * v;
+    int warmup = 0;
+    if (v == 1) {
+      warmup = std::min(p - r - 1, m);
+    } else {
+      warmup = m == p ? total : std::min(2 * (p - r - 1) + (v - 1) * p, total);
+    }
+    auto pass = [&](bool forward, int k) {
+      const int in_group = k % (p * v), chunk = in_group / p;
+      return Pass{forward, forward ? chunk : v - 1 - chunk, (k / (p * v)) * p + k % p};
+    };
+    std::vector<Pass> out;
+    int f = 0, b = 0;
+    while (f < warmup) out.push_back(pass(true, f++));
+    while (f < total) {
+      out.push_back(pass(true, f++));
+      out.push_back(pass(false, b++));
+    }
+    while (b < total) out.push_back(pass(false, b++));
+    return out;
+  }
+
+  // One step's forward and backward over every micro-batch, in schedule() order, across the
+  // pipeline stages. Sends are non-blocking, receives block, so the stages wait on each other
+  // exactly where the schedule's bubble is; each (chunk, direction) has its own tag. Gradient
+  // buckets (one per block, then the embedding and head parameters) are all-reduced over DP x CP
+  // as soon as the last micro-batch's backward completes them, unless ZeRO-1 reduce-scatters them
+  // later. Returns this stage's sum of the loss over its tokens (last stage; 0 elsewhere).
   double forward_backward() {
-    const int stages = ps.pp().size, me = ps.pp().rank;
-    const int m_count = spec.micro_batches;
-    const bool first = me == 0, last = me == stages - 1;
-    std::vector<TransformerContext> ctx(static_cast<std::size_t>(m_count));
+    const int p = ps.pp().size, r = ps.pp().rank, v = spec.virtual_stages;
+    const int m_count = spec.micro_batches, chunks_total = p * v;
+    std::vector<std::vector<TransformerContext>> ctx(
+        static_cast<std::size_t>(v), std::vector<TransformerContext>(static_cast<std::size_t>(m_count)));
     std::vector<Tensor> dlogits(static_cast<std::size_t>(m_count));
     std::vector<runtime::Work> sends, buckets;
-    runtime::P2POptions p2p;
-    p2p.group = pp;
     double loss_sum = 0;
     const bool reduce_now = spec.zero == 0 && dp_cp.size() > 1;
     runtime::AllreduceOptions ar;
     ar.group = dp_cp;
     ar.async_op = true;
     auto reduce_bucket = [&](const std::vector<std::pair<std::string, tp::Parameter*>>& params) {
-      for (const auto& [name, p] : params) {
-        if (p->grad.defined()) buckets.push_back(runtime::all_reduce(p->grad, ar));
+      for (const auto& [name, prm] : params) {
+        if (prm->grad.defined()) buckets.push_back(runtime::all_reduce(prm->grad, ar));
       }
     };
-    auto forward = [&](int m) {
-      const LocalBatch& b = micro[static_cast<std::size_t>(m)];
-      Tensor input;
-      if (!first) {
-        input = activation(b);
-        const sim::Time t0 = sim::this_rank::now();
-        runtime::recv(input, peer(-1), p2p);
-        pipeline_wait += (sim::this_rank::now() - t0).seconds();
-      }
-      const Tensor out = model.stage_forward(b, input, ctx[static_cast<std::size_t>(m)]);
-      if (last) {
-        const runtime::MemoryPhase phase("loss");
-        LossSum ls = cross_entropy_sum(out, b.labels, total_tokens);
-        loss_sum += ls.sum;
-        dlogits[static_cast<std::size_t>(m)] = std::move(ls.dlogits);
-      } else {
-        sends.push_back(runtime::isend(out, peer(+1), p2p));
-      }
+    // activations to global chunk g carry tag 2g, their gradients back from it 2g + 1
+    auto p2p = [&](int tag) {
+      runtime::P2POptions o;
+      o.group = pp;
+      o.tag = tag;
+      return o;
     };
-    auto backward = [&](int m) {
-      const LocalBatch& b = micro[static_cast<std::size_t>(m)];
+    auto receive = [&](Tensor& t, int stage, int tag) {
+      const sim::Time t0 = sim::this_rank::now();
+      runtime::recv(t, peer(stage), p2p(tag));
+      pipeline_wait += (sim::this_rank::now() - t0).seconds();
+    };
+    const int prev = (r + p - 1) % p, next = (r + 1) % p;
+    for (const Pass& pass : schedule()) {
+      const int g = pass.chunk * p + r;  // global chunk
+      const bool first = g == 0, last = g == chunks_total - 1;
+      const LocalBatch& b = micro[static_cast<std::size_t>(pass.micro)];
+      Transformer& model = chunks[static_cast<std::size_t>(pass.chunk)];
+      TransformerContext& c = ctx[static_cast<std::size_t>(pass.chunk)][static_cast<std::size_t>(pass.micro)];
+      if (pass.forward) {
+        Tensor input;
+        if (!first) {
+          input = activation(b);
+          receive(input, prev, 2 * g);
+        }
+        const Tensor out = model.stage_forward(b, input, c);
+        if (last) {
+          const runtime::MemoryPhase phase("loss");
+          LossSum ls = cross_entropy_sum(out, b.labels, total_tokens);
+          loss_sum += ls.sum;
+          dlogits[static_cast<std::size_t>(pass.micro)] = std::move(ls.dlogits);
+        } else {
+          sends.push_back(runtime::isend(out, peer(next), p2p(2 * (g + 1))));
+        }
+        continue;
+      }
       Tensor dout;
       if (last) {
-        dout = std::move(dlogits[static_cast<std::size_t>(m)]);
+        dout = std::move(dlogits[static_cast<std::size_t>(pass.micro)]);
       } else {
         dout = activation(b);
-        const sim::Time t0 = sim::this_rank::now();
-        runtime::recv(dout, peer(+1), p2p);
-        pipeline_wait += (sim::this_rank::now() - t0).seconds();
+        receive(dout, next, 2 * g + 1);
       }
-      const bool final_pass = m == m_count - 1;
       std::function<void(i64)> hook;
-      if (final_pass && reduce_now) {
+      if (pass.micro == m_count - 1 && reduce_now) {
         hook = [&](i64 layer) {
           const auto block = model.block_parameters(layer);
           model.reduce_tp_partial_gradients(block);
           reduce_bucket(block);
         };
       }
-      const Tensor dx = model.stage_backward(std::move(dout), b, ctx[static_cast<std::size_t>(m)], hook);
-      ctx[static_cast<std::size_t>(m)] = TransformerContext{};  // activations freed as in 1F1B
-      if (!first) sends.push_back(runtime::isend(dx, peer(-1), p2p));
-    };
-    const int warmup = std::min(stages - me - 1, m_count);
-    int next_forward = 0, next_backward = 0;
-    for (int i = 0; i < warmup; ++i) forward(next_forward++);
-    while (next_forward < m_count) {
-      forward(next_forward++);
-      backward(next_backward++);
+      const Tensor dx = model.stage_backward(std::move(dout), b, c, hook);
+      c = TransformerContext{};  // activations freed as in 1F1B
+      if (!first) sends.push_back(runtime::isend(dx, peer(prev), p2p(2 * (g - 1) + 1)));
     }
-    while (next_backward < m_count) backward(next_backward++);
     const runtime::MemoryPhase phase("gradient reduction");
-    if (!reduce_now) model.reduce_tp_partial_gradients(model.named_parameters());
+    if (!reduce_now) chunks.front().reduce_tp_partial_gradients(named_parameters());
     if (reduce_now) {
       // the embedding and head parameters: one last bucket
       std::vector<std::pair<std::string, tp::Parameter*>> rest;
-      for (auto& [name, p] : model.named_parameters()) {
+      for (auto& [name, prm] : named_parameters()) {
         if (name == "embedding.weight" || name == "position_embedding.weight" || name.rfind("final_ln.", 0) == 0 ||
             name.rfind("output.", 0) == 0) {
-          rest.emplace_back(name, p);
+          rest.emplace_back(name, prm);
         }
       }
-      model.reduce_tp_partial_gradients(rest);
+      chunks.front().reduce_tp_partial_gradients(rest);
       reduce_bucket(rest);
     }
     for (auto& w : buckets) w.wait();
@@ -199,7 +264,7 @@ struct Runner {
     if (pp.size() > 1) {
       runtime::BroadcastOptions o;
       o.group = pp;
-      o.src = peer(pp.size() - 1 - ps.pp().rank);
+      o.src = peer(pp.size() - 1);
       runtime::broadcast(t, o).wait();
     }
     return model_data() ? t.to_vector<double>()[0] / total_tokens : std::numeric_limits<double>::quiet_NaN();
@@ -210,14 +275,14 @@ struct Runner {
   std::vector<std::pair<std::string, Tensor>> consolidate(const std::map<std::string, Tensor>& mine,
                                                           const std::string& prefix) const {
     std::vector<std::pair<std::string, Tensor>> out;
-    const i64 per = spec.config.layers / spec.pp;
+    const i64 per = spec.config.layers / (spec.pp * spec.virtual_stages);  // layers per model chunk
     for (const auto& [name, shape] : parameter_shapes(spec.config)) {
       int owner = 0;
       if (name.rfind("final_ln.", 0) == 0 || name.rfind("output.", 0) == 0) {
         owner = spec.pp - 1;
       } else if (name != "embedding.weight") {
         for (i64 l = 0; l < spec.config.layers; ++l)
-          if (name.rfind(block_parameter_name(spec.config, l, ""), 0) == 0) owner = static_cast<int>(l / per);
+          if (name.rfind(block_parameter_name(spec.config, l, ""), 0) == 0) owner = static_cast<int>(l / per % spec.pp);
       }
       const auto it = mine.find(prefix + name);
       Tensor t = it != mine.end() ? it->second.to(DType::f32).contiguous() : Tensor::zeros(shape, DType::f32);
@@ -248,14 +313,13 @@ TrainResult train(const TrainSpec& spec) {
   groups.tp = ps.tp().group;
   groups.cp = transformer_cp_groups(ps.cp().group, spec.attention);
   groups.loss = ps.dp_cp().group;
-  Runner r(spec, std::move(ps), std::move(groups));
+  Runner r(spec, std::move(ps), groups);
   const bool data = r.model_data();
-  std::vector<std::pair<std::string, tp::Parameter*>> params = r.model.named_parameters();
-  AdamW opt(params, AdamW::Groups{r.model.groups().tp, r.pp, r.dp_cp}, spec.optimizer, spec.zero == 1,
-            spec.optimizer_state);
+  std::vector<std::pair<std::string, tp::Parameter*>> params = r.named_parameters();
+  AdamW opt(params, AdamW::Groups{r.groups().tp, r.pp, r.dp_cp}, spec.optimizer, spec.zero == 1, spec.optimizer_state);
   TrainResult result;
   for (int step = 0; step < spec.steps; ++step) {
-    r.model.zero_grad();
+    for (Transformer& c : r.chunks) c.zero_grad();
     const double local = r.forward_backward();
     result.losses.push_back(r.global_loss(local));
     const runtime::MemoryPhase phase("optimizer step");
@@ -263,7 +327,7 @@ TrainResult train(const TrainSpec& spec) {
   }
   result.pipeline_wait_seconds = r.pipeline_wait;
   if (!data) return result;
-  const runtime::ProcessGroup& tpg = r.model.groups().tp;
+  const runtime::ProcessGroup& tpg = r.groups().tp;
   std::map<std::string, Tensor> mine;
   for (const auto& [name, p] : params) mine[name] = p->full_value(tpg);
   result.params = r.consolidate(mine, "");

@@ -36,6 +36,11 @@ struct TrainSpec {
   Batch batch;            // the global batch, the same at every step
   int steps = 1;          // optimizer steps
   int micro_batches = 1;  // per DP rank; each takes an equal share of its rows / whole sequences
+  // Model chunks per pipeline stage: 1 runs Megatron's 1F1B; v > 1 its interleaved schedule
+  // (--num-layers-per-virtual-pipeline-stage = layers / (pp * v)): stage r holds chunks r,
+  // r + pp, ..., each of layers / (pp * v) blocks. REQUIRES: pp >= 2, layers % (pp * v) == 0,
+  // micro_batches % pp == 0. Default: 1.
+  int virtual_stages = 1;
   AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;  // max_norm, PyTorch's rule
   int zero = 0;                          // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP
