@@ -162,6 +162,15 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
     throw Error("Transformer: " + str(c.layers) + " layers cannot be split evenly over pp=" + str(st.size) +
                 " stages; use a pp that divides the layer count");
   }
+  // Ulysses (a2a, and the a2a level of a2a+p2p) splits the local query and key/value heads
+  const i64 cp = g.cp.cp.size();
+  const i64 a2a = a.comm == cp::CommType::a2a ? cp : a.comm == cp::CommType::a2a_p2p && cp > 1 ? g.cp.a2a.size() : 1;
+  const i64 local_q = c.heads / tp, local_kv = kv >= tp ? kv / tp : 1;
+  if (a2a > 1 && (local_q % a2a != 0 || local_kv % a2a != 0)) {
+    throw Error("Transformer: a2a splits the heads over " + str(a2a) + " CP ranks, but each TP rank has " +
+                str(local_q) + " query and " + str(local_kv) +
+                " key/value heads; use a CP comm type without a2a (p2p, all_gather), or more heads");
+  }
   const i64 per = c.layers / st.size, first = st.rank * per;
   for (const ParamSpec& s : param_specs(c)) {
     // only this stage's parameters are read (a stage loads nothing else)
