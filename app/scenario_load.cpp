@@ -65,6 +65,7 @@ struct ScenarioSchema {
                   {"recompute", nullptr},
                   {"recompute_method", nullptr},
                   {"recompute_num_layers", nullptr},
+                  {"rope_base", nullptr},
                   {"seed", nullptr},
                   {"vocab", nullptr},
                   {"weights", nullptr},

@@ -104,6 +104,10 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     m.config.activation = r.one_of(v, "model.activation", {"gelu", "swiglu"}) == "swiglu" ? models::Activation::swiglu
                                                                                           : models::Activation::gelu;
   if (auto v = entry(n, "bias"); v.IsDefined()) m.config.bias = r.one_of(v, "model.bias", {"true", "false"}) == "true";
+  if (auto v = entry(n, "rope_base"); v.IsDefined()) {
+    m.config.rope_base = r.number(v, "model.rope_base");
+    if (!(m.config.rope_base > 1)) r.fail(v, "model.rope_base must be > 1 (Llama 2: 10000, Llama 3: 500000)");
+  }
   if (auto v = entry(n, "recompute"); v.IsDefined()) {
     const std::string g = r.one_of(v, "model.recompute", {"none", "selective", "full"});
     m.config.recompute = g == "full"        ? models::Recompute::full
