@@ -17,6 +17,12 @@
 //   layer.fc1.{weight [ffn, hidden], bias [ffn]}; layer.fc2.{weight [hidden, ffn], bias [hidden]};
 //   final_ln.{weight,bias}; output.{weight [vocab, hidden], bias [vocab]}.
 //
+// The decoder family (TransformerConfig: norm, activation, bias, kv_heads, positions) generalises
+// this contract: RMSNorm has no bias; with kv_heads < heads q, k and v are separate parameters
+// (q.weight [heads*head_dim, hidden], k.weight and v.weight [kv_heads*head_dim, hidden]); SwiGLU's
+// fc1.weight is [2*ffn, hidden] (gate rows, then up); learned positions add
+// position_embedding.weight [max_positions, hidden]. docs/models.md has the full table.
+//
 // Parallelism. The transformer layer is tensor-parallel as Megatron's: qkv is column-parallel with
 // partition stride 3 (rank r holds the q, k and v rows of heads [r*heads/tp, (r+1)*heads/tp)), proj
 // row-parallel, fc1 column-, fc2 row-parallel; embedding, LayerNorms and the output layer are
