@@ -231,7 +231,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     TrainSettings ts;
     if (auto v = entry(t, "steps"); v.IsDefined()) ts.steps = r.positive_int(v, "train.steps");
     if (auto v = entry(t, "micro_batches"); v.IsDefined()) ts.micro_batches = r.positive_int(v, "train.micro_batches");
-    if (auto v = entry(t, "zero"); v.IsDefined()) ts.zero = r.one_of(v, "train.zero", {"0", "1"}) == "1" ? 1 : 0;
+    if (auto v = entry(t, "zero"); v.IsDefined()) ts.zero = std::stoi(r.one_of(v, "train.zero", {"0", "1", "3"}));
     if (auto v = entry(t, "clip_grad_norm"); v.IsDefined() && !v.IsNull()) {
       ts.clip_grad_norm = r.number(v, "train.clip_grad_norm");
       if (!(*ts.clip_grad_norm > 0)) r.fail(v, "train.clip_grad_norm must be > 0");

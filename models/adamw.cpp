@@ -69,9 +69,32 @@ Tensor flat_f32(const Tensor& t) { return t.to(DType::f32).contiguous().reshape(
 
 }  // namespace
 
+void fsdp_reduce_scatter_grads(const std::vector<std::pair<std::string, tp::Parameter*>>& params,
+                               const runtime::ProcessGroup& g) {
+  const i64 d = g.size();
+  const runtime::MemoryScope grads(runtime::MemoryKind::gradients);
+  for (const auto& [name, p] : params) {
+    if (!p->grad.defined()) continue;
+    const i64 numel = p->grad.numel(), padded = (numel + d - 1) / d * d;
+    const bool data = p->grad.has_data();
+    const DType gd = p->grad.dtype();
+    Tensor out = data ? Tensor::zeros({padded / d}, gd) : Tensor::shape_only({padded / d}, gd);
+    {
+      const runtime::MemoryScope buffers(runtime::MemoryKind::buffers);  // the padded send buffer
+      Tensor in = data ? Tensor::zeros({padded}, gd) : Tensor::shape_only({padded}, gd);
+      if (data) in.narrow(0, 0, numel).copy_(p->grad.contiguous().reshape({numel}));
+      p->grad = Tensor();  // the full gradient is freed once copied
+      runtime::ReduceScatterOptions o;
+      o.group = g;
+      runtime::reduce_scatter_tensor(out, in, o).wait();
+    }
+    p->grad = out;
+  }
+}
+
 AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options, bool zero,
-             const std::map<std::string, Tensor>& state)
-    : groups_(std::move(groups)), opts_(options), zero_(zero) {
+             const std::map<std::string, Tensor>& state, bool fsdp)
+    : groups_(std::move(groups)), opts_(options), zero_(zero || fsdp), fsdp_(fsdp) {
   check_adamw(opts_);
   const runtime::MemoryScope optimizer_state(runtime::MemoryKind::optimizer);
   const i64 d = zero_ ? groups_.shard.size() : 1, r = zero_ ? groups_.shard.rank() : 0;
@@ -85,6 +108,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups 
     s.name = name;
     s.param = p;
     s.numel = p->value.numel();
+    s.shape = p->value.shape();
     s.padded = (s.numel + d - 1) / d * d;
     const i64 per = s.padded / d;
     s.begin = std::min(s.numel, r * per);
@@ -115,13 +139,28 @@ AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups 
         }
       }
     }
+    if (fsdp_) {
+      // keep this rank's padded slice of the value, release the value (the model gathers it)
+      const i64 per = s.padded / d;
+      const DType pd = p->value.dtype();
+      {
+        const runtime::MemoryScope parameters(runtime::MemoryKind::parameters);
+        p->dp_slice = p->value.has_data() ? Tensor::zeros({per}, pd) : Tensor::shape_only({per}, pd);
+        if (p->value.has_data() && len > 0) {
+          p->dp_slice.narrow(0, 0, len).copy_(p->value.contiguous().reshape({s.numel}).narrow(0, s.begin, len));
+        }
+      }
+      p->value_shape = s.shape;
+      p->value = Tensor();
+    }
     slots_.push_back(std::move(s));
   }
 }
 
 double AdamW::step(std::optional<double> max_norm) {
   ++t_;
-  const bool data = slots_.empty() || slots_.front().param->value.has_data();
+  const tp::Parameter* first = slots_.empty() ? nullptr : slots_.front().param;
+  const bool data = !first || (fsdp_ ? first->dp_slice.has_data() : first->value.has_data());
   // 1. This rank's slice of each summed gradient, f32.
   std::vector<Tensor> grads;
   for (Slot& s : slots_) {
@@ -134,6 +173,15 @@ double AdamW::step(std::optional<double> max_norm) {
       continue;
     }
     const i64 d = groups_.shard.size(), per = s.padded / d;
+    if (fsdp_) {  // already reduce-scattered during backward
+      if (s.param->grad.numel() != per) {
+        throw Error("adamw: parameter '" + s.name + "' has a gradient of " + s.param->grad.str() +
+                    "; with FSDP it must be reduce-scattered first (fsdp_reduce_scatter_grads)");
+      }
+      grads.push_back(data ? s.param->grad.narrow(0, 0, len).to(DType::f32).contiguous()
+                           : Tensor::shape_only({len}, DType::f32));
+      continue;
+    }
     const DType gd = s.param->grad.dtype();
     const runtime::MemoryScope buffers(runtime::MemoryKind::buffers);  // ZeRO's reduce-scatter buffers
     Tensor in = data ? Tensor::zeros({s.padded}, gd) : Tensor::shape_only({s.padded}, gd);
@@ -210,7 +258,12 @@ double AdamW::step(std::optional<double> max_norm) {
         p[k] = static_cast<float>(static_cast<double>(p[k]) - step_size * m[k] / denom);
       }
     }
-    const DType pd = s.param->value.dtype();
+    const DType pd = fsdp_ ? s.param->dp_slice.dtype() : s.param->value.dtype();
+    if (fsdp_) {
+      // the new slice, kept for the model to gather at its next use
+      if (data && len > 0) s.param->dp_slice.narrow(0, 0, len).copy_(s.master.to(pd));
+      continue;
+    }
     if (!zero_) {
       // a new tensor each step (never the master itself), as the ZeRO path gives
       if (data)
@@ -248,7 +301,7 @@ std::map<std::string, Tensor> AdamW::shard_state() {
         runtime::all_gather_into_tensor(all, mine, o).wait();
         full = all.narrow(0, 0, s.numel).contiguous();
       }
-      out[key + s.name] = full.reshape(s.param->value.shape());
+      out[key + s.name] = full.reshape(s.shape);
     }
   }
   return out;

@@ -22,6 +22,13 @@
 // all-gathered (in the parameter's dtype). Without ZeRO the gradients must already be summed over
 // DP x CP (all-reduced), and every rank updates its whole shard. Both give the same numbers.
 //
+// FSDP (ZeRO-3, fsdp = true): the state is sliced as under ZeRO-1, and so are the parameters:
+// the constructor keeps this rank's padded slice of each value (Parameter::dp_slice) and releases
+// the value; the model all-gathers it around each use (models/transformer.h). Gradients arrive
+// already reduce-scattered: Parameter::grad is the padded slice (fsdp_reduce_scatter_grads, done
+// during backward); the update writes the new slice back, with no all-gather. The same numbers as
+// ZeRO-1.
+//
 // Shape-only parameters run the same communication and charge the update ("adamw", 12 flops per
 // element); the norm is then NaN and nothing is clipped.
 #pragma once
@@ -46,6 +53,14 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;
 };
+
+// FSDP: replaces each parameter's accumulated gradient by this rank's slice of its sum over g
+// (flattened, zero-padded to a multiple of g's size, reduce-scattered; the layout AdamW's slices
+// use), freeing the full gradient. Collective over g; parameters without a gradient are skipped
+// identically on every rank.
+void fsdp_reduce_scatter_grads(const std::vector<std::pair<std::string, tp::Parameter*>>& params,
+                               const runtime::ProcessGroup& g);
+
 // Errors naming the value: lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0.
 void check_adamw(const AdamWOptions& options);
 
@@ -61,7 +76,7 @@ class AdamW {
   // of shard. zero: ZeRO-1. state: full-shape state to resume from (keys "step",
   // "exp_avg.<name>", "exp_avg_sq.<name>"), or empty for a fresh start.
   AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options, bool zero,
-        const std::map<std::string, runtime::Tensor>& state = {});
+        const std::map<std::string, runtime::Tensor>& state = {}, bool fsdp = false);
 
   // Clips (when max_norm is given) and updates every parameter from its gradient; returns the
   // total norm before clipping (NaN for shape-only; computed only when clipping). Collective over
@@ -80,11 +95,13 @@ class AdamW {
     std::int64_t numel = 0, begin = 0, end = 0;  // this rank's slice [begin, end) of the flat shard
     std::int64_t padded = 0;                     // numel rounded up to a multiple of the shard size
     runtime::Tensor master, m, v;                // f32 [end - begin]
+    runtime::Shape shape;                        // the parameter's (TP-shard) shape
   };
   std::vector<Slot> slots_;
   Groups groups_;
   AdamWOptions opts_;
   bool zero_ = false;
+  bool fsdp_ = false;
   std::int64_t t_ = 0;
 };
 

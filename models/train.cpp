@@ -45,7 +45,9 @@ void check_spec(const TrainSpec& s) {
   if (s.tp < 1 || s.cp < 1 || s.dp < 1 || s.pp < 1) throw Error("training: every parallel size must be >= 1");
   if (s.steps < 0) throw Error("training: steps must be >= 0, got " + str(s.steps));
   if (s.micro_batches < 1) throw Error("training: micro_batches must be >= 1, got " + str(s.micro_batches));
-  if (s.zero != 0 && s.zero != 1) throw Error("training: zero must be 0 or 1, got " + str(s.zero));
+  if (s.zero != 0 && s.zero != 1 && s.zero != 3) {
+    throw Error("training: zero must be 0, 1 (the distributed optimizer) or 3 (FSDP), got " + str(s.zero));
+  }
   if (s.config.layers % s.pp != 0) {
     throw Error("training: " + str(s.config.layers) + " layers cannot be split evenly over pp=" + str(s.pp) +
                 " stages; use a pp that divides model.layers");
@@ -82,6 +84,7 @@ struct Runner {
   double total_tokens = 0;        // labelled tokens of the whole global batch
   runtime::ProcessGroup pp, dp_cp;
   double pipeline_wait = 0;  // virtual seconds blocked in pipeline receives
+  bool data = true;          // real numbers (not shape-only weights)
 
   Runner(const TrainSpec& s, tp::ParallelState state, const TransformerGroups& groups)
       : spec(s), ps(std::move(state)), pp(ps.pp().group), dp_cp(ps.dp_cp().group) {
@@ -89,6 +92,8 @@ struct Runner {
     for (int j = 0; j < v; ++j) {
       chunks.emplace_back(s.config, s.weights, groups, s.attention, Stage{j * p + ps.pp().rank, p * v});
     }
+    const auto params = named_parameters();  // (before FSDP releases any value)
+    data = params.empty() || params.front().second->value.has_data();
     const Batch mine = batch_slice(s.batch, s.dp, ps.dp().rank, "dp");
     for (int m = 0; m < s.micro_batches; ++m) {
       micro.push_back(shard_batch(batch_slice(mine, s.micro_batches, m, "micro_batches"), s.cp, ps.cp().rank));
@@ -99,7 +104,7 @@ struct Runner {
   int peer(int stage) const { return pp.global_rank(stage); }
   Tensor activation(const LocalBatch& b) const {
     const Shape shape = chunks.front().hidden_shape(b);
-    return model_data() ? Tensor::zeros(shape, spec.config.dtype) : Tensor::shape_only(shape, spec.config.dtype);
+    return data ? Tensor::zeros(shape, spec.config.dtype) : Tensor::shape_only(shape, spec.config.dtype);
   }
   // Every chunk's parameters, chunk by chunk (increasing layer order).
   std::vector<std::pair<std::string, tp::Parameter*>> named_parameters() {
@@ -114,10 +119,6 @@ struct Runner {
       if (layer >= c.first_layer() && layer < c.first_layer() + c.num_layers()) return c.block_parameters(layer);
     }
     throw Error("training: layer " + str(layer) + " is not on pipeline stage " + str(ps.pp().rank));
-  }
-  bool model_data() const {
-    const auto params = const_cast<Runner*>(this)->named_parameters();
-    return params.empty() || params.front().second->value.has_data();
   }
   const TransformerGroups& groups() const { return chunks.front().groups(); }
 
@@ -171,6 +172,7 @@ struct Runner {
     std::vector<runtime::Work> sends, buckets;
     double loss_sum = 0;
     const bool reduce_now = spec.zero == 0 && dp_cp.size() > 1;
+    const bool fsdp = spec.zero == 3;  // gradients reduce-scattered as each block completes them
     runtime::AllreduceOptions ar;
     ar.group = dp_cp;
     ar.async_op = true;
@@ -223,11 +225,15 @@ struct Runner {
         receive(dout, next, 2 * g + 1);
       }
       std::function<void(i64)> hook;
-      if (pass.micro == m_count - 1 && reduce_now) {
+      if (pass.micro == m_count - 1 && (reduce_now || fsdp)) {
         hook = [&](i64 layer) {
           const auto block = model.block_parameters(layer);
           model.reduce_tp_partial_gradients(block);
-          reduce_bucket(block);
+          if (fsdp) {
+            fsdp_reduce_scatter_grads(block, dp_cp);
+          } else {
+            reduce_bucket(block);
+          }
         };
       }
       const Tensor dx = model.stage_backward(std::move(dout), b, c, hook);
@@ -235,8 +241,8 @@ struct Runner {
       if (!first) sends.push_back(runtime::isend(dx, peer(prev), p2p(2 * (g - 1) + 1)));
     }
     const runtime::MemoryPhase phase("gradient reduction");
-    if (!reduce_now) chunks.front().reduce_tp_partial_gradients(named_parameters());
-    if (reduce_now) {
+    if (!reduce_now && !fsdp) chunks.front().reduce_tp_partial_gradients(named_parameters());
+    if (reduce_now || fsdp) {
       // the embedding and head parameters: one last bucket
       std::vector<std::pair<std::string, tp::Parameter*>> rest;
       for (auto& [name, prm] : named_parameters()) {
@@ -246,7 +252,11 @@ struct Runner {
         }
       }
       chunks.front().reduce_tp_partial_gradients(rest);
-      reduce_bucket(rest);
+      if (fsdp) {
+        fsdp_reduce_scatter_grads(rest, dp_cp);
+      } else {
+        reduce_bucket(rest);
+      }
     }
     for (auto& w : buckets) w.wait();
     for (auto& w : sends) w.wait();
@@ -267,7 +277,7 @@ struct Runner {
       o.src = peer(pp.size() - 1);
       runtime::broadcast(t, o).wait();
     }
-    return model_data() ? t.to_vector<double>()[0] / total_tokens : std::numeric_limits<double>::quiet_NaN();
+    return data ? t.to_vector<double>()[0] / total_tokens : std::numeric_limits<double>::quiet_NaN();
   }
 
   // Full-shape tensors of every parameter on every rank, from each stage's TP-full tensors
@@ -313,10 +323,12 @@ TrainResult train(const TrainSpec& spec) {
   groups.tp = ps.tp().group;
   groups.cp = transformer_cp_groups(ps.cp().group, spec.attention);
   groups.loss = ps.dp_cp().group;
+  if (spec.zero == 3) groups.fsdp = ps.dp_cp().group;
   Runner r(spec, std::move(ps), groups);
-  const bool data = r.model_data();
+  const bool data = r.data;
   std::vector<std::pair<std::string, tp::Parameter*>> params = r.named_parameters();
-  AdamW opt(params, AdamW::Groups{r.groups().tp, r.pp, r.dp_cp}, spec.optimizer, spec.zero == 1, spec.optimizer_state);
+  AdamW opt(params, AdamW::Groups{r.groups().tp, r.pp, r.dp_cp}, spec.optimizer, spec.zero == 1, spec.optimizer_state,
+            spec.zero == 3);
   TrainResult result;
   for (int step = 0; step < spec.steps; ++step) {
     for (Transformer& c : r.chunks) c.zero_grad();
@@ -327,6 +339,7 @@ TrainResult train(const TrainSpec& spec) {
   }
   result.pipeline_wait_seconds = r.pipeline_wait;
   if (!data) return result;
+  for (Transformer& c : r.chunks) c.gather_parameters();  // FSDP: the values, whole again
   const runtime::ProcessGroup& tpg = r.groups().tp;
   std::map<std::string, Tensor> mine;
   for (const auto& [name, p] : params) mine[name] = p->full_value(tpg);

@@ -43,7 +43,12 @@ struct TrainSpec {
   int virtual_stages = 1;
   AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;  // max_norm, PyTorch's rule
-  int zero = 0;                          // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP
+  // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP (Megatron's distributed optimizer);
+  // 3: FSDP over DP x CP (parameters, gradients and optimizer state sharded; each block's
+  // parameters all-gathered before its forward and its backward and freed after; its gradients
+  // reduce-scattered as the last micro-batch's backward completes them, as Llama 3 was trained).
+  // All three give the same numbers.
+  int zero = 0;
   // When set, after the last step the ranks with dp = cp = 0 write their shards here, one file
   // per (tp, pp) rank: shard-tp<t>-pp<p>.safetensors (see consolidate_shards).
   std::string shard_dir;

@@ -81,6 +81,51 @@ std::vector<ParamSpec> param_specs(const TransformerConfig& c) {
   return out;
 }
 
+// FSDP: the released values of a unit's parameters, all-gathered from their slices. The gathers
+// are started together; finish() waits for them and installs the values. A unit whose
+// parameters are not released (or without an FSDP group) gathers nothing.
+class UnitGather {
+ public:
+  UnitGather() = default;
+  UnitGather(const std::vector<tp::Parameter*>& params, const std::optional<runtime::ProcessGroup>& g) {
+    if (!g) return;
+    const runtime::MemoryScope parameters(runtime::MemoryKind::parameters);
+    runtime::AllgatherOptions o;
+    o.group = *g;
+    o.async_op = true;
+    for (tp::Parameter* p : params) {
+      if (p->value.defined() || !p->dp_slice.defined()) continue;
+      const i64 per = p->dp_slice.numel();
+      Tensor all = p->dp_slice.has_data() ? Tensor::zeros({per * g->size()}, p->dp_slice.dtype())
+                                          : Tensor::shape_only({per * g->size()}, p->dp_slice.dtype());
+      works_.push_back(runtime::all_gather_into_tensor(all, p->dp_slice, o));
+      pending_.emplace_back(p, std::move(all));
+    }
+  }
+  void finish() {
+    for (runtime::Work& w : works_) w.wait();
+    for (auto& [p, all] : pending_) {
+      i64 numel = 1;
+      for (i64 d : p->value_shape) numel *= d;
+      p->value = all.narrow(0, 0, numel).reshape(p->value_shape);
+      runtime::retag_memory(p->value, runtime::MemoryKind::parameters);
+    }
+    works_.clear();
+    pending_.clear();
+  }
+
+ private:
+  std::vector<runtime::Work> works_;
+  std::vector<std::pair<tp::Parameter*, Tensor>> pending_;
+};
+
+// FSDP: the unit's gathered values released again (their slices stay).
+void release_unit(const std::vector<tp::Parameter*>& params) {
+  for (tp::Parameter* p : params) {
+    if (p->dp_slice.defined()) p->value = Tensor();
+  }
+}
+
 // Sequence parallelism: the local token rows padded with zero rows to a multiple of tp, and
 // those rows dropped again.
 i64 sp_rows(i64 n, i64 tp) { return (n + tp - 1) / tp * tp; }
@@ -898,6 +943,12 @@ std::vector<std::pair<std::string, tp::Parameter*>> Transformer::block_parameter
   return blocks_[static_cast<std::size_t>(i - first_layer_)]->params(config_);
 }
 
+void Transformer::gather_parameters() {
+  std::vector<tp::Parameter*> all;
+  for (auto& [name, p] : named_parameters()) all.push_back(p);
+  UnitGather(all, groups_.fsdp).finish();
+}
+
 void Transformer::zero_grad() {
   for (auto& [name, p] : named_parameters()) p->zero_grad();
 }
@@ -920,6 +971,31 @@ std::vector<Transformer::RecomputeGroup> Transformer::recompute_groups() const {
     for (std::size_t i = 0; i < n; i += per) out.push_back({i, std::min(n, i + per), true});
   } else {
     for (std::size_t i = 0; i < n; ++i) out.push_back({i, i + 1, full && i < per});
+  }
+  return out;
+}
+
+std::vector<tp::Parameter*> Transformer::block_unit(std::size_t i) const {
+  std::vector<tp::Parameter*> out;
+  for (auto& [name, p] : blocks_[i]->params(config_)) out.push_back(p);
+  return out;
+}
+
+// The units' parameters are members of a const model: gathering installs a cached copy of what
+// their slices hold, which changes no number.
+std::vector<tp::Parameter*> Transformer::embedding_unit() const {
+  if (!has_embedding()) return {};
+  auto* self = const_cast<Transformer*>(this);
+  std::vector<tp::Parameter*> out{&self->embedding_};
+  if (config_.positions == Positions::learned) out.push_back(&self->position_embedding_);
+  return out;
+}
+
+std::vector<tp::Parameter*> Transformer::head_unit() const {
+  if (!stage_.last()) return {};
+  std::vector<tp::Parameter*> out;
+  for (auto& [name, p] : const_cast<Transformer*>(this)->named_parameters()) {
+    if (name.rfind("final_ln.", 0) == 0 || name.rfind("output.", 0) == 0) out.push_back(p);
   }
   return out;
 }
@@ -947,10 +1023,12 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   Tensor x;
   if (has_embedding()) {
     const runtime::MemoryPhase phase("embedding forward");
+    UnitGather(embedding_unit(), groups_.fsdp).finish();
     x = runtime::embedding(b.ids, embedding_.value);
     if (config_.positions == Positions::learned) {
       x = runtime::add(x, runtime::embedding(position_ids(b, config_.max_positions), position_embedding_.value));
     }
+    release_unit(embedding_unit());
   } else {
     x = input;
   }
@@ -975,25 +1053,33 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
     x = tp::scatter_to_sp(pad_rows(x, sp_rows(rows, groups_.tp.size())), groups_.tp);
   }
   ctx.blocks.assign(blocks_.size(), BlockContext{});
+  // FSDP: block i + 1's parameters are gathered while block i runs
+  UnitGather next = blocks_.empty() ? UnitGather() : UnitGather(block_unit(0), groups_.fsdp);
   for (const RecomputeGroup& group : recompute_groups()) {
     const Tensor group_input = x;
     for (std::size_t i = group.first; i < group.last; ++i) {
       const runtime::MemoryPhase phase("layer " + str(blocks_[i]->index) + " forward");
+      next.finish();
+      if (i + 1 < blocks_.size()) next = UnitGather(block_unit(i + 1), groups_.fsdp);
       std::optional<runtime::GemmPrecisionScope> fp8;
       if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
       BlockContext dropped;  // a recomputed block keeps nothing
       x = blocks_[i]->forward(x, b, config_, groups_, attention_, group.recompute ? dropped : ctx.blocks[i]);
+      release_unit(block_unit(i));
     }
     if (group.recompute) ctx.blocks[group.first].x_in = group_input;  // the checkpoint
   }
   if (!stage_.last()) return x;
   const runtime::MemoryPhase phase("output layer forward");
+  UnitGather(head_unit(), groups_.fsdp).finish();
   ctx.x_last = x;
   ctx.lnf = norm_forward(config_.norm, x, lnf_w_, lnf_b_, config_.layer_norm_eps);
   // out of the sequence-parallel region: every rank's rows, for the output layer every TP rank holds
   const Tensor y = sp ? first_rows(tp::gather_from_sp(ctx.lnf.y, groups_.tp), rows) : ctx.lnf.y;
-  const Tensor logits = runtime::matmul(y, out_w_.value, false, true);
-  return config_.bias ? runtime::add(logits, out_b_.value) : logits;
+  Tensor logits = runtime::matmul(y, out_w_.value, false, true);
+  if (config_.bias) logits = runtime::add(logits, out_b_.value);
+  release_unit(head_unit());
+  return logits;
 }
 
 Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, TransformerContext& ctx,
@@ -1003,6 +1089,7 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
   const i64 rows = b.ids.numel(), padded = sp ? sp_rows(rows, groups_.tp.size()) : rows;
   if (stage_.last()) {
     const runtime::MemoryPhase phase("output layer backward");
+    UnitGather(head_unit(), groups_.fsdp).finish();
     // logits = lnf.y W^T + b; what forward kept for it is freed once used (see Block::backward)
     if (config_.bias) out_b_.accumulate(runtime::add_backward(dx, out_b_.value.shape()).db);
     // with sequence parallelism the output layer's input is gathered again (only the share was kept)
@@ -1018,9 +1105,22 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
     ctx.x_last = Tensor();
     ctx.lnf = NormResult{};
     dx = std::move(dfinal);
+    release_unit(head_unit());
   }
   const std::vector<RecomputeGroup> groups = recompute_groups();
+  // FSDP: each group's parameters are gathered before its backward (and recompute); the next
+  // group's while this one runs
+  auto group_unit = [&](const RecomputeGroup& g) {
+    std::vector<tp::Parameter*> out;
+    for (std::size_t i = g.first; i < g.last; ++i) {
+      for (tp::Parameter* p : block_unit(i)) out.push_back(p);
+    }
+    return out;
+  };
+  UnitGather next = groups.empty() ? UnitGather() : UnitGather(group_unit(groups.back()), groups_.fsdp);
   for (auto group = groups.rbegin(); group != groups.rend(); ++group) {
+    next.finish();
+    if (std::next(group) != groups.rend()) next = UnitGather(group_unit(*std::next(group)), groups_.fsdp);
     if (group->recompute) {
       // the group's forward again from its checkpointed input, keeping what backward needs
       Tensor x = std::move(ctx.blocks[group->first].x_in);
@@ -1038,6 +1138,7 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
         if (config_.fp8) fp8.emplace(runtime::GemmPrecision::fp8);
         dx = blocks_[i]->backward(std::move(dx), b, config_, groups_, attention_, ctx.blocks[i]);
       }
+      release_unit(block_unit(i));
       if (after_block) after_block(blocks_[i]->index);
     }
   }
@@ -1045,6 +1146,7 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
   if (sp) dx = first_rows(tp::scatter_to_sp_backward(dx, groups_.tp), rows);
   if (!has_embedding()) return dx;
   const runtime::MemoryPhase phase("embedding backward");
+  // (the embedding's backward reads no weight: nothing to gather)
   embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
   if (config_.positions == Positions::learned) {
     position_embedding_.accumulate(

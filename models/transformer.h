@@ -188,6 +188,12 @@ cp::CpGroups transformer_cp_groups(const runtime::ProcessGroup& cp, const Attent
 struct TransformerGroups {
   runtime::ProcessGroup tp;  // tensor-parallel group (size divides heads and ffn)
   cp::CpGroups cp;           // context-parallel group (+ a2a / p2p subgroups for a2a+p2p)
+  // FSDP (ZeRO-3): the group parameters are sharded over (DP x CP). A parameter whose value
+  // models::AdamW released (Parameter::dp_slice) is all-gathered over it just before its unit uses
+  // it and released right after: each block is a unit, the embeddings one, the final norm and
+  // output layer one; the next block's gather is started before the current block runs
+  // (FSDP's forward and backward prefetch). Unset: values are never released.
+  std::optional<runtime::ProcessGroup> fsdp;
   // The ranks that share one loss: the token count and loss sum are added over it (CP, or DP x CP
   // with data parallelism -- Megatron's rule). Default (unset): the CP group.
   std::optional<runtime::ProcessGroup> loss;
@@ -281,6 +287,9 @@ class Transformer {
   // when none of them is partial.
   void reduce_tp_partial_gradients(const std::vector<std::pair<std::string, tp::Parameter*>>& params);
   void zero_grad();
+  // FSDP: installs every released parameter value of this stage (all-gathered over groups.fsdp),
+  // e.g. before reading the weights after training. Collective over the FSDP group.
+  void gather_parameters();
 
   // The contract's names of this stage's parameters, in the contract's order, with this rank's
   // Parameter (shard, gradient, partition).
@@ -302,6 +311,10 @@ class Transformer {
     bool recompute = false;
   };
   std::vector<RecomputeGroup> recompute_groups() const;
+  // FSDP units' parameters: block i (local index), the embeddings, the final norm and output layer.
+  std::vector<tp::Parameter*> block_unit(std::size_t i) const;
+  std::vector<tp::Parameter*> embedding_unit() const;
+  std::vector<tp::Parameter*> head_unit() const;
   bool has_embedding() const { return stage_.first() && !stage_.external_embeddings; }
 
   TransformerConfig config_;

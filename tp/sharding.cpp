@@ -75,7 +75,11 @@ Tensor master_normal(const runtime::Shape& shape, std::uint64_t seed, double std
 }
 
 void Parameter::accumulate(const Tensor& g) {
-  if (g.shape() != value.shape() || g.dtype() != value.dtype()) {
+  // a released FSDP value (dp_slice kept) is checked against its shape and the slice's dtype
+  const bool released = !value.defined() && dp_slice.defined();
+  const runtime::Shape& shape = released ? value_shape : value.shape();
+  const runtime::DType dtype = released ? dp_slice.dtype() : value.dtype();
+  if (g.shape() != shape || g.dtype() != dtype) {
     throw Error("Parameter::accumulate: gradient " + g.str() + " does not match the parameter " + value.str());
   }
   grad = grad.defined() ? runtime::add(grad, g) : g;

@@ -43,6 +43,11 @@ struct Parameter {
   // rank saw only its tokens): the gradient must be all-reduced over TP before use (Megatron's
   // `sequence_parallel` attribute; see allreduce_sequence_parallel_grads in tp/layers.h).
   bool sequence_parallel = false;
+  // Fully sharded data parallelism (ZeRO-3): this rank's slice of the flattened value, zero-padded
+  // to a multiple of the data-parallel group's size, kept while `value` is released between uses
+  // (undefined when the parameter is not sharded); value_shape is the released value's shape.
+  runtime::Tensor dp_slice;
+  runtime::Shape value_shape;
 
   // grad += g (grad = g on the first call). REQUIRES: g has value's shape and dtype.
   void accumulate(const runtime::Tensor& g);
