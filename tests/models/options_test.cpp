@@ -174,7 +174,8 @@ TEST(OptionsSequenceParallel, EqualsOffWithPaddedRows) {
 }
 
 // The combined layout: TP2 with SP, CP2, PP2 with 2 virtual stages, DP2, 4 micro-batches and
-// selective recomputation (16 ranks) trains as one rank does.
+// selective recomputation (16 ranks) trains as one rank does; with FSDP over DP x CP as well
+// (issue #18's case) it gives the distributed optimizer's bits.
 TEST(OptionsSequenceParallel, CombinedLayoutEqualsOneRank) {
   const std::vector<i64> lengths{9, 14, 6, 12, 7, 11, 5, 10};  // 8 sequences: dp 2 x 4 micro-batches
   const TrainResult want = run_training(make_spec(1, 1, 1, 1, 1, false, lengths));
@@ -186,6 +187,15 @@ TEST(OptionsSequenceParallel, CombinedLayoutEqualsOneRank) {
   ASSERT_EQ(want.losses.size(), 3u);
   EXPECT_LT(want.losses[2], want.losses[0]);
   expect_close_training(got, want, s.optimizer.lr, "tp2 sp cp2 pp2 v2 dp2 selective");
+  s.zero = 1;
+  const TrainResult zero1 = run_training(s);
+  s.zero = 3;
+  const TrainResult fsdp = run_training(s);
+  expect_close_training(fsdp, want, s.optimizer.lr, "tp2 sp cp2 pp2 v2 dp2 fsdp selective");
+  EXPECT_EQ(fsdp.losses, zero1.losses);
+  ASSERT_EQ(fsdp.params.size(), zero1.params.size());
+  for (std::size_t i = 0; i < fsdp.params.size(); ++i)
+    EXPECT_TRUE(runtime::bitwise_equal(fsdp.params[i].second, zero1.params[i].second)) << fsdp.params[i].first;
 }
 
 // --- Timeline ----------------------------------------------------------------------------------
