@@ -21,7 +21,11 @@ namespace ranksim::app {
 struct TrainSettings {
   int steps = 1;
   int micro_batches = 1;
-  int virtual_stages = 1;  // parallel.virtual_stages: the interleaved pipeline schedule's chunks per stage
+  int virtual_stages = 1;
+  // train.micro_batch_size / train.global_batch_size (Megatron's meanings, in sequences):
+  // micro_batches = global / (dp * micro_batch_size); 0 = not given
+  int micro_batch_size = 0,
+      global_batch_size = 0;  // parallel.virtual_stages: the interleaved pipeline schedule's chunks per stage
   models::AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;
   int zero = 0;

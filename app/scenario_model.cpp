@@ -80,6 +80,32 @@ void read_encoder(const YAML::Node& root, const YAML::Node& e, const ScenarioRea
 
 }  // namespace
 
+// Megatron's batch sizes, in sequences: the global batch is every sequence of the batch, and the
+// micro-batch size sets the micro-batch count per DP rank.
+void resolve_batch_sizes(const YAML::Node& root, const ScenarioReader& r, const Scenario& sc,
+                         const models::Batch& batch, TrainSettings& ts) {
+  const YAML::Node t = entry(root, "train");
+  const std::int64_t n = batch.format == cp::Format::thd ? static_cast<std::int64_t>(batch.cu_seqlens.size()) - 1
+                                                         : batch.input_ids.size(0);
+  const std::string seqs = std::to_string(n) + (batch.format == cp::Format::thd ? " sequences" : " rows");
+  if (ts.global_batch_size && ts.global_batch_size != n)
+    r.fail(entry(t, "global_batch_size"), "train.global_batch_size " + std::to_string(ts.global_batch_size) +
+                                              " but the batch has " + seqs +
+                                              "; the global batch is every sequence of a step");
+  if (!ts.micro_batch_size) return;
+  const std::int64_t per = static_cast<std::int64_t>(sc.dp) * ts.micro_batch_size;
+  if (n % per != 0)
+    r.fail(entry(t, "micro_batch_size"), "the batch's " + seqs + " do not split into dp=" + std::to_string(sc.dp) +
+                                             " x micro_batch_size=" + std::to_string(ts.micro_batch_size) +
+                                             " micro-batches");
+  ts.micro_batches = static_cast<int>(n / per);
+  if (ts.virtual_stages > 1 && ts.micro_batches % sc.pp != 0)
+    r.fail(entry(t, "micro_batch_size"),
+           "the interleaved schedule runs micro-batches in groups of pp: " + std::to_string(ts.micro_batches) +
+               " micro-batches per DP rank (" + seqs +
+               " / (dp x micro_batch_size)) is not a multiple of pp=" + std::to_string(sc.pp));
+}
+
 // The `model:` workload and its companions `batch`, `dump` and `validate`, checked against the
 // layout: everything that can be known before running is an error here, at the key it concerns.
 ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const ScenarioReader& r, const Scenario& sc,
@@ -231,6 +257,13 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     TrainSettings ts;
     if (auto v = entry(t, "steps"); v.IsDefined()) ts.steps = r.positive_int(v, "train.steps");
     if (auto v = entry(t, "micro_batches"); v.IsDefined()) ts.micro_batches = r.positive_int(v, "train.micro_batches");
+    if (auto v = entry(t, "micro_batch_size"); v.IsDefined()) {
+      ts.micro_batch_size = r.positive_int(v, "train.micro_batch_size");
+      if (entry(t, "micro_batches").IsDefined())
+        r.fail(v, "give train.micro_batches or train.micro_batch_size (with global_batch_size), not both");
+    }
+    if (auto v = entry(t, "global_batch_size"); v.IsDefined())
+      ts.global_batch_size = r.positive_int(v, "train.global_batch_size");
     if (auto v = entry(t, "zero"); v.IsDefined()) ts.zero = std::stoi(r.one_of(v, "train.zero", {"0", "1", "3"}));
     if (auto v = entry(t, "clip_grad_norm"); v.IsDefined() && !v.IsNull()) {
       ts.clip_grad_norm = r.number(v, "train.clip_grad_norm");
@@ -273,7 +306,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
         r.fail(v, "model.layers " + std::to_string(m.config.layers) + " cannot be split into pp=" +
                       std::to_string(sc.pp) + " x virtual_stages=" + std::to_string(ts.virtual_stages) +
                       " chunks; use a layer count that is a multiple of " + std::to_string(sc.pp * ts.virtual_stages));
-      if (ts.virtual_stages > 1 && ts.micro_batches % sc.pp != 0)
+      if (ts.virtual_stages > 1 && !ts.micro_batch_size && ts.micro_batches % sc.pp != 0)
         r.fail(v, "the interleaved schedule runs micro-batches in groups of pp: train.micro_batches " +
                       std::to_string(ts.micro_batches) + " is not a multiple of pp=" + std::to_string(sc.pp));
     }
@@ -386,6 +419,7 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
   try {
     const ModelInputs in = load_model_inputs(m);
     models::check_batch(in.batch, m.config, sc.cp, m.batch.empty() ? "batch" : m.batch);
+    if (m.train) resolve_batch_sizes(root, r, sc, in.batch, *m.train);
     for (int d = 0; d < sc.dp; ++d) {
       const models::Batch mine = models::dp_slice(in.batch, sc.dp, d);
       if (m.train)

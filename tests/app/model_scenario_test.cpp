@@ -253,6 +253,60 @@ TEST(ModelScenario, TrainingErrors) {
               HasSubstr("train belongs to the model workload"));
 }
 
+// The decoder family and Megatron's options as scenario keys: what they set, and the errors at
+// the key (file:line:column) for combinations that cannot work.
+TEST(ModelScenario, FamilyAndMegatronOptionKeys) {
+  const std::string llama =
+      "model: {kind: transformer, family: llama, format: thd, mask: causal, hidden: 64, heads: 8, kv_heads: 2, "
+      "ffn: 96, vocab: 40, layers: 4, recompute: full, recompute_method: block, recompute_num_layers: 2}\n";
+  const std::string batch = "batch: {lengths: [9, 14, 6, 11, 7, 10, 5, 8]}\n";
+  const Scenario sc = load_scenario(
+      write_scenario(kHead + "parallel: {tp: 2, pp: 2, dp: 2, sequence_parallel: true, virtual_stages: 2}\n" + llama +
+                     batch + "train: {micro_batch_size: 2, global_batch_size: 8, zero: 3}\n"));
+  const ModelWorkload& m = *sc.model;
+  EXPECT_EQ(m.config.norm, models::Norm::rmsnorm);
+  EXPECT_EQ(m.config.activation, models::Activation::swiglu);
+  EXPECT_FALSE(m.config.bias);
+  EXPECT_EQ(m.config.positions, models::Positions::rope);
+  EXPECT_EQ(m.config.query_groups(), 2);
+  EXPECT_EQ(m.config.head_dim, 8);  // hidden / heads
+  EXPECT_TRUE(m.config.sequence_parallel);
+  EXPECT_EQ(m.config.recompute, models::Recompute::full);
+  EXPECT_EQ(m.config.recompute_method, models::RecomputeMethod::block);
+  EXPECT_EQ(m.config.recompute_num_layers, 2);
+  EXPECT_EQ(m.train->virtual_stages, 2);
+  EXPECT_EQ(m.train->micro_batches, 2);  // 8 sequences / (dp 2 x micro-batch size 2)
+  EXPECT_EQ(m.train->zero, 3);
+
+  const RunResult r =
+      run(write_scenario(kHead + "parallel: {tp: 2, pp: 2, dp: 2, sequence_parallel: true, virtual_stages: 2}\n" +
+                         llama + batch + "train: {steps: 2, micro_batch_size: 2, zero: 3}\n"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("decoder (RMSNorm, SwiGLU, RoPE, no biases)"));
+  EXPECT_THAT(r.out, HasSubstr("8 heads of 8 (2 KV heads)"));
+  EXPECT_THAT(r.out, HasSubstr("over pp=2 x 2 virtual stages (interleaved 1F1B)"));
+  EXPECT_THAT(r.out, HasSubstr("ideal bubble (pp - 1) / (v m) = 25.0%"));
+
+  const std::string gpt = "model: {kind: transformer, family: gpt, hidden: 32, heads: 4, ffn: 64, vocab: 40}\n";
+  EXPECT_THAT(load_error(kHead + gpt), HasSubstr("learned positions need model.max_positions"));
+  EXPECT_EQ(load_error(kHead + "parallel: {tp: 4}\n" + llama + batch), "no error");  // kv 2 < tp 4: shared
+  const std::string gqa3 = "model: {kind: transformer, family: llama, hidden: 96, heads: 12, kv_heads: 3, ffn: 96}\n";
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 4}\n" + gqa3),
+              HasSubstr("m.yaml:3:11: model.kv_heads 3 and tp=4 do not divide one another"));
+  EXPECT_THAT(load_error(kHead + "parallel: {virtual_stages: 2}\n" + llama + batch + "train: {steps: 1}\n"),
+              HasSubstr("parallel.virtual_stages interleaves the pipeline schedule: it needs pp >= 2"));
+  EXPECT_THAT(
+      load_error(kHead + "parallel: {pp: 2, virtual_stages: 2}\n" + llama + batch + "train: {micro_batches: 3}\n"),
+      HasSubstr("not a multiple of pp=2"));
+  EXPECT_THAT(load_error(kHead + llama + batch + "train: {micro_batches: 2, micro_batch_size: 2}\n"),
+              HasSubstr("give train.micro_batches or train.micro_batch_size"));
+  EXPECT_THAT(load_error(kHead + llama + batch + "train: {global_batch_size: 16}\n"),
+              HasSubstr("train.global_batch_size 16 but the batch has 8 sequences"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 1, sequence_parallel: true}\n" + llama + batch),
+              HasSubstr("parallel.sequence_parallel splits the tokens over TP: it needs tp > 1"));
+  EXPECT_THAT(load_error(kHead + llama + batch + "train: {zero: 2}\n"), HasSubstr("train.zero"));
+}
+
 TEST(ModelScenario, TwoNodeTpCpDpTimingRun) {
   const RunResult r = run(kRoot + "/scenarios/tp-cp-dp-2node.yaml");
   ASSERT_EQ(r.code, 0) << r.out << r.error;
