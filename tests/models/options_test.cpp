@@ -29,6 +29,7 @@
 #include "runtime/tensor/tensor.h"
 #include "sim/error.h"
 #include "sim/trace.h"
+#include "training_checks.h"
 
 namespace ranksim::models {
 namespace {
@@ -65,40 +66,9 @@ TrainSpec make_spec(int tp, int cp, int dp, int pp, int micro, bool shape_only =
   return s;
 }
 
-void expect_bit_identical(const TrainResult& got, const TrainResult& want, const std::string& what) {
-  EXPECT_EQ(got.losses, want.losses) << what;
-  EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
-  ASSERT_EQ(got.params.size(), want.params.size()) << what;
-  for (std::size_t i = 0; i < got.params.size(); ++i) {
-    ASSERT_EQ(got.params[i].first, want.params[i].first) << what;
-    EXPECT_TRUE(runtime::bitwise_equal(got.params[i].second, want.params[i].second))
-        << what << ": " << got.params[i].first;
-  }
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to(DType::f64).to_vector<double>()) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// train_test.cpp's bound: losses within 1e-5 relative; weights within 2e-5 * steps * lr plus the
-// rounding of the weights themselves (AdamW moves each weight by lr * (1 +- ~1e-6) per step).
-void expect_close_training(const TrainResult& got, const TrainResult& want, double lr, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
-  for (std::size_t i = 0; i < got.losses.size(); ++i)
-    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << " step " << i;
-  ASSERT_EQ(got.params.size(), want.params.size()) << what;
-  const double steps = static_cast<double>(got.losses.size());
-  for (std::size_t i = 0; i < got.params.size(); ++i) {
-    ASSERT_EQ(got.params[i].first, want.params[i].first);
-    const std::vector<double> a = got.params[i].second.to(DType::f64).to_vector<double>();
-    const std::vector<double> b = want.params[i].second.to(DType::f64).to_vector<double>();
-    double worst = 0;
-    for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
-    EXPECT_LE(worst, 2e-5 * steps * lr + 1e-6 * max_abs(want.params[i].second)) << what << ": " << got.params[i].first;
-  }
-}
+using testing::expect_bit_identical;
+using testing::expect_close_training;  // train_test.cpp's bound
+using testing::max_abs;
 
 // --- Numbers ---------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@
 #include "runtime/tensor/safetensors.h"
 #include "runtime/tensor/tensor.h"
 #include "sim/error.h"
+#include "training_checks.h"
 
 namespace ranksim::models {
 namespace {
@@ -73,26 +74,10 @@ TrainSpec base(cp::Format f, i64 layers) {
   return s;
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to(DType::f64).to_vector<double>()) m = std::max(m, std::abs(x));
-  return m;
-}
-
+using testing::max_abs;
+// Two layouts of the same training agree (training_checks.h's bound).
 void expect_same_training(const TrainResult& got, const TrainResult& want, double lr, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
-  for (std::size_t i = 0; i < got.losses.size(); ++i)
-    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << " step " << i;
-  ASSERT_EQ(got.params.size(), want.params.size()) << what;
-  const double steps = static_cast<double>(got.losses.size());
-  for (std::size_t i = 0; i < got.params.size(); ++i) {
-    ASSERT_EQ(got.params[i].first, want.params[i].first);
-    const std::vector<double> a = got.params[i].second.to(DType::f64).to_vector<double>();
-    const std::vector<double> b = want.params[i].second.to(DType::f64).to_vector<double>();
-    double worst = 0;
-    for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
-    EXPECT_LE(worst, 2e-5 * steps * lr + 1e-6 * max_abs(want.params[i].second)) << what << ": " << got.params[i].first;
-  }
+  testing::expect_close_training(got, want, lr, what);
 }
 
 struct Layout {
