@@ -141,7 +141,6 @@ AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups 
     }
     if (fsdp_) {
       // keep this rank's padded slice of the value, release the value (the model gathers it)
-      const i64 per = s.padded / d;
       const DType pd = p->value.dtype();
       {
         const runtime::MemoryScope parameters(runtime::MemoryKind::parameters);
