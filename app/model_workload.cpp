@@ -129,9 +129,10 @@ ModelInputs load_model_inputs(const ModelWorkload& m) {
       throw Error(f.path + ": 'cu_seqlens' is for format thd, but the model's format is bshd");
     }
   } else if (!m.lengths.empty()) {
-    in.batch = models::synthetic_batch(format, m.config.vocab, m.lengths, m.seed + 1);
+    in.batch = models::synthetic_batch(format, m.tokenizer_vocab > 0 ? m.tokenizer_vocab : m.config.vocab, m.lengths,
+                                       m.seed + 1);
   } else {
-    in.batch = models::dummy_batch(format, m.config.vocab, m.seed + 1);
+    in.batch = models::dummy_batch(format, m.tokenizer_vocab > 0 ? m.tokenizer_vocab : m.config.vocab, m.seed + 1);
   }
   return in;
 }
@@ -163,6 +164,8 @@ models::TrainSpec train_spec(const ModelWorkload& m, const ModelInputs& in, int 
     s.steps = m.train->steps;
     s.micro_batches = m.train->micro_batches;
     s.virtual_stages = m.train->virtual_stages;
+    s.first_stage_layers = m.train->first_stage_layers;
+    s.last_stage_layers = m.train->last_stage_layers;
     s.optimizer = m.train->optimizer;
     s.clip_grad_norm = m.train->clip_grad_norm;
     s.zero = m.train->zero;

@@ -22,6 +22,9 @@ struct TrainSettings {
   int steps = 1;
   int micro_batches = 1;
   int virtual_stages = 1;
+  // parallel.decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers (Megatron's):
+  // the blocks of the first / last pipeline stage; -1 = the even share
+  std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   // train.micro_batch_size / train.global_batch_size (Megatron's meanings, in sequences):
   // micro_batches = global / (dp * micro_batch_size); 0 = not given
   int micro_batch_size = 0,
@@ -41,14 +44,20 @@ struct EncoderSettings {
 };
 
 struct ModelWorkload {
-  models::TransformerConfig config;   // model.{vocab, hidden, heads, head_dim, ffn, dtype}
-  models::AttentionSetup attention;   // model.{format, mask, window}; parallel.{cp_comm, hierarchical_cp}
-  std::string weights;                // model.weights: a safetensors file; empty = seeded init
-  std::uint64_t seed = 42;            // model.seed: the seeded init's seed
-  std::string batch;                  // batch: a safetensors file; empty = synthetic
-  std::vector<std::int64_t> lengths;  // batch: {lengths: [...]} / {rows, seq_len}; empty = built-in
-  std::string dump;                   // dump: output safetensors; empty = none
-  bool shape_only = false;            // data: shape_only (timing only: no dump, no validation)
+  models::TransformerConfig config;  // model.{vocab, hidden, heads, head_dim, ffn, dtype}
+  // model.vocab as given (the tokenizer's: token ids are drawn below it); config.vocab is it
+  // padded to a multiple of model.make_vocab_size_divisible_by x tp when that key is given, as
+  // Megatron pads it (not given: no padding, and a vocabulary tp does not divide keeps the
+  // embedding and output layer replicated over TP)
+  std::int64_t tokenizer_vocab = 0;
+  std::int64_t vocab_divisible_by = 1;  // model.make_vocab_size_divisible_by
+  models::AttentionSetup attention;     // model.{format, mask, window}; parallel.{cp_comm, hierarchical_cp}
+  std::string weights;                  // model.weights: a safetensors file; empty = seeded init
+  std::uint64_t seed = 42;              // model.seed: the seeded init's seed
+  std::string batch;                    // batch: a safetensors file; empty = synthetic
+  std::vector<std::int64_t> lengths;    // batch: {lengths: [...]} / {rows, seq_len}; empty = built-in
+  std::string dump;                     // dump: output safetensors; empty = none
+  bool shape_only = false;              // data: shape_only (timing only: no dump, no validation)
   // validate: a baseline run of the same model and batch, compared with the framework's metrics.
   bool validate = false;
   int baseline_tp = 1, baseline_cp = 1;

@@ -38,6 +38,8 @@ struct ScenarioSchema {
   ScenarioSchema() {
     parallel.keys = {{"cp", nullptr},
                      {"cp_comm", nullptr},
+                     {"decoder_first_pipeline_num_layers", nullptr},
+                     {"decoder_last_pipeline_num_layers", nullptr},
                      {"dp", nullptr},
                      {"hierarchical_cp", nullptr},
                      {"order", nullptr},
@@ -58,6 +60,7 @@ struct ScenarioSchema {
                   {"kind", nullptr},
                   {"kv_heads", nullptr},
                   {"layers", nullptr},
+                  {"make_vocab_size_divisible_by", nullptr},
                   {"mask", nullptr},
                   {"max_positions", nullptr},
                   {"norm", nullptr},
@@ -299,7 +302,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
-  for (const char* k : {"sequence_parallel", "virtual_stages"})
+  for (const char* k :
+       {"sequence_parallel", "virtual_stages", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"})
     if (!has_model && par.IsDefined() && entry(par, k).IsDefined())
       r.fail(entry(par, k),
              std::string("parallel.") + k + " belongs to the model workload; add model: {kind: transformer, ...}");

@@ -202,6 +202,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
                             {"layers", &m.config.layers},
                             {"max_positions", &m.config.max_positions}})
     if (auto v = entry(n, key); v.IsDefined()) *field = r.positive_int(v, std::string("model.") + key);
+  if (auto v = entry(n, "make_vocab_size_divisible_by"); v.IsDefined())
+    m.vocab_divisible_by = r.positive_int(v, "model.make_vocab_size_divisible_by");
   // head_dim defaults to hidden / heads (Megatron's kv_channels)
   if (!entry(n, "head_dim").IsDefined() && (entry(n, "hidden").IsDefined() || entry(n, "heads").IsDefined())) {
     if (m.config.hidden % m.config.heads != 0)
@@ -241,6 +243,13 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       r.fail(v, "parallel.sequence_parallel splits the tokens over TP: it needs tp > 1");
   }
   auto layout_error = [&](const std::string& what) { r.fail(at, what); };
+  // Megatron's vocabulary padding: to a multiple of make_vocab_size_divisible_by x tp, so that the
+  // embedding and output layer split evenly over TP (models/transformer.h: vocab-parallel)
+  m.tokenizer_vocab = m.config.vocab;
+  if (entry(n, "make_vocab_size_divisible_by").IsDefined()) {  // not given: no padding
+    const std::int64_t multiple = m.vocab_divisible_by * sc.tp;
+    m.config.vocab = (m.config.vocab + multiple - 1) / multiple * multiple;
+  }
   const std::int64_t heads = m.config.heads;
   if (heads % sc.tp != 0)
     layout_error(std::to_string(heads) + " attention heads are not divisible by tp=" + std::to_string(sc.tp) +
@@ -294,9 +303,29 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       }
     }
     if (m.shape_only && !ts.checkpoint.empty()) r.fail(t, "train.checkpoint needs real data: remove data: shape_only");
-    if (m.config.layers % sc.pp != 0)
+    for (auto [key, field] :
+         {std::pair<const char*, std::int64_t*>{"decoder_first_pipeline_num_layers", &ts.first_stage_layers},
+          {"decoder_last_pipeline_num_layers", &ts.last_stage_layers}}) {
+      const YAML::Node v = par.IsDefined() ? entry(par, key) : YAML::Node(YAML::NodeType::Undefined);
+      if (!v.IsDefined()) continue;
+      *field = non_negative_int(r, v, std::string("parallel.") + key);
+      if (sc.pp < 2) r.fail(v, std::string("parallel.") + key + " sets a pipeline stage's layers: it needs pp >= 2");
+      if (par.IsDefined() && entry(par, "virtual_stages").IsDefined())
+        r.fail(v, std::string("parallel.") + key +
+                      " and parallel.virtual_stages cannot be combined; use one or the other");
+      models::Stage st{0, sc.pp};
+      st.first_stage_layers = ts.first_stage_layers;
+      st.last_stage_layers = ts.last_stage_layers;
+      try {
+        models::stage_layers(m.config.layers, st, "the pipeline");
+      } catch (const Error& e) {
+        r.fail(v, std::string("parallel.") + key + ": " + e.what());
+      }
+    }
+    if (ts.first_stage_layers < 0 && ts.last_stage_layers < 0 && m.config.layers % sc.pp != 0)
       layout_error(std::to_string(m.config.layers) + " layers cannot be split evenly over pp=" + std::to_string(sc.pp) +
-                   " stages; set model.layers to a multiple of pp");
+                   " stages; set model.layers to a multiple of pp, or parallel.decoder_first_pipeline_num_layers / "
+                   "decoder_last_pipeline_num_layers");
     if (const YAML::Node v = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
         v.IsDefined()) {
       ts.virtual_stages = r.positive_int(v, "parallel.virtual_stages");
@@ -313,6 +342,12 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     m.train = ts;
   } else if (par.IsDefined() && entry(par, "virtual_stages").IsDefined()) {
     r.fail(entry(par, "virtual_stages"), "parallel.virtual_stages needs a train: section (a pipeline schedule)");
+  } else if (par.IsDefined() && entry(par, "decoder_first_pipeline_num_layers").IsDefined()) {
+    r.fail(entry(par, "decoder_first_pipeline_num_layers"),
+           "parallel.decoder_first_pipeline_num_layers needs a train: section (a pipeline schedule)");
+  } else if (par.IsDefined() && entry(par, "decoder_last_pipeline_num_layers").IsDefined()) {
+    r.fail(entry(par, "decoder_last_pipeline_num_layers"),
+           "parallel.decoder_last_pipeline_num_layers needs a train: section (a pipeline schedule)");
   } else if (sc.pp != 1) {
     layout_error("pp=" + std::to_string(sc.pp) +
                  ": pipeline stages need a train: section (one forward and backward "

@@ -114,6 +114,18 @@ void print_collectives_table(std::ostream& out, const RunSummary& s) {
   }
 }
 
+// Uneven pipeline stages' blocks, e.g. "stages 3-4-4-1".
+std::string stage_split(std::int64_t layers, int pp, const TrainSettings& t) {
+  std::string out = "stages";
+  for (int r = 0; r < pp; ++r) {
+    models::Stage st{r, pp};
+    st.first_stage_layers = t.first_stage_layers;
+    st.last_stage_layers = t.last_stage_layers;
+    out += (r == 0 ? " " : "-") + std::to_string(models::stage_layers(layers, st, "pipeline").count);
+  }
+  return out;
+}
+
 void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s) {
   const ModelWorkload& m = *sc.model;
   const models::TransformerConfig& c = m.config;
@@ -121,8 +133,16 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
   out << "\nmodel: decoder (" << (ln ? "LayerNorm" : "RMSNorm") << ", "
       << (c.activation == models::Activation::swiglu ? "SwiGLU" : "GELU") << ", "
       << (c.positions == models::Positions::rope ? "RoPE" : "learned positions") << ", "
-      << (c.bias ? "biases" : "no biases") << "), vocab " << c.vocab << ", hidden " << c.hidden << ", " << c.heads
-      << " heads of " << c.head_dim;
+      << (c.bias ? "biases" : "no biases") << "), vocab " << c.vocab
+      << (m.tokenizer_vocab > 0 && m.tokenizer_vocab != c.vocab
+              ? " (" + std::to_string(m.tokenizer_vocab) + " padded to a multiple of " +
+                    std::to_string(m.vocab_divisible_by) + " x tp)"
+              : std::string())
+      << (sc.tp > 1 ? (c.vocab % sc.tp == 0 ? " vocab-parallel"
+                                            : " replicated over TP (tp does not divide it; Megatron pads it: set "
+                                              "model.make_vocab_size_divisible_by)")
+                    : "")
+      << ", hidden " << c.hidden << ", " << c.heads << " heads of " << c.head_dim;
   if (!c.fused_qkv()) out << " (" << c.query_groups() << " KV heads)";
   out << ", ffn " << c.ffn << ", " << runtime::dtype_name(c.dtype) << (c.fp8 ? " with FP8 GEMMs (timing only)" : "")
       << ", " << (m.attention.format == cp::Format::thd ? "thd" : "bshd") << " " << models::mask_name(m.attention.mask);
@@ -145,6 +165,8 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
         << fmt("%g", t.optimizer.lr) << ", weight decay " << fmt("%g", t.optimizer.weight_decay)
         << (t.clip_grad_norm ? ", clip " + fmt("%g", *t.clip_grad_norm) : std::string()) << ", zero " << t.zero
         << ", layers " << c.layers << " over pp=" << sc.pp
+        << (t.first_stage_layers >= 0 || t.last_stage_layers >= 0 ? " (" + stage_split(c.layers, sc.pp, t) + ")"
+                                                                  : std::string())
         << (t.virtual_stages > 1 ? " x " + std::to_string(t.virtual_stages) + " virtual stages (interleaved 1F1B)"
                                  : std::string())
         << "\n";

@@ -10,6 +10,7 @@
 #include "runtime/tensor/cost.h"
 #include "runtime/tensor/device_tensors.h"
 #include "sim/error.h"
+#include "tp/cross_entropy.h"
 
 namespace ranksim::models {
 
@@ -43,9 +44,43 @@ LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::
   return {Row.t, DX.t};
 }
 
+// The vocab-parallel loss: ignored rows take target 0 for the shared reduction and are dropped
+// from the sum and the gradient.
+LossSum vocab_parallel_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens,
+                           const runtime::ProcessGroup& tp) {
+  const std::vector<i64> labels = labels_t.to(DType::i64).to_vector<i64>();
+  LossSum r;
+  std::vector<i64> targets(labels.size(), 0);
+  std::vector<float> dloss(labels.size(), 0.0f);
+  const double inv = total_tokens > 0 ? 1.0 / total_tokens : 0.0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] == kIgnoreIndex) continue;
+    ++r.tokens;
+    targets[i] = labels[i];
+    dloss[i] = static_cast<float>(inv);
+  }
+  const i64 rows = logits.size(0);
+  tp::CrossEntropyContext ctx;
+  const Tensor t = labels_t.has_data() ? Tensor::from_vector(targets, {rows}) : Tensor::shape_only({rows}, DType::i64);
+  const Tensor loss = tp::vocab_parallel_cross_entropy(logits, t, tp, ctx);
+  const Tensor d = loss.has_data() ? Tensor::from_vector(dloss, {rows}) : Tensor::shape_only({rows}, DType::f32);
+  r.dlogits = tp::vocab_parallel_cross_entropy_backward(d, ctx);
+  if (!loss.has_data()) {
+    r.sum = std::numeric_limits<double>::quiet_NaN();
+    return r;
+  }
+  const std::vector<float> per_token = loss.to_vector<float>();
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] != kIgnoreIndex) r.sum += static_cast<double>(per_token[i]);
+  }
+  return r;
+}
+
 }  // namespace
 
-LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens) {
+LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens,
+                          const runtime::ProcessGroup* vocab_tp) {
+  if (vocab_tp && vocab_tp->size() > 1) return vocab_parallel_sum(logits, labels_t, total_tokens, *vocab_tp);
   const i64 n = logits.size(0), vocab = logits.size(1);
   const std::vector<i64> labels = labels_t.to(DType::i64).to_vector<i64>();
   const Tensor lf = logits.to(DType::f32);
@@ -101,7 +136,8 @@ LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double t
   return r;
 }
 
-GroupLoss group_cross_entropy(const Tensor& logits, const Tensor& labels, const runtime::ProcessGroup& group) {
+GroupLoss group_cross_entropy(const Tensor& logits, const Tensor& labels, const runtime::ProcessGroup& group,
+                              const runtime::ProcessGroup* vocab_tp) {
   // The labelled tokens of the whole group first: each row's gradient is divided by that global
   // count, and the loss is the mean over every labelled token.
   i64 local_tokens = 0;
@@ -111,7 +147,7 @@ GroupLoss group_cross_entropy(const Tensor& logits, const Tensor& labels, const 
   o.group = group;
   if (group.size() > 1) runtime::all_reduce(count, o).wait();
   const double total = count.to_vector<double>()[0];
-  LossSum ls = cross_entropy_sum(logits, labels, total);
+  LossSum ls = cross_entropy_sum(logits, labels, total, vocab_tp);
   Tensor sum = Tensor::from_vector(std::vector<double>{ls.sum}, {1}, DType::f64);
   if (group.size() > 1) runtime::all_reduce(sum, o).wait();
   GroupLoss r;

@@ -275,7 +275,7 @@ TrainResult train_multimodal(const MultimodalSpec& spec) {
     TransformerContext ctx;
     const Tensor logits = model.stage_forward(local, x, ctx);
     // the loss over every labelled token of the global batch (DP x CP)
-    GroupLoss loss = group_cross_entropy(logits, local.labels, dp_cp);
+    GroupLoss loss = group_cross_entropy(logits, local.labels, dp_cp, model.vocab_group());
     result.losses.push_back(loss.loss);
     // backward: the language model, its input gradient back to full rows, the bridge, the encoder
     const Tensor dx = model.stage_backward(std::move(loss.dlogits), local, ctx);

@@ -64,7 +64,7 @@ TransformerDump transformer_step(const TransformerRunSpec& spec) {
   dump.loss = step.loss;
   dump.tokens = step.tokens;
   if (!step.logits.has_data()) return dump;  // a timing run: nothing to gather
-  dump.logits = gather_logits(step.logits, local, groups.cp.cp);
+  dump.logits = gather_logits(model.full_logits(step.logits), local, groups.cp.cp);
   if (spec.dp > 1) dump.logits = gather_over_dp(dump.logits, spec, ps.dp().group);
   for (auto& [name, p] : model.named_parameters()) {
     dump.grads.emplace_back(name, p->full_grad(groups.tp).to(DType::f32));

@@ -40,6 +40,14 @@ std::string shard_file(const std::string& dir, i64 tp_rank, i64 pp_rank) {
   return dir + "/shard-tp" + str(tp_rank) + "-pp" + str(pp_rank) + ".safetensors";
 }
 
+// Model chunk `chunk` of pipeline rank `rank`: global chunk chunk * pp + rank of pp * v.
+Stage pipeline_stage(const TrainSpec& s, int rank, int chunk) {
+  Stage st{chunk * s.pp + rank, s.pp * s.virtual_stages};
+  st.first_stage_layers = s.first_stage_layers;
+  st.last_stage_layers = s.last_stage_layers;
+  return st;
+}
+
 // The layout's checks that need no run.
 void check_spec(const TrainSpec& s) {
   if (s.tp < 1 || s.cp < 1 || s.dp < 1 || s.pp < 1) throw Error("training: every parallel size must be >= 1");
@@ -48,7 +56,15 @@ void check_spec(const TrainSpec& s) {
   if (s.zero != 0 && s.zero != 1 && s.zero != 3) {
     throw Error("training: zero must be 0, 1 (the distributed optimizer) or 3 (FSDP), got " + str(s.zero));
   }
-  if (s.config.layers % s.pp != 0) {
+  const bool uneven = s.first_stage_layers != -1 || s.last_stage_layers != -1;
+  if (uneven && s.virtual_stages != 1) {
+    throw Error(
+        "training: uneven first/last pipeline stages are not supported with virtual_stages (the "
+        "interleaved schedule); use one or the other");
+  }
+  if (uneven) {
+    stage_layers(s.config.layers, pipeline_stage(s, 0, 0), "training");
+  } else if (s.config.layers % s.pp != 0) {
     throw Error("training: " + str(s.config.layers) + " layers cannot be split evenly over pp=" + str(s.pp) +
                 " stages; use a pp that divides model.layers");
   }
@@ -90,7 +106,7 @@ struct Runner {
       : spec(s), ps(std::move(state)), pp(ps.pp().group), dp_cp(ps.dp_cp().group) {
     const int p = ps.pp().size, v = s.virtual_stages;
     for (int j = 0; j < v; ++j) {
-      chunks.emplace_back(s.config, s.weights, groups, s.attention, Stage{j * p + ps.pp().rank, p * v});
+      chunks.emplace_back(s.config, s.weights, groups, s.attention, pipeline_stage(s, ps.pp().rank, j));
     }
     const auto params = named_parameters();  // (before FSDP releases any value)
     data = params.empty() || params.front().second->value.has_data();
@@ -209,7 +225,7 @@ struct Runner {
         const Tensor out = model.stage_forward(b, input, c);
         if (last) {
           const runtime::MemoryPhase phase("loss");
-          LossSum ls = cross_entropy_sum(out, b.labels, total_tokens);
+          LossSum ls = cross_entropy_sum(out, b.labels, total_tokens, model.vocab_group());
           loss_sum += ls.sum;
           dlogits[static_cast<std::size_t>(pass.micro)] = std::move(ls.dlogits);
         } else {
@@ -285,14 +301,22 @@ struct Runner {
   std::vector<std::pair<std::string, Tensor>> consolidate(const std::map<std::string, Tensor>& mine,
                                                           const std::string& prefix) const {
     std::vector<std::pair<std::string, Tensor>> out;
-    const i64 per = spec.config.layers / (spec.pp * spec.virtual_stages);  // layers per model chunk
+    // the pipeline rank of each layer
+    std::vector<int> layer_owner(static_cast<std::size_t>(spec.config.layers), 0);
+    for (int j = 0; j < spec.virtual_stages; ++j) {
+      for (int q = 0; q < spec.pp; ++q) {
+        const StageLayers sl = stage_layers(spec.config.layers, pipeline_stage(spec, q, j), "training");
+        for (i64 l = sl.first; l < sl.first + sl.count; ++l) layer_owner[static_cast<std::size_t>(l)] = q;
+      }
+    }
     for (const auto& [name, shape] : parameter_shapes(spec.config)) {
       int owner = 0;
       if (name.rfind("final_ln.", 0) == 0 || name.rfind("output.", 0) == 0) {
         owner = spec.pp - 1;
-      } else if (name != "embedding.weight") {
+      } else if (name != "embedding.weight" && name != "position_embedding.weight") {
         for (i64 l = 0; l < spec.config.layers; ++l)
-          if (name.rfind(block_parameter_name(spec.config, l, ""), 0) == 0) owner = static_cast<int>(l / per % spec.pp);
+          if (name.rfind(block_parameter_name(spec.config, l, ""), 0) == 0)
+            owner = layer_owner[static_cast<std::size_t>(l)];
       }
       const auto it = mine.find(prefix + name);
       Tensor t = it != mine.end() ? it->second.to(DType::f32).contiguous() : Tensor::zeros(shape, DType::f32);

@@ -41,6 +41,12 @@ struct TrainSpec {
   // r + pp, ..., each of layers / (pp * v) blocks. REQUIRES: pp >= 2, layers % (pp * v) == 0,
   // micro_batches % pp == 0. Default: 1.
   int virtual_stages = 1;
+  // Uneven pipeline stages (Megatron's --decoder-first-pipeline-num-layers /
+  // --decoder-last-pipeline-num-layers, models/transformer.h Stage): the blocks of the first and
+  // of the last stage (-1: the even share); the other stages split the rest evenly. REQUIRES:
+  // pp >= 2, virtual_stages == 1. Default: -1 (even).
+  std::int64_t first_stage_layers = -1;
+  std::int64_t last_stage_layers = -1;
   AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;  // max_norm, PyTorch's rule
   // 0: AdamW on all-reduced gradients; 1: ZeRO-1 over DP x CP (Megatron's distributed optimizer);

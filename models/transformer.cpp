@@ -203,10 +203,7 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
   if (st.size < 1 || st.rank < 0 || st.rank >= st.size) {
     throw Error("Transformer: stage " + str(st.rank) + " of " + str(st.size));
   }
-  if (c.layers % st.size != 0) {
-    throw Error("Transformer: " + str(c.layers) + " layers cannot be split evenly over pp=" + str(st.size) +
-                " stages; use a pp that divides the layer count");
-  }
+  const StageLayers mine = stage_layers(c.layers, st, "Transformer");
   // Ulysses (a2a, and the a2a level of a2a+p2p) splits the local query and key/value heads
   const i64 cp = g.cp.cp.size();
   const i64 a2a = a.comm == cp::CommType::a2a ? cp : a.comm == cp::CommType::a2a_p2p && cp > 1 ? g.cp.a2a.size() : 1;
@@ -216,7 +213,7 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
                 str(local_q) + " query and " + str(local_kv) +
                 " key/value heads; use a CP comm type without a2a (p2p, all_gather), or more heads");
   }
-  const i64 per = c.layers / st.size, first = st.rank * per;
+  const i64 per = mine.count, first = mine.first;
   for (const ParamSpec& s : param_specs(c)) {
     // only this stage's parameters are read (a stage loads nothing else)
     const bool embedding = is_embedding(s.name);
@@ -889,16 +886,57 @@ struct Transformer::Block {
   }
 };
 
+StageLayers stage_layers(i64 layers, const Stage& st, const std::string& who) {
+  const i64 n = st.size, f = st.first_stage_layers, l = st.last_stage_layers;
+  if (f < 0 && l < 0) {
+    if (layers % n != 0) {
+      throw Error(who + ": " + str(layers) + " layers cannot be split evenly over pp=" + str(n) +
+                  " stages; use a pp that divides the layer count, or uneven first/last stages");
+    }
+    return {st.rank * (layers / n), layers / n};
+  }
+  if (f < -1 || l < -1) throw Error(who + ": the first and last stages' layer counts must be >= 0");
+  if (n < 2) throw Error(who + ": uneven first/last pipeline stages need pp >= 2");
+  const i64 fixed = std::max<i64>(f, 0) + std::max<i64>(l, 0);
+  const i64 rest_stages = n - (f >= 0 ? 1 : 0) - (l >= 0 ? 1 : 0);
+  const i64 rest = layers - fixed;
+  const std::string counts = "first stage " + (f >= 0 ? str(f) : std::string("even")) + ", last stage " +
+                             (l >= 0 ? str(l) : std::string("even"));
+  if (rest < 0 || (rest_stages == 0 && rest != 0) || (rest_stages > 0 && rest % rest_stages != 0)) {
+    throw Error(who + ": " + str(layers) + " layers cannot be split over pp=" + str(n) + " stages with " + counts +
+                " layers: the other " + str(rest_stages) + " stages must share the remaining " + str(rest) +
+                " layers evenly");
+  }
+  const i64 middle = rest_stages > 0 ? rest / rest_stages : 0;
+  auto count = [&](i64 r) { return r == 0 && f >= 0 ? f : r == n - 1 && l >= 0 ? l : middle; };
+  i64 first = 0;
+  for (i64 r = 0; r < st.rank; ++r) first += count(r);
+  return {first, count(st.rank)};
+}
+
 Transformer::Transformer(const TransformerConfig& config, const Weights& w, TransformerGroups groups,
                          const AttentionSetup& attention, Stage stage)
     : config_(checked(config, w, groups, attention, stage)),
       groups_(std::move(groups)),
       attention_(attention),
       stage_(stage) {
-  const i64 per = config_.layers / stage_.size;
-  first_layer_ = stage_.rank * per;
+  const StageLayers mine = stage_layers(config_.layers, stage_, "Transformer");
+  const i64 per = mine.count;
+  first_layer_ = mine.first;
+  const int tp = groups_.tp.size();
+  vocab_parallel_ = tp > 1 && config_.vocab % tp == 0;
+  // rows [r V/tp, (r+1) V/tp) of the embedding and output tables (Megatron's VocabParallelEmbedding
+  // and the output layer's ColumnParallelLinear), or the whole tables
+  auto vocab_table = [&](const std::string& name) {
+    if (!vocab_parallel_) return replicated(w, name, config_.dtype);
+    tp::Parameter p;
+    p.value = tp::shard_of(weight(w, name), 0, tp, groups_.tp.rank(), 1, config_.dtype);
+    runtime::retag_memory(p.value, runtime::MemoryKind::parameters);
+    p.partition_dim = 0;
+    return p;
+  };
   if (has_embedding()) {
-    embedding_ = replicated(w, "embedding.weight", config_.dtype);
+    embedding_ = vocab_table("embedding.weight");
     if (config_.positions == Positions::learned) {
       position_embedding_ = replicated(w, "position_embedding.weight", config_.dtype);
     }
@@ -909,8 +947,8 @@ Transformer::Transformer(const TransformerConfig& config, const Weights& w, Tran
     lnf_w_ = replicated(w, "final_ln.weight", config_.dtype);
     if (config_.norm == Norm::layernorm) lnf_b_ = replicated(w, "final_ln.bias", config_.dtype);
     lnf_w_.sequence_parallel = lnf_b_.sequence_parallel = config_.sequence_parallel;
-    out_w_ = replicated(w, "output.weight", config_.dtype);
-    if (config_.bias) out_b_ = replicated(w, "output.bias", config_.dtype);
+    out_w_ = vocab_table("output.weight");
+    if (config_.bias) out_b_ = vocab_table("output.bias");
   }
 }
 
@@ -1024,7 +1062,20 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   if (has_embedding()) {
     const runtime::MemoryPhase phase("embedding forward");
     UnitGather(embedding_unit(), groups_.fsdp).finish();
-    x = runtime::embedding(b.ids, embedding_.value);
+    if (vocab_parallel_) {
+      // each TP rank looks up the ids of its vocabulary rows; the partial rows are summed over TP
+      // (exact: every row has one non-zero term), reduce-scattered straight into the
+      // sequence-parallel region when nothing is added to them first (Megatron-Core's
+      // reduce_scatter_embeddings)
+      x = tp::vocab_parallel_lookup(b.ids, embedding_.value, config_.vocab, groups_.tp, ctx.embedding);
+      if (sp_embedding_scatter()) {
+        x = tp::reduce_scatter_to_sp(pad_rows(x, sp_rows(b.ids.numel(), groups_.tp.size())), groups_.tp);
+      } else {
+        x = tp::reduce_from_tp(x, groups_.tp);
+      }
+    } else {
+      x = runtime::embedding(b.ids, embedding_.value);
+    }
     if (config_.positions == Positions::learned) {
       x = runtime::add(x, runtime::embedding(position_ids(b, config_.max_positions), position_embedding_.value));
     }
@@ -1042,13 +1093,14 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
     throw Error("Transformer: the stage input is " + x.str() + " but the model computes in " +
                 runtime::dtype_name(config_.dtype) + "; convert it with to()");
   }
-  const i64 want = stage_.first() ? rows : hidden_shape(b)[0];
+  const bool scattered = has_embedding() && sp_embedding_scatter();  // already this rank's share
+  const i64 want = stage_.first() && !scattered ? rows : hidden_shape(b)[0];
   if (x.dim() != 2 || x.size(0) != want || x.size(1) != config_.hidden) {
     throw Error("Transformer: the stage input is " + x.str() + ", expected [" + str(want) + ", " + str(config_.hidden) +
                 (sp && !stage_.first() ? "] (this TP rank's share of the local tokens x hidden)"
                                        : "] (the batch's local tokens x hidden)"));
   }
-  if (sp && stage_.first()) {
+  if (sp && stage_.first() && !scattered) {
     // into the sequence-parallel region: this rank's share of the (padded) rows
     x = tp::scatter_to_sp(pad_rows(x, sp_rows(rows, groups_.tp.size())), groups_.tp);
   }
@@ -1075,6 +1127,7 @@ Tensor Transformer::stage_forward(const LocalBatch& b, const Tensor& input, Tran
   ctx.x_last = x;
   ctx.lnf = norm_forward(config_.norm, x, lnf_w_, lnf_b_, config_.layer_norm_eps);
   // out of the sequence-parallel region: every rank's rows, for the output layer every TP rank holds
+  // (whole, or its vocabulary rows: then the logits are this rank's columns, [N, vocab / tp])
   const Tensor y = sp ? first_rows(tp::gather_from_sp(ctx.lnf.y, groups_.tp), rows) : ctx.lnf.y;
   Tensor logits = runtime::matmul(y, out_w_.value, false, true);
   if (config_.bias) logits = runtime::add(logits, out_b_.value);
@@ -1098,8 +1151,15 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
     dx = Tensor();
     out_w_.accumulate(og.db);
     og.db = Tensor();
-    // every TP rank computed the same full gradient: each keeps its share
-    if (sp) og.da = tp::gather_from_sp_backward(pad_rows(og.da, padded), groups_.tp, false);
+    if (vocab_parallel_) {
+      // each TP rank's vocabulary columns gave a partial input gradient: summed over TP (into
+      // each rank's share of the rows with sequence parallelism)
+      og.da = sp ? tp::gather_from_sp_backward(pad_rows(og.da, padded), groups_.tp, true)
+                 : tp::copy_to_tp_backward(og.da, groups_.tp);
+    } else if (sp) {
+      // every TP rank computed the same full gradient: each keeps its share
+      og.da = tp::gather_from_sp_backward(pad_rows(og.da, padded), groups_.tp, false);
+    }
     Tensor dfinal = norm_backward(config_.norm, og.da, ctx.x_last, lnf_w_, lnf_b_, ctx.lnf);
     og = runtime::MatmulGrads{};
     ctx.x_last = Tensor();
@@ -1143,15 +1203,27 @@ Tensor Transformer::stage_backward(Tensor dout, const LocalBatch& b, Transformer
     }
   }
   if (!stage_.first()) return dx;
-  if (sp) dx = first_rows(tp::scatter_to_sp_backward(dx, groups_.tp), rows);
+  if (sp) {
+    dx = has_embedding() && sp_embedding_scatter() ? tp::reduce_scatter_to_sp_backward(dx, groups_.tp)
+                                                   : tp::scatter_to_sp_backward(dx, groups_.tp);
+    dx = first_rows(dx, rows);
+  }
   if (!has_embedding()) return dx;
   const runtime::MemoryPhase phase("embedding backward");
   // (the embedding's backward reads no weight: nothing to gather)
-  embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
   if (config_.positions == Positions::learned) {
     position_embedding_.accumulate(
         runtime::embedding_backward(dx, position_ids(b, config_.max_positions), config_.max_positions));
   }
+  if (vocab_parallel_) {
+    // the gradient of every row reaches every TP rank (the forward's sum); each keeps its rows
+    // (dx is ours: the gathered gradient, or the one the caller moved in)
+    embedding_.accumulate(tp::vocab_parallel_lookup_backward(dx.contiguous(), ctx.embedding,
+                                                             config_.vocab / groups_.tp.size(), groups_.tp.size()));
+    ctx.embedding = tp::EmbeddingContext{};
+    return Tensor();
+  }
+  embedding_.accumulate(runtime::embedding_backward(dx, b.ids, config_.vocab));
   return Tensor();
 }
 
@@ -1162,7 +1234,7 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   GroupLoss gl;
   {
     const runtime::MemoryPhase phase("loss");
-    gl = group_cross_entropy(logits, b.labels, groups_.loss ? *groups_.loss : groups_.cp.cp);
+    gl = group_cross_entropy(logits, b.labels, groups_.loss ? *groups_.loss : groups_.cp.cp, vocab_group());
   }
   StepResult result;
   result.tokens = gl.tokens;
@@ -1171,6 +1243,10 @@ StepResult Transformer::forward_backward(const LocalBatch& b) {
   stage_backward(std::move(gl.dlogits), b, ctx);
   reduce_tp_partial_gradients(named_parameters());
   return result;
+}
+
+Tensor Transformer::full_logits(const Tensor& logits) const {
+  return vocab_parallel_ ? tp::gather_from_tp(logits, groups_.tp) : logits;
 }
 
 Tensor gather_logits(const Tensor& local, const LocalBatch& b, const runtime::ProcessGroup& cp) {

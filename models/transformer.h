@@ -25,9 +25,12 @@
 //
 // Parallelism. The transformer layer is tensor-parallel as Megatron's: qkv is column-parallel with
 // partition stride 3 (rank r holds the q, k and v rows of heads [r*heads/tp, (r+1)*heads/tp)), proj
-// row-parallel, fc1 column-, fc2 row-parallel; embedding, LayerNorms and the output layer are
-// replicated on every TP rank (as the bionemo model's plain torch modules are), which keeps any
-// vocabulary size legal. The sequence is split over CP in the DualChunkSwap layout
+// row-parallel, fc1 column-, fc2 row-parallel; the embedding and output layer are vocab-parallel as
+// Megatron's (rank r holds rows [r V/tp, (r+1) V/tp) of both tables; the lookup's partial rows are
+// summed over TP, the logits stay split by vocabulary and the loss is tp/cross_entropy.h's) when
+// tp divides the vocabulary, and replicated on every TP rank otherwise (as the bionemo model's
+// plain torch modules are; Megatron pads the vocabulary instead, which the scenarios do, see
+// docs/models.md); the norms are replicated. The sequence is split over CP in the DualChunkSwap layout
 // (cp/partition.h); attention runs through cp/context_parallel.h with the chosen comm type (at
 // cp = 1 the block kernel of cp/attention.h runs on the whole sequence). Every parameter is
 // replicated across CP, so its gradient is summed over the CP group (Megatron's DP x CP rule;
@@ -220,13 +223,21 @@ struct TransformerContext {
   std::vector<BlockContext> blocks;
   runtime::Tensor x_last;  // the last block's output (last stage)
   NormResult lnf;
+  tp::EmbeddingContext embedding;  // the vocab-parallel lookup (first stage)
 };
 
 // A pipeline stage: the blocks [first_layer, first_layer + layers) of the model, with the
 // embedding on the first stage and the final LayerNorm and output layer on the last.
 struct Stage {
   int rank = 0;  // pipeline rank
-  int size = 1;  // pipeline stages. REQUIRES: size divides config.layers
+  int size = 1;  // pipeline stages. REQUIRES: size divides config.layers (unless uneven, below)
+  // Uneven stages (Megatron's --decoder-first-pipeline-num-layers and
+  // --decoder-last-pipeline-num-layers): the first and/or the last stage hold this many blocks
+  // (>= 0; -1: the even share), and the other stages split the rest evenly -- so that the stages
+  // with the embedding and the output layer can take fewer blocks. REQUIRES: size >= 2, the rest
+  // divisible by the stages left (Error otherwise; stage_layers says which).
+  std::int64_t first_stage_layers = -1;
+  std::int64_t last_stage_layers = -1;
   // The first stage takes its input embeddings from outside (another model's output, e.g. an
   // encoder through models/bridge.h) instead of the embedding table: there is no
   // embedding.weight (weights need not hold one), stage_forward reads `input` [N, hidden] (the
@@ -237,10 +248,18 @@ struct Stage {
   bool last() const { return rank == size - 1; }
 };
 
+// The blocks of a stage: [first, first + count) of config.layers. Errors (prefixed with who):
+// the even split when size does not divide layers; uneven counts below -1, above the layer
+// count, on a single stage, or leaving a rest the middle stages cannot split evenly.
+struct StageLayers {
+  std::int64_t first = 0, count = 0;
+};
+StageLayers stage_layers(std::int64_t layers, const Stage& stage, const std::string& who);
+
 struct StepResult {
   double loss = 0;          // the global mean cross-entropy (NaN in shape-only runs)
   std::int64_t tokens = 0;  // labelled tokens over the loss group
-  runtime::Tensor logits;   // this rank's logits, f32 [N, vocab] (local rows)
+  runtime::Tensor logits;   // this rank's logits, f32 [N, vocab] (local rows; [N, vocab / tp] when vocab-parallel)
 };
 
 class Transformer {
@@ -300,6 +319,14 @@ class Transformer {
   const TransformerGroups& groups() const { return groups_; }
   const Stage& stage() const { return stage_; }
   std::int64_t first_layer() const { return first_layer_; }
+  // The embedding and output tables split by vocabulary rows over TP (tp > 1 and tp divides
+  // vocab); the last stage's logits are then this rank's columns [N, vocab / tp].
+  bool vocab_parallel() const { return vocab_parallel_; }
+  // The group a loss over this model's logits must reduce over (cross_entropy_sum's vocab_tp):
+  // the TP group when vocab-parallel, else none.
+  const runtime::ProcessGroup* vocab_group() const { return vocab_parallel_ ? &groups_.tp : nullptr; }
+  // The last stage's logits with every vocabulary column: gathered over TP when vocab-parallel.
+  runtime::Tensor full_logits(const runtime::Tensor& logits) const;
   std::int64_t num_layers() const { return static_cast<std::int64_t>(blocks_.size()); }
 
   struct Block;  // one transformer block's layers (transformer.cpp)
@@ -316,12 +343,18 @@ class Transformer {
   std::vector<tp::Parameter*> embedding_unit() const;
   std::vector<tp::Parameter*> head_unit() const;
   bool has_embedding() const { return stage_.first() && !stage_.external_embeddings; }
+  // Sequence parallelism with a vocab-parallel embedding and nothing added after it: the lookup's
+  // partial rows are reduce-scattered straight into the sequence-parallel region.
+  bool sp_embedding_scatter() const {
+    return vocab_parallel_ && config_.sequence_parallel && config_.positions != Positions::learned;
+  }
 
   TransformerConfig config_;
   TransformerGroups groups_;
   AttentionSetup attention_;
   Stage stage_;
   std::int64_t first_layer_ = 0;
+  bool vocab_parallel_ = false;
   tp::Parameter embedding_, position_embedding_, lnf_w_, lnf_b_, out_w_, out_b_;  // first / last stage only
   std::vector<std::unique_ptr<Block>> blocks_;
 };

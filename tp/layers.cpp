@@ -236,42 +236,50 @@ void zero_masked_rows(const Tensor& t, const std::vector<std::uint8_t>& mask, co
 
 }  // namespace
 
-Tensor VocabParallelEmbedding::forward(const Tensor& ids, EmbeddingContext& ctx) const {
+Tensor vocab_parallel_lookup(const Tensor& ids, const Tensor& shard, std::int64_t vocab,
+                             const runtime::ProcessGroup& tp, EmbeddingContext& ctx) {
   const char* who = "VocabParallelEmbedding::forward";
   if (!ids.defined() || (ids.dtype() != runtime::DType::i64 && ids.dtype() != runtime::DType::i32)) {
     throw Error(std::string(who) + ": ids must be an i64 or i32 tensor");
   }
-  const std::int64_t end = start_ + vocab_ / p_;
+  const std::int64_t rows = vocab / tp.size(), start = tp.rank() * rows, end = start + rows;
   if (ids.has_data()) {
     std::vector<std::int64_t> v = ids.to_vector<std::int64_t>();
     ctx.masked.assign(v.size(), 0);
     for (std::size_t i = 0; i < v.size(); ++i) {
-      if (v[i] < 0 || v[i] >= vocab_) {
+      if (v[i] < 0 || v[i] >= vocab) {
         throw Error(std::string(who) + ": id " + std::to_string(v[i]) + " at position " + std::to_string(i) +
-                    " is outside the vocabulary of " + std::to_string(vocab_));
+                    " is outside the vocabulary of " + std::to_string(vocab));
       }
-      const bool owned = v[i] >= start_ && v[i] < end;
+      const bool owned = v[i] >= start && v[i] < end;
       ctx.masked[i] = owned ? 0 : 1;
-      v[i] = owned ? v[i] - start_ : 0;
+      v[i] = owned ? v[i] - start : 0;
     }
     ctx.local_ids = Tensor::from_vector(v, ids.shape());
   } else {
     ctx.masked.clear();
     ctx.local_ids = Tensor::shape_only(ids.shape(), runtime::DType::i64);
   }
-  Tensor partial = runtime::embedding(ctx.local_ids, weight_.value);
-  if (p_ > 1) zero_masked_rows(partial, ctx.masked, "embedding_mask");
+  Tensor partial = runtime::embedding(ctx.local_ids, shard);
+  if (tp.size() > 1) zero_masked_rows(partial, ctx.masked, "embedding_mask");
+  return partial;
+}
+
+Tensor vocab_parallel_lookup_backward(const Tensor& dy, const EmbeddingContext& ctx, std::int64_t shard_rows,
+                                      int tp_size) {
+  if (tp_size > 1) zero_masked_rows(dy, ctx.masked, "embedding_mask_backward");
+  return runtime::embedding_backward(dy, ctx.local_ids, shard_rows);
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids, EmbeddingContext& ctx) const {
+  Tensor partial = vocab_parallel_lookup(ids, weight_.value, vocab_, tp_, ctx);
   return opts_.sequence_parallel ? reduce_scatter_to_sp(partial, tp_) : reduce_from_tp(partial, tp_);
 }
 
 void VocabParallelEmbedding::backward(const Tensor& dy, const EmbeddingContext& ctx) {
-  Tensor full = dy;
-  if (p_ > 1) {
-    // The gathered gradient is ours to modify; the caller's dy is not.
-    full = opts_.sequence_parallel ? reduce_scatter_to_sp_backward(dy, tp_) : dy.clone();
-    zero_masked_rows(full, ctx.masked, "embedding_mask_backward");
-  }
-  weight_.accumulate(runtime::embedding_backward(full, ctx.local_ids, vocab_ / p_));
+  // the gathered gradient is ours to modify; the caller's dy is not
+  const Tensor full = p_ == 1 ? dy : opts_.sequence_parallel ? reduce_scatter_to_sp_backward(dy, tp_) : dy.clone();
+  weight_.accumulate(vocab_parallel_lookup_backward(full, ctx, vocab_ / p_, p_));
 }
 
 void allreduce_sequence_parallel_grads(const std::vector<Parameter*>& params, const runtime::ProcessGroup& tp) {

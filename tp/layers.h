@@ -175,6 +175,21 @@ class VocabParallelEmbedding {
   Parameter weight_;
 };
 
+// The embedding's local steps, for models that hold the table shard themselves (the decoder's
+// vocab-parallel embedding, models/transformer.h): VocabParallelEmbedding::forward is
+// vocab_parallel_lookup followed by the sum over TP, and backward the gradient's gather followed
+// by vocab_parallel_lookup_backward.
+// vocab_parallel_lookup: rank tp.rank()'s partial output ids.shape + [H] from its shard [V/p, H]
+// of a table of `vocab` rows: the owned ids' rows, zeros elsewhere. Errors: ids not i64/i32, an
+// id outside [0, vocab).
+runtime::Tensor vocab_parallel_lookup(const runtime::Tensor& ids, const runtime::Tensor& shard, std::int64_t vocab,
+                                      const runtime::ProcessGroup& tp, EmbeddingContext& ctx);
+// The shard's gradient [V/p, H] from the gradient of the whole (summed) output, dy
+// (ids.shape + [H]), whose rows of ids this rank does not own are zeroed in place: pass a tensor
+// that is yours to modify.
+runtime::Tensor vocab_parallel_lookup_backward(const runtime::Tensor& dy, const EmbeddingContext& ctx,
+                                               std::int64_t shard_rows, int tp_size);
+
 // All-reduces (sum over tp) the gradient of every parameter flagged sequence_parallel, as
 // Megatron's finalize_model_grads does for sequence-parallel biases and LayerNorm parameters.
 // Collective over tp; parameters without a gradient are skipped identically on every rank.

@@ -191,8 +191,10 @@ TEST_P(LayerActivations, OneMoreLayerAddsMegatronsTermsLessDropoutAndScoresPlusT
         << "rank " << r << ": Megatron's terms " << expected.megatron_terms << " + lse " << expected.lse
         << " + LayerNorm stats " << expected.ln_stats << " + fused qkv kept by v " << expected.qkv_view;
     // The whole forward: the embedding's output (e n h), kLayers layers, the final LayerNorm (its
-    // output and two f32 statistics) and the logits (e n vocab, replicated over TP).
-    const u64 head = e * n * h + 2 * 4 * n + e * n * static_cast<u64>(cfg.vocab);
+    // output and two f32 statistics) and the logits (e n vocab / t: vocab-parallel, as every tp
+    // here divides the vocabulary), and with tp > 1 the vocab-parallel lookup's local ids (i64).
+    const auto t = static_cast<u64>(c.tp);
+    const u64 head = e * n * h + 2 * 4 * n + e * n * static_cast<u64>(cfg.vocab) / t + (t > 1 ? 8 * n : 0);
     EXPECT_EQ(m[0], e * n * h + kLayers * expected.total() + head) << "rank " << r;
   }
 }
@@ -405,8 +407,9 @@ TEST(TransformerMemory, BackwardFreesEachBlocksContextAndPeaksAtItsStart) {
         GroupLoss loss;
         {
           const runtime::MemoryPhase phase("loss");  // as forward_backward labels it
-          loss = group_cross_entropy(logits, local.labels, g.cp.cp);
+          loss = group_cross_entropy(logits, local.labels, g.cp.cp, model.vocab_group());
         }
+        EXPECT_TRUE(model.vocab_parallel());  // tp = 2 divides the vocabulary
         model.stage_backward(std::move(loss.dlogits), local, ctx, [&](i64 layer) {
           at_hook[r].emplace_back(layer, runtime::memory_in_use()[kind(MemoryKind::activations)] - base);
         });
@@ -421,12 +424,14 @@ TEST(TransformerMemory, BackwardFreesEachBlocksContextAndPeaksAtItsStart) {
     EXPECT_EQ(at_hook[r][2].first, 0);
     EXPECT_EQ(at_hook[r][0].second - at_hook[r][1].second, layer) << "rank " << r;
     EXPECT_EQ(at_hook[r][1].second - at_hook[r][2].second, layer) << "rank " << r;
-    // After layer 0: its input gradient (the embedding's) and the logits the caller holds.
-    EXPECT_EQ(at_hook[r][2].second, e * n * h + logits_bytes[r]) << "rank " << r;
+    // After layer 0: its input gradient (the embedding's), the logits the caller holds, and the
+    // vocab-parallel lookup's local ids (i64, one per token), which the embedding's backward reads.
+    EXPECT_EQ(at_hook[r][2].second, e * n * h + logits_bytes[r] + 8 * n) << "rank " << r;
+    EXPECT_EQ(logits_bytes[r], e * n * static_cast<u64>(cfg.vocab) / t) << "rank " << r;  // this rank's columns
     EXPECT_EQ(after_backward[r], logits_bytes[r]) << "rank " << r;
     const runtime::MemoryUse& m = rep.memory[r];
     EXPECT_THAT(m.phase, ::testing::AnyOf("output layer backward", "layer 2 backward")) << "rank " << r;
-    const u64 dlogits = e * n * static_cast<u64>(cfg.vocab);
+    const u64 dlogits = e * n * static_cast<u64>(cfg.vocab) / t;
     EXPECT_GT(m.at_peak[kind(MemoryKind::activations)], forward_activations[r]) << "rank " << r;
     EXPECT_LE(m.at_peak[kind(MemoryKind::activations)] + m.at_peak[kind(MemoryKind::gradients)],
               forward_activations[r] + dlogits + 7 * e * n * h + 7 * e * n * h / t + grads[r])
