@@ -307,6 +307,147 @@ TEST(ModelScenario, FamilyAndMegatronOptionKeys) {
   EXPECT_THAT(load_error(kHead + llama + batch + "train: {zero: 2}\n"), HasSubstr("train.zero"));
 }
 
+// Megatron's vocabulary padding (model.make_vocab_size_divisible_by) and uneven pipeline stages
+// (parallel.decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers): the padded
+// vocabulary, whether the tables are split over TP, and the stages' blocks in the summary; the
+// errors at the key (file:line:column) for combinations that cannot work.
+TEST(ModelScenario, VocabPaddingAndUnevenPipelineStageKeys) {
+  const std::string model =
+      "model: {kind: transformer, family: llama, format: thd, mask: causal, hidden: 32, heads: 4, kv_heads: 2, "
+      "ffn: 64, ";
+  const std::string batch = "batch: {lengths: [9, 14, 6, 11]}\n";  // 40 tokens
+  auto with = [&](const std::string& parallel, const std::string& rest) {
+    return write_scenario(kHead + "parallel: " + parallel + "\n" + model + rest + "}\n" + batch);
+  };
+  // 50 padded to a multiple of 8 x tp = 16: 64 rows, split over the 2 TP ranks
+  const Scenario sc = load_scenario(with("{tp: 2}", "vocab: 50, make_vocab_size_divisible_by: 8"));
+  EXPECT_EQ(sc.model->config.vocab, 64);
+  EXPECT_EQ(sc.model->tokenizer_vocab, 50);
+  EXPECT_EQ(sc.model->vocab_divisible_by, 8);
+  const fs::path dump = scratch() / "vocab.safetensors";
+  const RunResult padded =
+      run(with("{tp: 2}", "vocab: 50, make_vocab_size_divisible_by: 8"), {"dump=" + dump.string()});
+  ASSERT_EQ(padded.code, 0) << padded.out << padded.error;
+  EXPECT_THAT(padded.out, HasSubstr("vocab 64 (50 padded to a multiple of 8 x tp) vocab-parallel, hidden 32"));
+  // the dump's logits have every padded column (gathered over TP)
+  EXPECT_EQ(runtime::load_safetensors(dump.string()).at("logits").shape(), (runtime::Shape{40, 64}));
+  fs::remove(dump);
+  struct Wording {
+    std::string parallel, model, summary;
+  };
+  const std::vector<Wording> wordings{
+      {"{tp: 4}", "vocab: 50, make_vocab_size_divisible_by: 8",
+       "vocab 64 (50 padded to a multiple of 8 x tp) "
+       "vocab-parallel, hidden 32"},                                                                    // 8 x 4 = 32
+      {"{tp: 2}", "vocab: 64, make_vocab_size_divisible_by: 8", "vocab 64 vocab-parallel, hidden 32"},  // a multiple
+      {"{tp: 2}", "vocab: 50", "vocab 50 vocab-parallel, hidden 32"},  // not given: no padding; 2 divides 50
+      {"{tp: 2}", "vocab: 51",
+       "vocab 51 replicated over TP (tp does not divide it; Megatron pads it: set model.make_vocab_size_divisible_by), "
+       "hidden 32"},
+      {"{tp: 1}", "vocab: 51", "vocab 51, hidden 32"},
+      {"{tp: 1}", "vocab: 51, make_vocab_size_divisible_by: 8", "vocab 56 (51 padded to a multiple of 8 x tp), hidden"},
+  };
+  for (const Wording& w : wordings) {
+    const RunResult r = run(with(w.parallel, w.model), {"data=shape_only"});
+    ASSERT_EQ(r.code, 0) << w.model << "\n" << r.out << r.error;
+    EXPECT_THAT(r.out, HasSubstr(w.summary)) << w.parallel << " " << w.model;
+  }
+
+  // Uneven stages: the split in the training line, and the run trains
+  const std::string train = "train: {steps: 1, micro_batches: 2}\n";
+  struct Stages {
+    std::string parallel;
+    int layers;
+    std::int64_t first, last;
+    std::string split;
+  };
+  const std::vector<Stages> splits{
+      {"{tp: 2, pp: 4, decoder_first_pipeline_num_layers: 3, decoder_last_pipeline_num_layers: 1}", 12, 3, 1,
+       "layers 12 over pp=4 (stages 3-4-4-1)"},
+      {"{pp: 3, decoder_first_pipeline_num_layers: 1, decoder_last_pipeline_num_layers: 1}", 5, 1, 1,
+       "layers 5 over pp=3 (stages 1-3-1)"},
+      {"{pp: 2, decoder_last_pipeline_num_layers: 1}", 3, -1, 1, "layers 3 over pp=2 (stages 2-1)"},
+      {"{pp: 3, decoder_first_pipeline_num_layers: 0}", 4, 0, -1, "layers 4 over pp=3 (stages 0-2-2)"},
+  };
+  for (const Stages& st : splits) {
+    const std::string path = write_scenario(kHead + "parallel: " + st.parallel + "\n" + model +
+                                            "layers: " + std::to_string(st.layers) + "}\n" + batch + train);
+    const Scenario s = load_scenario(path);
+    ASSERT_TRUE(s.model->train.has_value());
+    EXPECT_EQ(s.model->train->first_stage_layers, st.first) << st.parallel;
+    EXPECT_EQ(s.model->train->last_stage_layers, st.last) << st.parallel;
+    const RunResult r = run(path);
+    ASSERT_EQ(r.code, 0) << st.parallel << "\n" << r.out << r.error;
+    EXPECT_THAT(r.out, HasSubstr(st.split));
+    EXPECT_THAT(r.out, HasSubstr("pipeline: time blocked in stage-to-stage receives"));
+  }
+  // even stages say nothing of a split
+  const RunResult even =
+      run(write_scenario(kHead + "parallel: {pp: 2}\n" + model + "layers: 4}\n" + batch + train), {"data=shape_only"});
+  ASSERT_EQ(even.code, 0) << even.out << even.error;
+  EXPECT_THAT(even.out, AllOf(HasSubstr("layers 4 over pp=2"), Not(HasSubstr("(stages"))));
+
+  auto error = [&](const std::string& parallel, int layers, const std::string& rest) {
+    return load_error(kHead + "parallel: " + parallel + "\n" + model + "layers: " + std::to_string(layers) + "}\n" +
+                      batch + rest);
+  };
+  EXPECT_THAT(error("{pp: 2, virtual_stages: 2, decoder_first_pipeline_num_layers: 1}", 4, train),
+              HasSubstr("m.yaml:3:73: parallel.decoder_first_pipeline_num_layers and parallel.virtual_stages cannot "
+                        "be combined; use one or the other"));
+  EXPECT_THAT(error("{decoder_last_pipeline_num_layers: 1}", 4, train),
+              HasSubstr("m.yaml:3:46: parallel.decoder_last_pipeline_num_layers sets a pipeline stage's layers: it "
+                        "needs pp >= 2"));
+  EXPECT_THAT(error("{pp: 3, decoder_first_pipeline_num_layers: 1}", 4, train),
+              HasSubstr("m.yaml:3:54: parallel.decoder_first_pipeline_num_layers: the pipeline: 4 layers cannot be "
+                        "split over pp=3 stages with first stage 1, last stage even layers: the other 2 stages must "
+                        "share the remaining 3 layers evenly"));
+  EXPECT_THAT(error("{pp: 4, decoder_first_pipeline_num_layers: 13}", 12, train),
+              HasSubstr("m.yaml:3:54: parallel.decoder_first_pipeline_num_layers: the pipeline: 12 layers cannot be "
+                        "split over pp=4 stages"));
+  EXPECT_THAT(error("{pp: 2, decoder_first_pipeline_num_layers: 1}", 4, ""),
+              HasSubstr("m.yaml:3:54: parallel.decoder_first_pipeline_num_layers needs a train: section (a pipeline "
+                        "schedule)"));
+  EXPECT_THAT(error("{pp: 2, decoder_last_pipeline_num_layers: 1}", 4, ""),
+              HasSubstr("m.yaml:3:53: parallel.decoder_last_pipeline_num_layers needs a train: section (a pipeline "
+                        "schedule)"));
+  EXPECT_THAT(error("{pp: 2, decoder_first_pipeline_num_layers: -1}", 4, train),
+              HasSubstr("m.yaml:3:54: parallel.decoder_first_pipeline_num_layers must be a non-negative integer, "
+                        "got '-1'"));
+  EXPECT_THAT(error("{pp: 2}", 3, train),
+              HasSubstr("3 layers cannot be split evenly over pp=2 stages; set model.layers to a multiple of pp, or "
+                        "parallel.decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers"));
+  EXPECT_THAT(load_error(kHead + "parallel: {decoder_first_pipeline_num_layers: 1}\n" +
+                         "workload: {steps: {do: [wait: {}]}}\n"),
+              HasSubstr("m.yaml:3:47: parallel.decoder_first_pipeline_num_layers belongs to the model workload"));
+  EXPECT_THAT(load_error(kHead + model + "make_vocab_size_divisible_by: 0}\n"),
+              HasSubstr("m.yaml:3:144: model.make_vocab_size_divisible_by"));
+}
+
+// The two counts are one split: each key is checked with both counts (the error at the key that
+// completes a split that cannot work), so first 2 and last 2 of 12 layers over pp 4 (2-4-4-2)
+// load, though the first count alone (2, then 10 layers for 3 stages) would not divide.
+TEST(ModelScenario, UnevenStageKeysAreCheckedTogether) {
+  const std::string model =
+      "model: {kind: transformer, family: llama, format: thd, mask: causal, hidden: 32, heads: 4, kv_heads: 2, "
+      "ffn: 64, layers: 12}\n";
+  const std::string rest = "batch: {lengths: [9, 14, 6, 11]}\ntrain: {steps: 1, micro_batches: 2}\n";
+  auto error = [&](const std::string& parallel) {
+    return load_error(kHead + "parallel: " + parallel + "\n" + model + rest);
+  };
+  EXPECT_EQ(error("{pp: 4, decoder_first_pipeline_num_layers: 2, decoder_last_pipeline_num_layers: 2}"), "no error");
+  const RunResult r = run(write_scenario(kHead +
+                                         "parallel: {pp: 4, decoder_first_pipeline_num_layers: 2, "
+                                         "decoder_last_pipeline_num_layers: 2}\n" +
+                                         model + rest),
+                          {"data=shape_only"});
+  EXPECT_EQ(r.code, 0) << r.out << r.error;
+  EXPECT_THAT(r.out, HasSubstr("layers 12 over pp=4 (stages 2-4-4-2)")) << r.error;
+  EXPECT_THAT(error("{pp: 4, decoder_first_pipeline_num_layers: 3, decoder_last_pipeline_num_layers: 2}"),
+              HasSubstr("m.yaml:3:91: parallel.decoder_last_pipeline_num_layers: the pipeline: 12 layers cannot be "
+                        "split over pp=4 stages with first stage 3, last stage 2 layers: the other 2 stages must "
+                        "share the remaining 7 layers evenly"));
+}
+
 TEST(ModelScenario, TwoNodeTpCpDpTimingRun) {
   const RunResult r = run(kRoot + "/scenarios/tp-cp-dp-2node.yaml");
   ASSERT_EQ(r.code, 0) << r.out << r.error;
