@@ -46,6 +46,7 @@ struct ScenarioSchema {
                      {"pp", nullptr},
                      {"sequence_parallel", nullptr},
                      {"tp", nullptr},
+                     {"tp_comm_overlap", nullptr},
                      {"virtual_stages", nullptr}};
     model.keys = {{"activation", nullptr},
                   {"bias", nullptr},
@@ -302,8 +303,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
-  for (const char* k :
-       {"sequence_parallel", "virtual_stages", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"})
+  for (const char* k : {"sequence_parallel", "tp_comm_overlap", "virtual_stages", "decoder_first_pipeline_num_layers",
+                        "decoder_last_pipeline_num_layers"})
     if (!has_model && par.IsDefined() && entry(par, k).IsDefined())
       r.fail(entry(par, k),
              std::string("parallel.") + k + " belongs to the model workload; add model: {kind: transformer, ...}");

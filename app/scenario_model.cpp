@@ -242,6 +242,14 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     if (m.config.sequence_parallel && sc.tp == 1)
       r.fail(v, "parallel.sequence_parallel splits the tokens over TP: it needs tp > 1");
   }
+  if (const YAML::Node v = par.IsDefined() ? entry(par, "tp_comm_overlap") : YAML::Node(YAML::NodeType::Undefined);
+      v.IsDefined()) {
+    m.config.tp_comm_overlap = r.one_of(v, "parallel.tp_comm_overlap", {"true", "false"}) == "true";
+    if (m.config.tp_comm_overlap && !m.config.sequence_parallel)
+      r.fail(v,
+             "parallel.tp_comm_overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the "
+             "GEMMs (Megatron's --tp-comm-overlap): it needs parallel.sequence_parallel: true");
+  }
   auto layout_error = [&](const std::string& what) { r.fail(at, what); };
   // Megatron's vocabulary padding: to a multiple of make_vocab_size_divisible_by x tp, so that the
   // embedding and output layer split evenly over TP (models/transformer.h: vocab-parallel)
@@ -303,6 +311,8 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       }
     }
     if (m.shape_only && !ts.checkpoint.empty()) r.fail(t, "train.checkpoint needs real data: remove data: shape_only");
+    YAML::Node split_at;    // the last of the two keys given: a bad split is reported there
+    std::string split_key;  // empty: neither given
     for (auto [key, field] :
          {std::pair<const char*, std::int64_t*>{"decoder_first_pipeline_num_layers", &ts.first_stage_layers},
           {"decoder_last_pipeline_num_layers", &ts.last_stage_layers}}) {
@@ -313,13 +323,17 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       if (par.IsDefined() && entry(par, "virtual_stages").IsDefined())
         r.fail(v, std::string("parallel.") + key +
                       " and parallel.virtual_stages cannot be combined; use one or the other");
+      split_at = v;
+      split_key = key;
+    }
+    if (!split_key.empty()) {
       models::Stage st{0, sc.pp};
       st.first_stage_layers = ts.first_stage_layers;
       st.last_stage_layers = ts.last_stage_layers;
       try {
         models::stage_layers(m.config.layers, st, "the pipeline");
       } catch (const Error& e) {
-        r.fail(v, std::string("parallel.") + key + ": " + e.what());
+        r.fail(split_at, "parallel." + split_key + ": " + e.what());
       }
     }
     if (ts.first_stage_layers < 0 && ts.last_stage_layers < 0 && m.config.layers % sc.pp != 0)

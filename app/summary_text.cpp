@@ -5,6 +5,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "app/nccl_table.h"
 #include "sim/units.h"
@@ -149,6 +150,20 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
   if (m.attention.window_left >= 0 || m.attention.window_right >= 0)
     out << " window [" << m.attention.window_left << ", " << m.attention.window_right << "]";
   out << ", cp_comm " << sc.cp_comm << "\n";
+  std::vector<std::string> options;
+  if (c.sequence_parallel) options.emplace_back("sequence parallelism");
+  if (c.tp_comm_overlap) options.emplace_back("TP communication overlap");
+  if (c.recompute == models::Recompute::selective) options.emplace_back("selective recomputation");
+  if (c.recompute == models::Recompute::full) {
+    options.emplace_back("full recomputation (" +
+                         std::string(c.recompute_method == models::RecomputeMethod::block ? "block" : "uniform") +
+                         ", " + std::to_string(c.recompute_num_layers) + ")");
+  }
+  if (!options.empty()) {
+    out << "  options:";
+    for (std::size_t i = 0; i < options.size(); ++i) out << (i ? ", " : " ") << options[i];
+    out << "\n";
+  }
   if (m.encoder) {
     const EncoderSettings& e = *m.encoder;
     std::string order;

@@ -104,7 +104,7 @@ struct Runner {
 
   Runner(const TrainSpec& s, tp::ParallelState state, const TransformerGroups& groups)
       : spec(s), ps(std::move(state)), pp(ps.pp().group), dp_cp(ps.dp_cp().group) {
-    const int p = ps.pp().size, v = s.virtual_stages;
+    const int v = s.virtual_stages;
     for (int j = 0; j < v; ++j) {
       chunks.emplace_back(s.config, s.weights, groups, s.attention, pipeline_stage(s, ps.pp().rank, j));
     }

@@ -15,6 +15,7 @@
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
 #include "sim/suggest.h"
+#include "tp/comm_overlap.h"
 #include "tp/mappings.h"
 #include "tp/sharding.h"
 
@@ -203,7 +204,7 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
   if (st.size < 1 || st.rank < 0 || st.rank >= st.size) {
     throw Error("Transformer: stage " + str(st.rank) + " of " + str(st.size));
   }
-  const StageLayers mine = stage_layers(c.layers, st, "Transformer");
+  const StageLayers split = stage_layers(c.layers, st, "Transformer");
   // Ulysses (a2a, and the a2a level of a2a+p2p) splits the local query and key/value heads
   const i64 cp = g.cp.cp.size();
   const i64 a2a = a.comm == cp::CommType::a2a ? cp : a.comm == cp::CommType::a2a_p2p && cp > 1 ? g.cp.a2a.size() : 1;
@@ -213,7 +214,7 @@ const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, c
                 str(local_q) + " query and " + str(local_kv) +
                 " key/value heads; use a CP comm type without a2a (p2p, all_gather), or more heads");
   }
-  const i64 per = mine.count, first = mine.first;
+  const i64 per = split.count, first = split.first;
   for (const ParamSpec& s : param_specs(c)) {
     // only this stage's parameters are read (a stage loads nothing else)
     const bool embedding = is_embedding(s.name);
@@ -239,6 +240,7 @@ tp::ColumnParallelLinearOptions qkv_options(const TransformerConfig& c) {
   o.bias = c.bias;
   o.stride = 3;  // q, k and v blocks: rank r takes the same heads of each
   o.sequence_parallel = c.sequence_parallel;
+  o.comm_overlap = c.tp_comm_overlap;
   o.dtype = c.dtype;
   return o;
 }
@@ -248,6 +250,7 @@ tp::RowParallelLinearOptions proj_options(const TransformerConfig& c) {
   o.bias = c.bias;
   o.input_is_parallel = true;
   o.sequence_parallel = c.sequence_parallel;
+  o.comm_overlap = c.tp_comm_overlap;
   o.dtype = c.dtype;
   return o;
 }
@@ -257,6 +260,7 @@ tp::ParallelMLPOptions mlp_options(const TransformerConfig& c) {
   o.bias = c.bias;
   o.swiglu = c.activation == Activation::swiglu;
   o.sequence_parallel = c.sequence_parallel;
+  o.comm_overlap = c.tp_comm_overlap;
   o.dtype = c.dtype;
   return o;
 }
@@ -339,6 +343,11 @@ void check_config(const TransformerConfig& c) {
   }
   if (c.recompute_num_layers < 1) {
     throw Error("Transformer: recompute_num_layers must be >= 1, got " + str(c.recompute_num_layers));
+  }
+  if (c.tp_comm_overlap && !c.sequence_parallel) {
+    throw Error(
+        "Transformer: tp_comm_overlap pipelines sequence parallelism's all-gathers and reduce-scatters with "
+        "the GEMMs: it needs sequence_parallel");
   }
   if (!(c.layer_norm_eps > 0)) throw Error("Transformer: layer_norm_eps must be > 0");
   if (!(c.rope_base > 1)) throw Error("Transformer: rope_base must be > 1");
@@ -584,11 +593,12 @@ struct GroupedQKV {
   tp::Parameter q_w, q_b, k_w, k_b, v_w, v_b;
   bool bias = true;
   bool sp = false;                // sequence parallelism: the input is this rank's share of the rows
+  bool overlap = false;           // tp_comm_overlap: the gather pipelined with the three GEMMs
   bool kv_whole = false;          // kv_heads < tp
   i64 kv_first = 0, kv_rows = 0;  // this rank's rows of k and v
 
   GroupedQKV(const TransformerConfig& c, const Weights& w, const runtime::ProcessGroup& g, i64 i)
-      : tp(g), bias(c.bias), sp(c.sequence_parallel) {
+      : tp(g), bias(c.bias), sp(c.sequence_parallel), overlap(c.tp_comm_overlap) {
     const int p = g.size(), r = g.rank();
     const i64 kv = c.query_groups();
     kv_whole = kv < p;
@@ -624,9 +634,13 @@ struct GroupedQKV {
   // x [n, hidden] ([n/tp, hidden] with sequence parallelism, all-gathered first) -> q [n, heads/tp
   // * d], k and v [n, kv rows here]
   std::vector<Tensor> forward(const Tensor& x) const {
-    const Tensor total = sp ? tp::all_gather_dim0(x, tp, false).tensor : x;
-    return {linear(total, q_w.value, q_b.value), linear(total, mine(k_w), bias ? mine(k_b) : Tensor()),
-            linear(total, mine(v_w), bias ? mine(v_b) : Tensor())};
+    auto gemms = [&](const Tensor& total) {
+      return std::vector<Tensor>{linear(total, q_w.value, q_b.value),
+                                 linear(total, mine(k_w), bias ? mine(k_b) : Tensor()),
+                                 linear(total, mine(v_w), bias ? mine(v_b) : Tensor())};
+    };
+    if (sp && overlap) return tp::all_gather_matmul(x, gemms, tp).outputs;
+    return gemms(sp ? tp::all_gather_dim0(x, tp, false).tensor : x);
   }
 
   // A gradient of this rank's rows, at the parameter's full shape when it is kept whole.
@@ -888,6 +902,7 @@ struct Transformer::Block {
 
 StageLayers stage_layers(i64 layers, const Stage& st, const std::string& who) {
   const i64 n = st.size, f = st.first_stage_layers, l = st.last_stage_layers;
+  if (f < -1 || l < -1) throw Error(who + ": the first and last stages' layer counts must be >= 0");
   if (f < 0 && l < 0) {
     if (layers % n != 0) {
       throw Error(who + ": " + str(layers) + " layers cannot be split evenly over pp=" + str(n) +
@@ -895,7 +910,6 @@ StageLayers stage_layers(i64 layers, const Stage& st, const std::string& who) {
     }
     return {st.rank * (layers / n), layers / n};
   }
-  if (f < -1 || l < -1) throw Error(who + ": the first and last stages' layer counts must be >= 0");
   if (n < 2) throw Error(who + ": uneven first/last pipeline stages need pp >= 2");
   const i64 fixed = std::max<i64>(f, 0) + std::max<i64>(l, 0);
   const i64 rest_stages = n - (f >= 0 ? 1 : 0) - (l >= 0 ? 1 : 0);

@@ -124,6 +124,13 @@ struct TransformerConfig {
   // no output and no gradient). Changes timing and memory, not the numbers beyond rounding.
   // Default: false.
   bool sequence_parallel = false;
+  // Megatron's --tp-comm-overlap (TransformerEngine's userbuffers; needs sequence_parallel): the
+  // all-gather before each column-parallel GEMM (qkv or q/k/v, fc1) and the reduce-scatter after
+  // each row-parallel one (proj, fc2), in forward, and the all-gather of the row-parallel layers'
+  // output gradient in backward, are cut into tp chunks pipelined with the GEMM (tp/comm_overlap.h).
+  // The backward's bulk overlaps (the input all-gather during the dgrad GEMM, dX's reduce-scatter
+  // during the wgrad GEMM) run with or without it. Timing only: the same bits. Default: false.
+  bool tp_comm_overlap = false;
   double layer_norm_eps = 1e-5;  // LayerNorm and RMSNorm eps. Default: 1e-5
   double rope_base = 10000.0;
 

@@ -9,6 +9,7 @@
 #include "runtime/tensor/memory.h"
 #include "runtime/tensor/ops.h"
 #include "sim/error.h"
+#include "tp/comm_overlap.h"
 #include "tp/mappings.h"
 
 namespace ranksim::tp {
@@ -86,6 +87,11 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& master_weight, runtime:
   if (opts_.sequence_parallel && opts_.gather_output) {
     throw Error("ColumnParallelLinear: gather_output cannot be combined with sequence_parallel");
   }
+  if (opts_.comm_overlap && !opts_.sequence_parallel) {
+    throw Error(
+        "ColumnParallelLinear: comm_overlap pipelines the sequence-parallel all-gather; it needs "
+        "sequence_parallel");
+  }
   const int r = tp_.rank();
   weight_.value = shard_of(master_weight, 0, p_, r, opts_.stride, opts_.dtype);
   runtime::retag_memory(weight_.value, runtime::MemoryKind::parameters);
@@ -97,8 +103,17 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& master_weight, runtime:
 LinearOutput ColumnParallelLinear::forward(const Tensor& x, LinearContext& ctx) const {
   require_input("ColumnParallelLinear::forward", x, in_, opts_.dtype);
   ctx.input = x;
-  const Tensor total = opts_.sequence_parallel ? all_gather_dim0(x, tp_, false).tensor : copy_to_tp(x, tp_);
-  Tensor y = runtime::matmul(total, weight_.value, false, true);
+  Tensor y;
+  if (opts_.comm_overlap) {
+    y = all_gather_matmul(
+            x,
+            [&](const Tensor& rows) { return std::vector<Tensor>{runtime::matmul(rows, weight_.value, false, true)}; },
+            tp_)
+            .outputs.front();
+  } else {
+    const Tensor total = opts_.sequence_parallel ? all_gather_dim0(x, tp_, false).tensor : copy_to_tp(x, tp_);
+    y = runtime::matmul(total, weight_.value, false, true);
+  }
   LinearOutput out;
   if (opts_.bias) {
     if (opts_.skip_bias_add) {
@@ -150,6 +165,11 @@ RowParallelLinear::RowParallelLinear(const Tensor& master_weight, runtime::Proce
   if (opts_.sequence_parallel && !opts_.input_is_parallel) {
     throw Error("RowParallelLinear: sequence_parallel requires input_is_parallel");
   }
+  if (opts_.comm_overlap && !opts_.sequence_parallel) {
+    throw Error(
+        "RowParallelLinear: comm_overlap pipelines the sequence-parallel reduce-scatter; it needs "
+        "sequence_parallel");
+  }
   weight_.value = shard_of(master_weight, 1, p_, tp_.rank(), opts_.stride, opts_.dtype);
   runtime::retag_memory(weight_.value, runtime::MemoryKind::parameters);
   weight_.partition_dim = 1;
@@ -169,8 +189,14 @@ LinearOutput RowParallelLinear::forward(const Tensor& x, LinearContext& ctx) con
   }
   require_input(who, xp, in_ / p_, opts_.dtype);
   ctx.input = xp;
-  const Tensor partial = runtime::matmul(xp, weight_.value, false, true);
-  Tensor y = opts_.sequence_parallel ? reduce_scatter_to_sp(partial, tp_) : reduce_from_tp(partial, tp_);
+  Tensor y;
+  if (opts_.comm_overlap) {
+    y = matmul_reduce_scatter(
+        xp, [&](const Tensor& rows) { return runtime::matmul(rows, weight_.value, false, true); }, tp_);
+  } else {
+    const Tensor partial = runtime::matmul(xp, weight_.value, false, true);
+    y = opts_.sequence_parallel ? reduce_scatter_to_sp(partial, tp_) : reduce_from_tp(partial, tp_);
+  }
   LinearOutput out;
   if (opts_.bias) {
     if (opts_.skip_bias_add) {
@@ -184,9 +210,17 @@ LinearOutput RowParallelLinear::forward(const Tensor& x, LinearContext& ctx) con
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy, const LinearContext& ctx, const Tensor& dbias) {
-  const Tensor dy_total =
-      opts_.sequence_parallel ? reduce_scatter_to_sp_backward(dy, tp_) : reduce_from_tp_backward(dy, tp_);
-  Tensor dx = runtime::matmul(dy_total, weight_.value);
+  Tensor dy_total, dx;
+  if (opts_.comm_overlap) {
+    // dY's all-gather pipelined with the dgrad GEMM; the gathered dY is kept for the wgrad GEMM
+    GatherMatmul g = all_gather_matmul(
+        dy, [&](const Tensor& rows) { return std::vector<Tensor>{runtime::matmul(rows, weight_.value)}; }, tp_, true);
+    dx = std::move(g.outputs.front());
+    dy_total = std::move(g.total);
+  } else {
+    dy_total = opts_.sequence_parallel ? reduce_scatter_to_sp_backward(dy, tp_) : reduce_from_tp_backward(dy, tp_);
+    dx = runtime::matmul(dy_total, weight_.value);
+  }
   weight_.accumulate(runtime::matmul(rows(dy_total), rows(ctx.input), true, false));
   if (opts_.bias) {
     if (!opts_.skip_bias_add) {

@@ -53,10 +53,13 @@ struct LinearContext {
 };
 
 struct ColumnParallelLinearOptions {
-  bool bias = true;                            // Default: true (zero-initialised unless a master bias is given)
-  bool gather_output = false;                  // Default: false (output stays split along the last dim)
-  bool skip_bias_add = false;                  // Default: false
-  bool sequence_parallel = false;              // Default: false
+  bool bias = true;                // Default: true (zero-initialised unless a master bias is given)
+  bool gather_output = false;      // Default: false (output stays split along the last dim)
+  bool skip_bias_add = false;      // Default: false
+  bool sequence_parallel = false;  // Default: false
+  // Megatron's --tp-comm-overlap: the forward's all-gather pipelined with the GEMM in chunks
+  // (tp/comm_overlap.h); the same bits. REQUIRES: sequence_parallel. Default: false
+  bool comm_overlap = false;
   int stride = 1;                              // partition stride of the CPU-init rule. Default: 1
   runtime::DType dtype = runtime::DType::f32;  // parameter and activation dtype. Default: f32
 };
@@ -95,10 +98,14 @@ class ColumnParallelLinear {
 };
 
 struct RowParallelLinearOptions {
-  bool bias = true;                            // Default: true (zero-initialised unless a master bias is given)
-  bool input_is_parallel = false;              // Default: false (the input is split along its last dim first)
-  bool skip_bias_add = false;                  // Default: false
-  bool sequence_parallel = false;              // Default: false. REQUIRES input_is_parallel.
+  bool bias = true;                // Default: true (zero-initialised unless a master bias is given)
+  bool input_is_parallel = false;  // Default: false (the input is split along its last dim first)
+  bool skip_bias_add = false;      // Default: false
+  bool sequence_parallel = false;  // Default: false. REQUIRES input_is_parallel.
+  // Megatron's --tp-comm-overlap: the forward's reduce-scatter and the backward's all-gather of
+  // dY pipelined with the GEMMs in chunks (tp/comm_overlap.h); the same bits. REQUIRES:
+  // sequence_parallel. Default: false
+  bool comm_overlap = false;
   int stride = 1;                              // Default: 1
   runtime::DType dtype = runtime::DType::f32;  // Default: f32
 };

@@ -34,6 +34,7 @@ ColumnParallelLinearOptions fc1_options(const ParallelMLPOptions& o) {
   c.bias = o.bias;
   c.sequence_parallel = o.sequence_parallel;
   c.stride = o.swiglu ? 2 : 1;  // the gate and up blocks are split alike
+  c.comm_overlap = o.comm_overlap;
   c.dtype = o.dtype;
   return c;
 }
@@ -43,6 +44,7 @@ RowParallelLinearOptions fc2_options(const ParallelMLPOptions& o) {
   r.bias = o.bias;
   r.input_is_parallel = true;
   r.sequence_parallel = o.sequence_parallel;
+  r.comm_overlap = o.comm_overlap;
   r.dtype = o.dtype;
   return r;
 }

@@ -30,6 +30,7 @@ struct ParallelMLPOptions {
   bool bias = true;                            // Default: true (both linears)
   bool sequence_parallel = false;              // Default: false
   bool swiglu = false;                         // SwiGLU instead of GELU (fc1 [2*ffn, h]). Default: false
+  bool comm_overlap = false;                   // both linears' (tp/layers.h). Default: false
   runtime::DType dtype = runtime::DType::f32;  // parameters and activations. Default: f32
 };
 

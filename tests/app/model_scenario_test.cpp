@@ -423,6 +423,27 @@ TEST(ModelScenario, VocabPaddingAndUnevenPipelineStageKeys) {
               HasSubstr("m.yaml:3:144: model.make_vocab_size_divisible_by"));
 }
 
+// parallel.tp_comm_overlap: named in the summary's options, and refused without sequence
+// parallelism at its key; a real-data run with it trains the plain run's numbers (the model test
+// OptionsTpCommOverlap checks the bits).
+TEST(ModelScenario, TpCommOverlapKey) {
+  const std::string model =
+      "model: {kind: transformer, family: llama, format: thd, mask: causal, vocab: 32, hidden: 32, heads: 4, "
+      "kv_heads: 2, ffn: 64, layers: 2}\n";
+  const std::string rest = "batch: {lengths: [9, 14, 6, 11]}\ntrain: {steps: 1}\n";
+  const RunResult r =
+      run(write_scenario(kHead + "parallel: {tp: 2, sequence_parallel: true, tp_comm_overlap: true}\n" + model + rest),
+          {"data=shape_only"});
+  ASSERT_EQ(r.code, 0) << r.out << r.error;
+  EXPECT_THAT(r.out, HasSubstr("  options: sequence parallelism, TP communication overlap\n"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, tp_comm_overlap: true}\n" + model + rest),
+              HasSubstr("m.yaml:3:36: parallel.tp_comm_overlap pipelines sequence parallelism's all-gathers and "
+                        "reduce-scatters with the GEMMs (Megatron's --tp-comm-overlap): it needs "
+                        "parallel.sequence_parallel: true"));
+  EXPECT_THAT(load_error(kHead + "parallel: {tp: 2, sequence_parallel: true, tp_comm_overlap: yes}\n" + model + rest),
+              HasSubstr("parallel.tp_comm_overlap"));
+}
+
 // The two counts are one split: each key is checked with both counts (the error at the key that
 // completes a split that cannot work), so first 2 and last 2 of 12 layers over pp 4 (2-4-4-2)
 // load, though the first count alone (2, then 10 layers for 3 stages) would not divide.

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <utility>
@@ -168,6 +170,41 @@ TEST(OptionsSequenceParallel, CombinedLayoutEqualsOneRank) {
     EXPECT_TRUE(runtime::bitwise_equal(fsdp.params[i].second, zero1.params[i].second)) << fsdp.params[i].first;
 }
 
+// TP communication overlap pipelines the same collectives with the same GEMMs in chunks: every
+// output row is computed by the same sum, and each chunk's reduce-scatter sums over the ranks in
+// the whole one's order, so it equals sequence parallelism without it bit for bit -- with GQA
+// (three GEMMs on one gathered input), at tp = 2 and 4, with a padded token count, through the
+// pipeline and with recomputation and FSDP.
+TEST(OptionsTpCommOverlap, EqualsSequenceParallelismBitForBit) {
+  struct Case {
+    int tp, cp, dp, pp, micro;
+    Recompute recompute;
+    int zero;
+  };
+  const std::vector<i64> lengths{9, 14, 6, 12, 7, 11, 5, 10};
+  for (const Case c : {Case{2, 1, 1, 1, 1, Recompute::none, 0}, Case{4, 1, 1, 1, 2, Recompute::none, 0},
+                       Case{2, 2, 1, 2, 2, Recompute::full, 0}, Case{2, 1, 2, 1, 2, Recompute::selective, 3}}) {
+    const std::string what = "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + " dp" + std::to_string(c.dp) +
+                             " pp" + std::to_string(c.pp);
+    TrainSpec s = make_spec(c.tp, c.cp, c.dp, c.pp, c.micro, false, lengths);
+    s.config.sequence_parallel = true;
+    s.config.recompute = c.recompute;
+    s.zero = c.zero;
+    const TrainResult plain = run_training(s);
+    s.config.tp_comm_overlap = true;
+    expect_bit_identical(run_training(s), plain, what, true);
+  }
+  // fused qkv (multi-head attention) and biases: the column-parallel layer's own path
+  TrainSpec s = make_spec(2, 1, 1, 1, 1);
+  s.config = gpt_config(kVocab, kHidden, 4, 48, 2, 16);
+  s.weights = seeded_weights(s.config, 5);
+  s.batch = synthetic_batch(cp::Format::thd, kVocab, {9, 14, 6, 12}, 3);
+  s.config.sequence_parallel = true;
+  const TrainResult plain = run_training(s);
+  s.config.tp_comm_overlap = true;
+  expect_bit_identical(run_training(s), plain, "gpt tp2", true);
+}
+
 // --- Timeline ----------------------------------------------------------------------------------
 
 // One rank's communication in a shape-only run of one step and one micro-batch, split at its loss
@@ -257,6 +294,63 @@ TEST(OptionsTimeline, SequenceParallelGathersAndScattersInsteadOfAllReduces) {
     for (std::size_t i = head.size(); i < on.backward.size(); ++i) EXPECT_EQ(on.backward[i], AR) << i;
     EXPECT_EQ(std::count(on.forward.begin(), on.forward.end(), AR), 0);
   }
+}
+
+// With TP communication overlap each sequence-parallel all-gather before a column-parallel GEMM,
+// and each reduce-scatter after a row-parallel one, becomes tp collectives of 1/tp the size (44
+// local tokens: 22 rows per rank at tp = 2, chunks of 11), and the backward's all-gathers of the
+// row-parallel layers' dY likewise; the step is shorter on the same topology (the chunks' transfers
+// run under the GEMMs).
+TEST(OptionsTimeline, TpCommOverlapSplitsTheGathersAndScattersIntoChunks) {
+  const std::vector<i64> lengths{10, 14, 8, 12};  // 44 tokens
+  const i64 row = kHidden * 4;
+  auto run = [&](bool overlap, runtime::RunReport& rep) {
+    TrainSpec s = make_spec(2, 1, 1, 1, 1, true, lengths);
+    s.config.sequence_parallel = true;
+    s.config.tp_comm_overlap = overlap;
+    run_training(s, {}, &rep);
+  };
+  runtime::RunReport plain_rep, rep;
+  run(false, plain_rep);
+  run(true, rep);
+  for (int rank : {0, 1}) {
+    const Timeline plain = timeline_of(plain_rep, rank), t = timeline_of(rep, rank);
+    // forward, per block: qkv's gather in 2 chunks, proj's scatter in 2, fc1's gather, fc2's
+    // scatter; then the output layer's gather of the final norm (not overlapped)
+    EXPECT_EQ(plain.forward, repeat({AG, RS, AG, RS}, 4) + Seq{AG}) << rank;
+    EXPECT_EQ(t.forward, repeat({AG, AG, RS, RS, AG, AG, RS, RS}, 4) + Seq{AG}) << rank;
+    // backward, per block: fc2's dY gathered in 2 chunks, fc1's bulk gather and scatter, proj's
+    // dY in 2 chunks, qkv's bulk gather and scatter
+    const Seq head = Seq{AG} + repeat({AG, AG, AG, RS, AG, AG, AG, RS}, 4) + Seq{AG};
+    ASSERT_GT(t.backward.size(), head.size()) << rank;
+    EXPECT_EQ(Seq(t.backward.begin(), t.backward.begin() + static_cast<std::ptrdiff_t>(head.size())), head) << rank;
+  }
+  // the chunks carry 11 rows per rank: all-gathers 22 rows out, reduce-scatters 22 rows in
+  std::set<std::string> chunk_bytes;
+  for (const sim::Span& x : rep.trace.spans()) {
+    if (x.kind == sim::SpanKind::comm && x.name != AR) chunk_bytes.insert(arg(x, "bytes"));
+  }
+  EXPECT_TRUE(chunk_bytes.count(std::to_string(22 * row))) << "the chunks";
+  EXPECT_TRUE(chunk_bytes.count(std::to_string(44 * row))) << "the output layer's whole gather";
+  EXPECT_EQ(chunk_bytes.size(), 2u);
+  // At this size the step is latency-bound and the chunks' extra latencies cost more than they
+  // hide; at a realistic one (hidden 2048, ffn 8192, 8192 tokens) the overlap shortens the step.
+  auto big = [&](bool overlap) {
+    TrainSpec b = make_spec(2, 1, 1, 1, 1, true, {8192});
+    b.config = llama_config(kVocab, 2048, 16, 8, 8192, 2);
+    b.config.sequence_parallel = true;
+    b.config.tp_comm_overlap = overlap;
+    b.weights = shape_only_weights(b.config);
+    runtime::RunReport r;
+    run_training(b, {}, &r);
+    if (std::getenv("RANKSIM_PRINT_DIFFS"))
+      std::printf("overlap %d: compute %s comm %s\n", overlap, r.compute[0].str().c_str(), r.comm[0].str().c_str());
+    return r.makespan;
+  };
+  const sim::Time without = big(false), with = big(true);
+  EXPECT_LT(with, without);
+  if (std::getenv("RANKSIM_PRINT_DIFFS"))
+    std::printf("step %s without, %s with\n", without.str().c_str(), with.str().c_str());
 }
 
 // Padding and the pipeline's share: 41 local tokens are 42 rows at tp = 2; the stages send 21.
@@ -442,6 +536,14 @@ TEST(OptionsErrors, RecomputeNumLayersBelowOne) {
   expect_error(s, "recompute_num_layers must be >= 1, got 0");
   EXPECT_THAT([&] { check_config(s.config); },
               ::testing::ThrowsMessage<Error>(HasSubstr("Transformer: recompute_num_layers must be >= 1, got 0")));
+}
+
+TEST(OptionsErrors, TpCommOverlapNeedsSequenceParallelism) {
+  TrainSpec s = make_spec(2, 1, 1, 1, 1, true);
+  s.config.tp_comm_overlap = true;
+  expect_error(s,
+               "Transformer: tp_comm_overlap pipelines sequence parallelism's all-gathers and reduce-scatters "
+               "with the GEMMs: it needs sequence_parallel");
 }
 
 }  // namespace
