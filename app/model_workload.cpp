@@ -169,6 +169,7 @@ models::TrainSpec train_spec(const ModelWorkload& m, const ModelInputs& in, int 
     s.optimizer = m.train->optimizer;
     s.clip_grad_norm = m.train->clip_grad_norm;
     s.zero = m.train->zero;
+    s.bucket_size = m.train->bucket_size;
   }
   return s;
 }

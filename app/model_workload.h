@@ -32,6 +32,9 @@ struct TrainSettings {
   models::AdamWOptions optimizer;
   std::optional<double> clip_grad_norm;
   int zero = 0;
+  // train.ddp_bucket_size / overlap_grad_reduce: the DP gradient buckets' elements
+  // (models::TrainSpec::bucket_size); set from Megatron's default when the scenario is read
+  std::int64_t bucket_size = 0;
   std::string checkpoint;  // train.checkpoint: consolidated weights + optimizer state; empty = none
   std::string shards;      // train.shards: a folder for per-rank shard files; empty = none
 };

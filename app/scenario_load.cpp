@@ -76,9 +76,17 @@ struct ScenarioSchema {
                   {"window", nullptr}};
     optimizer.keys = {
         {"betas", nullptr}, {"eps", nullptr}, {"kind", nullptr}, {"lr", nullptr}, {"weight_decay", nullptr}};
-    train.keys = {{"checkpoint", nullptr},       {"clip_grad_norm", nullptr}, {"global_batch_size", nullptr},
-                  {"micro_batch_size", nullptr}, {"micro_batches", nullptr},  {"optimizer", &optimizer},
-                  {"shards", nullptr},           {"steps", nullptr},          {"zero", nullptr}};
+    train.keys = {{"checkpoint", nullptr},
+                  {"clip_grad_norm", nullptr},
+                  {"ddp_bucket_size", nullptr},
+                  {"overlap_grad_reduce", nullptr},
+                  {"global_batch_size", nullptr},
+                  {"micro_batch_size", nullptr},
+                  {"micro_batches", nullptr},
+                  {"optimizer", &optimizer},
+                  {"shards", nullptr},
+                  {"steps", nullptr},
+                  {"zero", nullptr}};
     encoder.keys = {{"dp", nullptr}, {"features", nullptr}, {"ffn", nullptr}, {"tp", nullptr}};
     // batch is a file name or a synthetic batch's shape: --set batch.rows=16 reaches into the latter
     batch.keys = {{"lengths", nullptr}, {"rows", nullptr}, {"seq_len", nullptr}};

@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -282,6 +284,20 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
     if (auto v = entry(t, "global_batch_size"); v.IsDefined())
       ts.global_batch_size = r.positive_int(v, "train.global_batch_size");
     if (auto v = entry(t, "zero"); v.IsDefined()) ts.zero = std::stoi(r.one_of(v, "train.zero", {"0", "1", "3"}));
+    // Megatron-Core's DDP buckets: bucket_size defaults to max(40M, 1M x the DP x CP size)
+    // elements; without --overlap-grad-reduce the gradients are reduced in one bucket after backward
+    ts.bucket_size = std::max<std::int64_t>(40'000'000, 1'000'000LL * sc.dp * sc.cp);
+    if (auto v = entry(t, "ddp_bucket_size"); v.IsDefined())
+      ts.bucket_size = r.positive_int(v, "train.ddp_bucket_size");
+    if (auto v = entry(t, "overlap_grad_reduce"); v.IsDefined()) {
+      if (r.one_of(v, "train.overlap_grad_reduce", {"true", "false"}) == "false") {
+        if (entry(t, "ddp_bucket_size").IsDefined())
+          r.fail(v,
+                 "train.overlap_grad_reduce: false reduces the gradients in one bucket after backward; remove "
+                 "train.ddp_bucket_size or set overlap_grad_reduce: true");
+        ts.bucket_size = std::numeric_limits<std::int64_t>::max();
+      }
+    }
     if (auto v = entry(t, "clip_grad_norm"); v.IsDefined() && !v.IsNull()) {
       ts.clip_grad_norm = r.number(v, "train.clip_grad_norm");
       if (!(*ts.clip_grad_norm > 0)) r.fail(v, "train.clip_grad_norm must be > 0");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -179,6 +180,13 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
     out << "  training: " << t.steps << " steps, " << t.micro_batches << " micro-batches per DP rank, adamw lr "
         << fmt("%g", t.optimizer.lr) << ", weight decay " << fmt("%g", t.optimizer.weight_decay)
         << (t.clip_grad_norm ? ", clip " + fmt("%g", *t.clip_grad_norm) : std::string()) << ", zero " << t.zero
+        << (sc.dp * sc.cp > 1 || t.zero != 0
+                ? (t.bucket_size == std::numeric_limits<std::int64_t>::max()
+                       ? ", gradients reduced in one bucket after backward"
+                   : t.bucket_size > 0 ? ", gradient buckets of " + fmt("%.4g", static_cast<double>(t.bucket_size)) +
+                                             " elements overlapped with backward"
+                                       : std::string(", a gradient bucket per block overlapped with backward"))
+                : std::string())
         << ", layers " << c.layers << " over pp=" << sc.pp
         << (t.first_stage_layers >= 0 || t.last_stage_layers >= 0 ? " (" + stage_split(c.layers, sc.pp, t) + ")"
                                                                   : std::string())

@@ -69,32 +69,13 @@ Tensor flat_f32(const Tensor& t) { return t.to(DType::f32).contiguous().reshape(
 
 }  // namespace
 
-void fsdp_reduce_scatter_grads(const std::vector<std::pair<std::string, tp::Parameter*>>& params,
-                               const runtime::ProcessGroup& g) {
-  const i64 d = g.size();
-  const runtime::MemoryScope grads(runtime::MemoryKind::gradients);
-  for (const auto& [name, p] : params) {
-    if (!p->grad.defined()) continue;
-    const i64 numel = p->grad.numel(), padded = (numel + d - 1) / d * d;
-    const bool data = p->grad.has_data();
-    const DType gd = p->grad.dtype();
-    Tensor out = data ? Tensor::zeros({padded / d}, gd) : Tensor::shape_only({padded / d}, gd);
-    {
-      const runtime::MemoryScope buffers(runtime::MemoryKind::buffers);  // the padded send buffer
-      Tensor in = data ? Tensor::zeros({padded}, gd) : Tensor::shape_only({padded}, gd);
-      if (data) in.narrow(0, 0, numel).copy_(p->grad.contiguous().reshape({numel}));
-      p->grad = Tensor();  // the full gradient is freed once copied
-      runtime::ReduceScatterOptions o;
-      o.group = g;
-      runtime::reduce_scatter_tensor(out, in, o).wait();
-    }
-    p->grad = out;
-  }
-}
-
 AdamW::AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options, bool zero,
-             const std::map<std::string, Tensor>& state, bool fsdp)
-    : groups_(std::move(groups)), opts_(options), zero_(zero || fsdp), fsdp_(fsdp) {
+             const std::map<std::string, Tensor>& state, bool fsdp, bool sliced_grads)
+    : groups_(std::move(groups)),
+      opts_(options),
+      zero_(zero || fsdp),
+      fsdp_(fsdp),
+      sliced_(zero_ && (fsdp || sliced_grads)) {
   check_adamw(opts_);
   const runtime::MemoryScope optimizer_state(runtime::MemoryKind::optimizer);
   const i64 d = zero_ ? groups_.shard.size() : 1, r = zero_ ? groups_.shard.rank() : 0;
@@ -172,10 +153,10 @@ double AdamW::step(std::optional<double> max_norm) {
       continue;
     }
     const i64 d = groups_.shard.size(), per = s.padded / d;
-    if (fsdp_) {  // already reduce-scattered during backward
+    if (sliced_) {  // already reduce-scattered during backward
       if (s.param->grad.numel() != per) {
         throw Error("adamw: parameter '" + s.name + "' has a gradient of " + s.param->grad.str() +
-                    "; with FSDP it must be reduce-scattered first (fsdp_reduce_scatter_grads)");
+                    "; it must be reduce-scattered into this rank's slice first (models/grad_buckets.h)");
       }
       grads.push_back(data ? s.param->grad.narrow(0, 0, len).to(DType::f32).contiguous()
                            : Tensor::shape_only({len}, DType::f32));

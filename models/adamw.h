@@ -19,13 +19,16 @@
 // ZeRO-1: each parameter's gradient (flattened, zero-padded to a multiple of the group size D)
 // is reduce-scattered (SUM) over the DP x CP group, so rank i owns slice i of the summed gradient
 // and keeps the optimizer state of that slice only; after the update the parameter slices are
-// all-gathered (in the parameter's dtype). Without ZeRO the gradients must already be summed over
-// DP x CP (all-reduced), and every rank updates its whole shard. Both give the same numbers.
+// all-gathered (in the parameter's dtype). With sliced_grads the reduce-scatter has already run
+// (models/grad_buckets.h, in buckets overlapped with backward, as Megatron's distributed optimizer
+// with --overlap-grad-reduce): Parameter::grad is this rank's padded slice. Without ZeRO the
+// gradients must already be summed over DP x CP (all-reduced), and every rank updates its whole
+// shard. All give the same numbers.
 //
 // FSDP (ZeRO-3, fsdp = true): the state is sliced as under ZeRO-1, and so are the parameters:
 // the constructor keeps this rank's padded slice of each value (Parameter::dp_slice) and releases
 // the value; the model all-gathers it around each use (models/transformer.h). Gradients arrive
-// already reduce-scattered: Parameter::grad is the padded slice (fsdp_reduce_scatter_grads, done
+// already reduce-scattered: Parameter::grad is the padded slice (models/grad_buckets.h, done
 // during backward); the update writes the new slice back, with no all-gather. The same numbers as
 // ZeRO-1.
 //
@@ -54,13 +57,6 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
 };
 
-// FSDP: replaces each parameter's accumulated gradient by this rank's slice of its sum over g
-// (flattened, zero-padded to a multiple of g's size, reduce-scattered; the layout AdamW's slices
-// use), freeing the full gradient. Collective over g; parameters without a gradient are skipped
-// identically on every rank.
-void fsdp_reduce_scatter_grads(const std::vector<std::pair<std::string, tp::Parameter*>>& params,
-                               const runtime::ProcessGroup& g);
-
 // Errors naming the value: lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0.
 void check_adamw(const AdamWOptions& options);
 
@@ -76,7 +72,7 @@ class AdamW {
   // of shard. zero: ZeRO-1. state: full-shape state to resume from (keys "step",
   // "exp_avg.<name>", "exp_avg_sq.<name>"), or empty for a fresh start.
   AdamW(std::vector<std::pair<std::string, tp::Parameter*>> params, Groups groups, AdamWOptions options, bool zero,
-        const std::map<std::string, runtime::Tensor>& state = {}, bool fsdp = false);
+        const std::map<std::string, runtime::Tensor>& state = {}, bool fsdp = false, bool sliced_grads = false);
 
   // Clips (when max_norm is given) and updates every parameter from its gradient; returns the
   // total norm before clipping (NaN for shape-only; computed only when clipping). Collective over
@@ -102,6 +98,7 @@ class AdamW {
   AdamWOptions opts_;
   bool zero_ = false;
   bool fsdp_ = false;
+  bool sliced_ = false;  // gradients arrive as this rank's padded slices (fsdp, or sliced_grads)
   std::int64_t t_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cp/context_parallel.h"
+#include "models/grad_buckets.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/tensor/memory.h"
 #include "runtime/tensor/ops.h"
@@ -82,6 +83,7 @@ void check_spec(const TrainSpec& s) {
     }
   }
   if (s.clip_grad_norm && !(*s.clip_grad_norm > 0)) throw Error("training: clip_grad_norm must be > 0");
+  if (s.bucket_size < 0) throw Error("training: bucket_size must be >= 0, got " + str(s.bucket_size));
   check_batch(s.batch, s.config, s.cp, "batch");
   for (int d = 0; d < s.dp; ++d) {
     const Batch mine = batch_slice(s.batch, s.dp, d, "dp");
@@ -185,18 +187,13 @@ struct Runner {
     std::vector<std::vector<TransformerContext>> ctx(
         static_cast<std::size_t>(v), std::vector<TransformerContext>(static_cast<std::size_t>(m_count)));
     std::vector<Tensor> dlogits(static_cast<std::size_t>(m_count));
-    std::vector<runtime::Work> sends, buckets;
+    std::vector<runtime::Work> sends;
     double loss_sum = 0;
-    const bool reduce_now = spec.zero == 0 && dp_cp.size() > 1;
-    const bool fsdp = spec.zero == 3;  // gradients reduce-scattered as each block completes them
-    runtime::AllreduceOptions ar;
-    ar.group = dp_cp;
-    ar.async_op = true;
-    auto reduce_bucket = [&](const std::vector<std::pair<std::string, tp::Parameter*>>& params) {
-      for (const auto& [name, prm] : params) {
-        if (prm->grad.defined()) buckets.push_back(runtime::all_reduce(prm->grad, ar));
-      }
-    };
+    // DP x CP reduction in buckets as the last micro-batch completes the gradients: all-reduced,
+    // or reduce-scattered into the optimizer's slices (ZeRO-1, FSDP)
+    const bool reduce = spec.zero != 0 || dp_cp.size() > 1;
+    GradBuckets buckets(dp_cp, spec.zero == 0 ? GradBuckets::Mode::all_reduce : GradBuckets::Mode::reduce_scatter,
+                        spec.bucket_size);
     // activations to global chunk g carry tag 2g, their gradients back from it 2g + 1
     auto p2p = [&](int tag) {
       runtime::P2POptions o;
@@ -241,15 +238,11 @@ struct Runner {
         receive(dout, next, 2 * g + 1);
       }
       std::function<void(i64)> hook;
-      if (pass.micro == m_count - 1 && (reduce_now || fsdp)) {
+      if (pass.micro == m_count - 1 && reduce) {
         hook = [&](i64 layer) {
           const auto block = model.block_parameters(layer);
           model.reduce_tp_partial_gradients(block);
-          if (fsdp) {
-            fsdp_reduce_scatter_grads(block, dp_cp);
-          } else {
-            reduce_bucket(block);
-          }
+          buckets.add(block);
         };
       }
       const Tensor dx = model.stage_backward(std::move(dout), b, c, hook);
@@ -257,8 +250,8 @@ struct Runner {
       if (!first) sends.push_back(runtime::isend(dx, peer(prev), p2p(2 * (g - 1) + 1)));
     }
     const runtime::MemoryPhase phase("gradient reduction");
-    if (!reduce_now && !fsdp) chunks.front().reduce_tp_partial_gradients(named_parameters());
-    if (reduce_now || fsdp) {
+    if (!reduce) chunks.front().reduce_tp_partial_gradients(named_parameters());
+    if (reduce) {
       // the embedding and head parameters: one last bucket
       std::vector<std::pair<std::string, tp::Parameter*>> rest;
       for (auto& [name, prm] : named_parameters()) {
@@ -268,13 +261,9 @@ struct Runner {
         }
       }
       chunks.front().reduce_tp_partial_gradients(rest);
-      if (fsdp) {
-        fsdp_reduce_scatter_grads(rest, dp_cp);
-      } else {
-        reduce_bucket(rest);
-      }
+      buckets.add(rest);
+      buckets.finish();
     }
-    for (auto& w : buckets) w.wait();
     for (auto& w : sends) w.wait();
     return loss_sum;
   }
@@ -352,7 +341,7 @@ TrainResult train(const TrainSpec& spec) {
   const bool data = r.data;
   std::vector<std::pair<std::string, tp::Parameter*>> params = r.named_parameters();
   AdamW opt(params, AdamW::Groups{r.groups().tp, r.pp, r.dp_cp}, spec.optimizer, spec.zero == 1, spec.optimizer_state,
-            spec.zero == 3);
+            spec.zero == 3, /*sliced_grads=*/spec.zero != 0);
   TrainResult result;
   for (int step = 0; step < spec.steps; ++step) {
     for (Transformer& c : r.chunks) c.zero_grad();

@@ -1,6 +1,6 @@
 // Training the reference transformer under a tp x cp x dp x pp layout: micro-batches with
 // gradient accumulation, a 1F1B pipeline over send/recv, gradients reduced over DP x CP in
-// per-block buckets that start while backward is still running, global-norm clipping, AdamW or
+// buckets that start while backward is still running (models/grad_buckets.h), global-norm clipping, AdamW or
 // ZeRO-1 (models/adamw.h), and consolidated checkpoints. Every layout trains the same model on
 // the same global batch: the loss is the mean cross-entropy over every labelled token of every
 // micro-batch on every DP rank, so the gradients are those of one big batch.
@@ -55,6 +55,13 @@ struct TrainSpec {
   // reduce-scattered as the last micro-batch's backward completes them, as Llama 3 was trained).
   // All three give the same numbers.
   int zero = 0;
+  // Data-parallel gradient buckets (models/grad_buckets.h: Megatron's --ddp-bucket-size, in
+  // elements): the reduction over DP x CP (an all-reduce, or with zero 1 or 3 a reduce-scatter)
+  // runs one collective per bucket, started during the last micro-batch's backward as each bucket
+  // fills. 0: one bucket per block (and one for the embedding and head parameters); a value above
+  // the parameter count: one bucket after backward (--overlap-grad-reduce off). The same numbers
+  // whatever the buckets. Default: 0.
+  std::int64_t bucket_size = 0;
   // When set, after the last step the ranks with dp = cp = 0 write their shards here, one file
   // per (tp, pp) rank: shard-tp<t>-pp<p>.safetensors (see consolidate_shards).
   std::string shard_dir;

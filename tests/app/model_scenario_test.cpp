@@ -444,6 +444,32 @@ TEST(ModelScenario, TpCommOverlapKey) {
               HasSubstr("parallel.tp_comm_overlap"));
 }
 
+// train.ddp_bucket_size / overlap_grad_reduce: Megatron-Core's default bucket (max(40M, 1M x
+// DP x CP) elements), a given size, one bucket after backward, and the contradiction refused.
+TEST(ModelScenario, GradientBucketKeys) {
+  const std::string head = kHead + "parallel: {dp: 2}\n" +
+                           "model: {kind: transformer, family: llama, format: thd, mask: causal, vocab: 32, "
+                           "hidden: 32, heads: 4, kv_heads: 2, ffn: 64, layers: 2}\n" +
+                           "batch: {lengths: [9, 14, 6, 11]}\n";
+  struct Case {
+    std::string train, summary;
+  };
+  for (const Case& c :
+       {Case{"{steps: 1}", "gradient buckets of 4e+07 elements overlapped with backward"},
+        Case{"{steps: 1, zero: 1, ddp_bucket_size: 5000}",
+             "gradient buckets of 5000 elements overlapped with backward"},
+        Case{"{steps: 1, overlap_grad_reduce: false}", "gradients reduced in one bucket after backward"},
+        Case{"{steps: 1, overlap_grad_reduce: true}", "gradient buckets of 4e+07 elements"}}) {
+    const RunResult r = run(write_scenario(head + "train: " + c.train + "\n"), {"data=shape_only"});
+    ASSERT_EQ(r.code, 0) << c.train << "\n" << r.out << r.error;
+    EXPECT_THAT(r.out, HasSubstr(c.summary)) << c.train;
+  }
+  EXPECT_THAT(load_error(head + "train: {steps: 1, ddp_bucket_size: 100, overlap_grad_reduce: false}\n"),
+              HasSubstr("m.yaml:6:62: train.overlap_grad_reduce: false reduces the gradients in one bucket after "
+                        "backward; remove train.ddp_bucket_size or set overlap_grad_reduce: true"));
+  EXPECT_THAT(load_error(head + "train: {steps: 1, ddp_bucket_size: 0}\n"), HasSubstr("train.ddp_bucket_size"));
+}
+
 // The two counts are one split: each key is checked with both counts (the error at the key that
 // completes a split that cannot work), so first 2 and last 2 of 12 layers over pp 4 (2-4-4-2)
 // load, though the first count alone (2, then 10 layers for 3 stages) would not divide.
