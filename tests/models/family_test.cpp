@@ -40,9 +40,12 @@
 #include "sim/error.h"
 
 #include "float64_reference.h"
+#include "model_test_util.h"
 
 namespace ranksim::models {
 namespace {
+
+using testing::error_of;
 
 using runtime::DType;
 using runtime::Shape;
@@ -50,15 +53,6 @@ using runtime::Tensor;
 using ::testing::HasSubstr;
 using i64 = std::int64_t;
 using std::size_t;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // --- The configs under test -----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "model_test_util.h"
 #include "models/batch.h"
 #include "models/train.h"
 #include "models/transformer.h"
@@ -35,6 +36,11 @@
 
 namespace ranksim::models {
 namespace {
+
+using testing::arg;
+using testing::repeat;
+using testing::Seq;
+using testing::operator+;
 
 using runtime::DType;
 using runtime::Tensor;
@@ -218,12 +224,6 @@ struct Timeline {
   std::vector<std::string> fwd_p2p, bwd_p2p;
 };
 
-std::string arg(const sim::Span& s, const std::string& key) {
-  for (const auto& [k, v] : s.args)
-    if (k == key) return v;
-  return "";
-}
-
 Timeline timeline_of(const runtime::RunReport& rep, int rank) {
   sim::Time loss{};
   bool found = false;
@@ -253,17 +253,6 @@ Timeline timeline_of(const runtime::RunReport& rep, int rank) {
     (s->start < loss ? t.fwd_p2p : t.bwd_p2p).push_back(verb + " tag=" + arg(*s, "tag"));
   }
   return t;
-}
-
-using Seq = std::vector<std::string>;
-Seq repeat(const Seq& s, int n) {
-  Seq out;
-  for (int i = 0; i < n; ++i) out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-Seq operator+(Seq a, const Seq& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 const std::string AG = "all_gather", RS = "reduce_scatter", AR = "all_reduce";

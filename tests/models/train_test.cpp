@@ -21,6 +21,7 @@
 
 #include <unistd.h>
 
+#include "model_test_util.h"
 #include "models/train.h"
 #include "models/transformer.h"
 #include "runtime/tensor/safetensors.h"
@@ -31,19 +32,12 @@
 namespace ranksim::models {
 namespace {
 
+using testing::error_of;
+
 using runtime::DType;
 using runtime::Tensor;
 using ::testing::HasSubstr;
 using i64 = std::int64_t;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TransformerConfig small(i64 layers) {
   TransformerConfig c;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cp/context_parallel.h"
+#include "model_test_util.h"
 #include "models/rope.h"
 #include "models/run.h"
 #include "models/transformer.h"
@@ -40,20 +41,13 @@
 namespace ranksim::models {
 namespace {
 
+using testing::error_of;
+
 using runtime::DType;
 using runtime::Shape;
 using runtime::Tensor;
 using ::testing::HasSubstr;
 using i64 = std::int64_t;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // --- RoPE ---------------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "model_test_util.h"
 #include "models/batch.h"
 #include "models/run.h"
 #include "models/train.h"
@@ -53,6 +54,12 @@
 
 namespace ranksim::models {
 namespace {
+
+using testing::arg;
+using testing::error_of;
+using testing::operator+;
+using testing::repeat;
+using testing::Seq;
 
 using runtime::DType;
 using runtime::Shape;
@@ -92,15 +99,6 @@ TransformerGroups groups_of(int tp, int cp = 1) {
   g.tp = ps.tp().group;
   g.cp = transformer_cp_groups(ps.cp().group, thd_causal());
   return g;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 using testing::expect_bit_identical;
@@ -362,15 +360,8 @@ TEST(VocabParallelTraining, LayoutsTrainAsOneRank) {
 
 // --- 4. Timeline ----------------------------------------------------------------------------------
 
-std::string arg(const sim::Span& s, const std::string& key) {
-  for (const auto& [k, v] : s.args)
-    if (k == key) return v;
-  return "";
-}
-
 // One rank's collectives in call order as "all_reduce 164" (name and bytes); the runs below make
 // tp the whole world, so they are all over TP.
-using Seq = std::vector<std::string>;
 Seq collectives_of(const runtime::RunReport& rep, int rank) {
   std::vector<const sim::Span*> coll;
   for (const sim::Span& s : rep.trace.spans())
@@ -381,16 +372,6 @@ Seq collectives_of(const runtime::RunReport& rep, int rank) {
   Seq out;
   for (const sim::Span* s : coll) out.push_back(s->name + " " + arg(*s, "bytes"));
   return out;
-}
-
-Seq repeat(const Seq& s, int n) {
-  Seq out;
-  for (int i = 0; i < n; ++i) out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-Seq operator+(Seq a, const Seq& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // Collectives of `rows` hidden rows (f32) and of one float per token.
