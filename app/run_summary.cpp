@@ -103,6 +103,45 @@ std::string memory_overflow(int rank, const runtime::MemoryUse& m) {
   return text;
 }
 
+double model_flops(const models::TransformerConfig& c, const std::vector<std::int64_t>& lengths, bool causal) {
+  const double l = static_cast<double>(c.layers), h = static_cast<double>(c.hidden);
+  const double a = static_cast<double>(c.heads), g = static_cast<double>(c.query_groups());
+  const double r = a * static_cast<double>(c.head_dim) / h;
+  const double mlp = static_cast<double>(c.ffn) / h * (c.activation == models::Activation::swiglu ? 1.5 : 1.0);
+  const double logit = static_cast<double>(c.vocab) / (2 * l * h);
+  double tokens = 0, squares = 0;
+  for (std::int64_t len : lengths) {
+    tokens += static_cast<double>(len);
+    squares += static_cast<double>(len) * static_cast<double>(len);
+  }
+  const double score = (causal ? 0.5 : 1.0) * r * squares / h;
+  return 12 * l * h * h * (tokens * ((1 + g / a) * r + mlp + logit) + score);
+}
+
+std::optional<Throughput> training_throughput(const Scenario& sc, const RunSummary& s) {
+  if (!sc.model || !sc.model->train || sc.model->encoder || sc.model->lengths.empty()) return std::nullopt;
+  const ModelWorkload& m = *sc.model;
+  const double seconds = s.makespan.seconds();
+  if (!(seconds > 0) || m.train->steps < 1) return std::nullopt;
+  Throughput t;
+  t.iteration_s = seconds / m.train->steps;
+  for (std::int64_t len : m.lengths) t.tokens_per_step += static_cast<double>(len);
+  t.model_flops_per_step = model_flops(m.config, m.lengths, m.attention.mask == models::Mask::causal);
+  const double gpus = static_cast<double>(sc.ranks);
+  t.tokens_per_s_per_gpu = t.tokens_per_step / t.iteration_s / gpus;
+  t.tflops_per_gpu = t.model_flops_per_step / t.iteration_s / gpus / 1e12;
+  t.peak_dtype = m.config.fp8 ? "fp8" : runtime::dtype_name(m.config.dtype);
+  if (sc.topology && sc.topology->num_devices() > 0) {
+    const auto& peaks = sc.topology->kind_of(0).peak_flops;
+    const auto it = peaks.find(t.peak_dtype);
+    if (it != peaks.end() && it->second > 0) {
+      t.peak_tflops = it->second / 1e12;
+      t.mfu = t.tflops_per_gpu / t.peak_tflops;
+    }
+  }
+  return t;
+}
+
 ComputeRates compute_rates(const runtime::ComputeBreakdown& c, sim::Time makespan) {
   const double seconds = makespan.seconds();
   if (!(seconds > 0)) return {};

@@ -82,6 +82,24 @@ struct ComputeRates {
 };
 ComputeRates compute_rates(const runtime::ComputeBreakdown& c, sim::Time makespan);
 
+// A training run's throughput as Megatron reports it (docs/models.md, "Throughput"): the
+// iteration time (the makespan over the steps), tokens per second per GPU, model TFLOP/s per
+// GPU and MFU against rank 0's device peak for the GEMMs' dtype (fp8 with model.fp8). Model
+// FLOPs per step, Megatron-LM's formula generalised to sequences of any length:
+//   12 l h^2 [ T ((1 + g/a) r + (F/h) m + V / (2 l h)) + c r (sum of len^2) / h ]
+// (l layers, h hidden, a heads, g query groups, r = a d / h, F ffn, m = 3/2 with SwiGLU, V the
+// padded vocabulary, T tokens, c = 1/2 with a causal mask as Megatron-Bridge counts it; windows
+// are not counted). Recomputation adds none. Empty when the batch's lengths are not known (a
+// batch file) or the run has no training section.
+struct Throughput {
+  double iteration_s = 0, tokens_per_step = 0, model_flops_per_step = 0;
+  double tokens_per_s_per_gpu = 0, tflops_per_gpu = 0, mfu = 0;
+  std::string peak_dtype;  // the peak MFU is taken against
+  double peak_tflops = 0;
+};
+std::optional<Throughput> training_throughput(const Scenario& sc, const RunSummary& s);
+double model_flops(const models::TransformerConfig& c, const std::vector<std::int64_t>& lengths, bool causal);
+
 // printf-style formatting of one number.
 std::string fmt(const char* format, double v);
 

@@ -40,7 +40,12 @@ const std::map<std::string, const char*, std::less<>>& float_formats() {
                                                                           {"other_us", "%.6f"},
                                                                           {"tflops", "%.6g"},
                                                                           {"mfu", "%.6g"},
-                                                                          {"peak_time_us", "%.6f"}};
+                                                                          {"peak_time_us", "%.6f"},
+                                                                          {"iteration_time_s", "%.9g"},
+                                                                          {"tokens_per_step", "%.17g"},
+                                                                          {"model_flops_per_step", "%.17g"},
+                                                                          {"tokens_per_s_per_gpu", "%.9g"},
+                                                                          {"tflops_per_gpu", "%.9g"}};
   return formats;
 }
 
@@ -110,6 +115,17 @@ Json model_json(const Scenario& sc, const RunSummary& s) {
     Json losses = Json::array();
     for (double l : s.train_result.losses) losses.push_back(std::isfinite(l) ? Json(l) : Json(nullptr));
     j["losses"] = losses;
+    if (const std::optional<Throughput> t = training_throughput(sc, s)) {
+      j["iteration_time_s"] = t->iteration_s;
+      j["tokens_per_step"] = t->tokens_per_step;
+      j["model_flops_per_step"] = t->model_flops_per_step;
+      j["tokens_per_s_per_gpu"] = t->tokens_per_s_per_gpu;
+      j["tflops_per_gpu"] = t->tflops_per_gpu;
+      if (t->peak_tflops > 0) {
+        j["mfu"] = t->mfu;
+        j["mfu_peak"] = Json{{"dtype", t->peak_dtype}, {"tflops", t->peak_tflops}};
+      }
+    }
   } else {
     const bool numbers = !m.shape_only && std::isfinite(s.model_dump.loss);
     j["loss"] = numbers ? Json(s.model_dump.loss) : Json(nullptr);

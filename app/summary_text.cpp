@@ -194,6 +194,15 @@ void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary
                                  : std::string())
         << "\n";
   }
+  if (const std::optional<Throughput> t = training_throughput(sc, s)) {
+    out << "  throughput (Megatron's model FLOPs, docs/models.md): iteration "
+        << sim::Time::from_seconds(t->iteration_s).str() << ", " << fmt("%.0f", t->tokens_per_s_per_gpu)
+        << " tokens/s/GPU, " << fmt("%.1f", t->tflops_per_gpu) << " model TFLOP/s/GPU";
+    if (t->peak_tflops > 0)
+      out << ", MFU " << fmt("%.1f", 100 * t->mfu) << "% of " << t->peak_dtype << " " << fmt("%.0f", t->peak_tflops)
+          << " TFLOP/s";
+    out << "\n";
+  }
   if (m.train && sc.pp > 1) {
     const auto [lo, hi] = std::minmax_element(s.pipeline_wait.begin(), s.pipeline_wait.end());
     out << "  pipeline: time blocked in stage-to-stage receives (the 1F1B bubble plus activation transfers, "

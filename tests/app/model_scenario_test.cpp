@@ -2,6 +2,7 @@
 // dump, the CP=1 vs CP=N validation framework and the errors of its keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "app/cli.h"
+#include "app/run_summary.h"
 #include "app/scenario.h"
 #include "models/multimodal.h"
 #include "models/transformer.h"
@@ -468,6 +470,59 @@ TEST(ModelScenario, GradientBucketKeys) {
               HasSubstr("m.yaml:6:62: train.overlap_grad_reduce: false reduces the gradients in one bucket after "
                         "backward; remove train.ddp_bucket_size or set overlap_grad_reduce: true"));
   EXPECT_THAT(load_error(head + "train: {steps: 1, ddp_bucket_size: 0}\n"), HasSubstr("train.ddp_bucket_size"));
+}
+
+// Megatron's model FLOPs (app/run_summary.h), against closed forms and a published pair:
+// - GPT-3 style (multi-head attention, ffn 4h, no mask): Narayanan et al. 2021's
+//   72 B s l h^2 (1 + s/(6h) + V/(12 l h));
+// - Llama 3 8B at 8192 tokens, causal: Megatron-Bridge's performance summary (25.11, DGX-H100,
+//   8 GPUs, FP8-CS, FSDP) reports 744 model TFLOP/s/GPU at 14,451 tokens/s/GPU, i.e.
+//   5.148e10 FLOPs per token; the formula with the causal half gives 5.147e10.
+TEST(ModelScenario, ModelFlopsAreMegatronsFormula) {
+  const double b = 4, s = 2048, l = 24, h = 2048, v = 51200;
+  const models::TransformerConfig gpt = models::gpt_config(51200, 2048, 16, 8192, 24, 2048);
+  const double want = 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h));
+  EXPECT_NEAR(model_flops(gpt, std::vector<std::int64_t>(4, 2048), false), want, 1e-12 * want);
+  models::TransformerConfig llama = models::llama_config(128256, 4096, 32, 8, 14336, 32);
+  const double per_token = model_flops(llama, {8192}, true) / 8192;
+  EXPECT_NEAR(per_token, 744e12 / 14451, 0.002 * per_token);
+  EXPECT_LT(model_flops(llama, {8192}, true), model_flops(llama, {8192}, false));  // the causal half
+  // THD: the score term follows each sequence's own length
+  EXPECT_LT(model_flops(llama, {4096, 4096}, true), model_flops(llama, {8192}, true));
+}
+
+// The summary's throughput line and the JSON keys: tokens/s/GPU is the batch's tokens over the
+// iteration time over the GPUs, TFLOP/s/GPU the model FLOPs likewise, MFU against the bf16 peak.
+TEST(ModelScenario, TrainingThroughputLine) {
+  const std::string text = kHead + "data: shape_only\nparallel: {tp: 2, dp: 2}\n" +
+                           "model: {kind: transformer, family: llama, dtype: bf16, format: bshd, mask: causal, "
+                           "vocab: 512, hidden: 256, heads: 8, kv_heads: 2, ffn: 512, layers: 2}\n" +
+                           "batch: {rows: 4, seq_len: 1024}\ntrain: {steps: 2, micro_batches: 2}\n";
+  const fs::path json = scratch() / "throughput.json";
+  RunFlags f;
+  f.quiet = true;
+  f.json = json.string();
+  std::ostringstream out;
+  ASSERT_EQ(run_scenario(load_scenario(write_scenario(text), {}), f, out), 0) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("  throughput (Megatron's model FLOPs, docs/models.md): iteration "));
+  EXPECT_THAT(out.str(), HasSubstr("% of bf16 989 TFLOP/s\n"));
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json& m = j.at("model");
+  const double iteration = m.at("iteration_time_s").get<double>();
+  EXPECT_NEAR(iteration * 2, j.at("virtual_time_us").get<double>() * 1e-6, 1e-9);
+  EXPECT_EQ(m.at("tokens_per_step").get<double>(), 4 * 1024);
+  // (9 significant digits in the file, 6 for the MFU)
+  const double tokens_per_s = 4 * 1024 / iteration / 4;
+  EXPECT_NEAR(m.at("tokens_per_s_per_gpu").get<double>(), tokens_per_s, 1e-8 * tokens_per_s);
+  const double flops =
+      model_flops(load_scenario(write_scenario(text), {}).model->config, std::vector<std::int64_t>(4, 1024), true);
+  EXPECT_NEAR(m.at("model_flops_per_step").get<double>(), flops, 1e-6 * flops);
+  const double tflops = flops / iteration / 4 / 1e12;
+  EXPECT_NEAR(m.at("tflops_per_gpu").get<double>(), tflops, 1e-8 * tflops);
+  EXPECT_NEAR(m.at("mfu").get<double>(), tflops / 989.4, 1e-6 * tflops / 989.4);
+  EXPECT_EQ(m.at("mfu_peak").at("dtype"), "bf16");
+  fs::remove(json);
 }
 
 // The two counts are one split: each key is checked with both counts (the error at the key that
