@@ -466,28 +466,67 @@ bool attention_visible(i64 q_position, i64 q_segment, i64 kv_position, i64 kv_se
   return visible(window_of(opts), q_position, q_segment, kv_position, kv_segment);
 }
 
+namespace {
+
+// Tokens of one segment at consecutive positions first, first + 1, ..., first + len - 1.
+struct Run {
+  i64 seg, first, len;
+};
+
+// The unpadded tokens as runs: each token joins the previous run when it continues it (same
+// segment, next position), as the layouts' chunks and sequences do; any order stays correct, it
+// only makes more runs.
+std::vector<Run> runs_of(const TokenInfo& t) {
+  std::vector<Run> out;
+  for (i64 i = 0; i < t.size(); ++i) {
+    const i64 seg = t.segment[idx(i)], pos = t.position[idx(i)];
+    if (seg < 0) continue;
+    if (!out.empty() && out.back().seg == seg && out.back().first + out.back().len == pos) {
+      ++out.back().len;
+    } else {
+      out.push_back({seg, pos, 1});
+    }
+  }
+  return out;
+}
+
+// #{(p, k) : a <= p <= last, b <= k < b + m, k - p <= t}: for query p, clamp(p + t - b + 1, 0, m)
+// keys, summed in closed form over the part of [a, last] where the clamp is linear and the part
+// where it is m.
+i64 pairs_up_to(i64 a, i64 last, i64 b, i64 m, i64 t) {
+  const i64 n = last - a + 1;
+  if (t >= b + m - 1 - a) return n * m;  // every key of every query
+  if (t < b - last) return 0;            // none (t is now within the positions' span)
+  const i64 c0 = t - b + 1;
+  i64 sum = 0;
+  const i64 u = std::max(a, 1 - c0), v = std::min(last, m - 1 - c0);
+  if (u <= v) sum += (u + v + 2 * c0) * (v - u + 1) / 2;  // (u + c0) + ... + (v + c0)
+  const i64 full = std::max(a, m - c0);
+  if (full <= last) sum += m * (last - full + 1);
+  return sum;
+}
+
+}  // namespace
+
 i64 attention_visible_pairs(const TokenInfo& q_tokens, const TokenInfo& kv_tokens, const AttentionOptions& opts) {
   const char* fn = "attention_visible_pairs";
   check_tokens(fn, q_tokens, "q_tokens", q_tokens.size());
   check_tokens(fn, kv_tokens, "kv_tokens", kv_tokens.size());
   const Window w = window_of(opts);
-  // Keys sorted by (segment, position): a query's visible keys are one contiguous range.
-  std::vector<std::pair<i64, i64>> keys;
-  for (i64 k = 0; k < kv_tokens.size(); ++k) {
-    if (kv_tokens.segment[idx(k)] >= 0) {
-      keys.emplace_back(kv_tokens.segment[idx(k)], kv_tokens.position[idx(k)]);
-    }
-  }
-  std::sort(keys.begin(), keys.end());
+  // Per pair of a query run and a key run of the same segment, the keys with
+  // -left <= k - p <= right: pairs up to right, less those up to -left - 1.
+  std::vector<Run> keys = runs_of(kv_tokens);
+  std::sort(keys.begin(), keys.end(), [](const Run& x, const Run& y) { return x.seg < y.seg; });
   i64 total = 0;
-  for (i64 i = 0; i < q_tokens.size(); ++i) {
-    const i64 seg = q_tokens.segment[idx(i)], pos = q_tokens.position[idx(i)];
-    if (seg < 0) continue;
-    const i64 first = w.left >= 0 ? pos - w.left : std::numeric_limits<i64>::min();
-    const i64 last = w.right >= 0 ? pos + w.right : std::numeric_limits<i64>::max();
-    const auto a = std::lower_bound(keys.begin(), keys.end(), std::make_pair(seg, first));
-    const auto b = std::upper_bound(keys.begin(), keys.end(), std::make_pair(seg, last));
-    if (b > a) total += b - a;
+  for (const Run& q : runs_of(q_tokens)) {
+    const auto [from, to] =
+        std::equal_range(keys.begin(), keys.end(), q, [](const Run& x, const Run& y) { return x.seg < y.seg; });
+    const i64 last = q.first + q.len - 1;
+    for (auto k = from; k != to; ++k) {
+      const i64 upper = w.right >= 0 ? pairs_up_to(q.first, last, k->first, k->len, w.right) : q.len * k->len;
+      const i64 lower = w.left >= 0 ? pairs_up_to(q.first, last, k->first, k->len, -w.left - 1) : 0;
+      total += upper - lower;
+    }
   }
   return total;
 }

@@ -92,8 +92,11 @@ struct AttentionOptions {
 bool attention_visible(std::int64_t q_position, std::int64_t q_segment, std::int64_t kv_position,
                        std::int64_t kv_segment, const AttentionOptions& opts);
 
-// The number of visible (query, key) pairs: sum over queries of their visible keys. Computed in
-// O((tq + tk) log tk) from the token info alone, so shape-only runs are charged the same.
+// The number of visible (query, key) pairs: sum over queries of their visible keys. Computed from
+// the token info alone, so shape-only runs are charged the same: the tokens are cut into runs of
+// consecutive positions of one segment (a sequence, a CP chunk), and each pair of a query run and
+// a key run of the same segment is counted in closed form -- O(tq + tk) to find the runs, plus
+// O(1) per pair of runs.
 std::int64_t attention_visible_pairs(const TokenInfo& q_tokens, const TokenInfo& kv_tokens,
                                      const AttentionOptions& opts = {});
 

@@ -53,6 +53,51 @@ TEST(AttentionCost, VisiblePairsCountedExactly) {
   }
 }
 
+// The closed form per pair of runs, against brute force on layouts made of runs: sequences cut
+// into chunks in any order (as CP's DualChunkSwap deals them), THD segments with padding, windows
+// on one or both sides, runs that overlap, and single tokens.
+TEST(AttentionCost, VisiblePairsOfRunsCountedExactly) {
+  std::uint64_t state = 7;
+  auto next = [&](i64 n) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return i64((state >> 33) % std::uint64_t(n));
+  };
+  auto runs = [&]() {
+    TokenInfo t;
+    const int count = 1 + static_cast<int>(next(5));
+    for (int r = 0; r < count; ++r) {
+      const i64 seg = next(4) - 1, first = next(40), len = 1 + next(30);
+      for (i64 i = 0; i < len; ++i) {
+        t.position.push_back(first + i);
+        t.segment.push_back(seg);
+      }
+    }
+    return t;
+  };
+  for (int trial = 0; trial < 200; ++trial) {
+    const TokenInfo qt = runs(), kt = runs();
+    AttentionOptions opts;
+    opts.causal = trial % 2 == 0;
+    opts.window_left = trial % 3 == 0 ? -1 : next(50);
+    opts.window_right = trial % 5 == 0 ? -1 : next(50);
+    Problem p{qt.size(), kt.size(), 1, 1, 1, 1, qt, kt, opts};
+    i64 brute = 0;
+    for (i64 i = 0; i < qt.size(); ++i) {
+      for (i64 k = 0; k < kt.size(); ++k) brute += ref_sees(p, i, k) ? 1 : 0;
+    }
+    EXPECT_EQ(attention_visible_pairs(qt, kt, opts), brute) << "trial " << trial;
+  }
+  // closed forms: a causal sequence of n sees n (n + 1) / 2 pairs; a window of w on the left w + 1
+  // keys per query once past the first w
+  AttentionOptions causal;
+  causal.causal = true;
+  EXPECT_EQ(attention_visible_pairs(TokenInfo::sequence(131072), TokenInfo::sequence(131072), causal),
+            i64{131072} * 131073 / 2);
+  causal.window_left = 100;
+  EXPECT_EQ(attention_visible_pairs(TokenInfo::sequence(1000), TokenInfo::sequence(1000), causal),
+            100 * 101 / 2 + 900 * 101);
+}
+
 TEST(AttentionCost, ChargesAndShapeOnlyMatch) {
   const i64 tq = 16, tk = 16, hq = 4, hkv = 2, d = 8;
   const TokenInfo tokens = TokenInfo::sequence(tq);
