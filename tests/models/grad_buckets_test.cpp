@@ -142,7 +142,7 @@ TrainSpec spec(int dp, int cp, int zero, i64 bucket, bool shape_only = false) {
   s.micro_batches = 2;
   s.zero = zero;
   s.bucket_size = bucket;
-  s.steps = shape_only ? 1 : 3;
+  s.steps = 1;  // one update compares the gradients, the state and the weights; ASan makes more costly
   s.optimizer.lr = 1e-2;
   s.optimizer.eps = 1e-4;
   s.clip_grad_norm = 0.5;
@@ -160,10 +160,10 @@ constexpr i64 kBlock = 2 * 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 96 * 32 + 32 *
 // bucket size changes its bits too. Over 2 ranks each sum has two terms, whose order does not
 // matter: the same bits; over 4 the runs agree within train_test.cpp's bound.
 TEST(GradBucketsTraining, TheBucketSizeChangesNoBitButAllReducesOrder) {
-  const std::vector<i64> buckets{1, 2 * kBlock, std::numeric_limits<i64>::max()};
+  const std::vector<i64> buckets{2 * kBlock, std::numeric_limits<i64>::max()};  // (1 closes per block, as 0)
   for (int zero : {1, 3}) {
     const TrainResult want = run_training(spec(2, 2, zero, 0));
-    ASSERT_EQ(want.losses.size(), 3u);
+    ASSERT_EQ(want.losses.size(), 1u);
     for (i64 bucket : buckets) {
       testing::expect_bit_identical(run_training(spec(2, 2, zero, bucket)), want,
                                     "zero " + std::to_string(zero) + " bucket " + std::to_string(bucket), true);
