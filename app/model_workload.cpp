@@ -128,11 +128,11 @@ ModelInputs load_model_inputs(const ModelWorkload& m) {
     } else if (f.contains("cu_seqlens")) {
       throw Error(f.path + ": 'cu_seqlens' is for format thd, but the model's format is bshd");
     }
-  } else if (!m.lengths.empty()) {
-    in.batch = models::synthetic_batch(format, m.tokenizer_vocab > 0 ? m.tokenizer_vocab : m.config.vocab, m.lengths,
-                                       m.seed + 1);
   } else {
-    in.batch = models::dummy_batch(format, m.tokenizer_vocab > 0 ? m.tokenizer_vocab : m.config.vocab, m.seed + 1);
+    // token ids below the tokenizer's vocabulary, not the padded one
+    const std::int64_t vocab = m.tokenizer_vocab > 0 ? m.tokenizer_vocab : m.config.vocab;
+    in.batch = m.lengths.empty() ? models::dummy_batch(format, vocab, m.seed + 1)
+                                 : models::synthetic_batch(format, vocab, m.lengths, m.seed + 1);
   }
   return in;
 }

@@ -343,11 +343,9 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       split_key = key;
     }
     if (!split_key.empty()) {
-      models::Stage st{0, sc.pp};
-      st.first_stage_layers = ts.first_stage_layers;
-      st.last_stage_layers = ts.last_stage_layers;
       try {
-        models::stage_layers(m.config.layers, st, "the pipeline");
+        models::stage_layers(m.config.layers, models::Stage{0, sc.pp, ts.first_stage_layers, ts.last_stage_layers},
+                             "the pipeline");
       } catch (const Error& e) {
         r.fail(split_at, "parallel." + split_key + ": " + e.what());
       }

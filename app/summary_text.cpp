@@ -120,9 +120,7 @@ void print_collectives_table(std::ostream& out, const RunSummary& s) {
 std::string stage_split(std::int64_t layers, int pp, const TrainSettings& t) {
   std::string out = "stages";
   for (int r = 0; r < pp; ++r) {
-    models::Stage st{r, pp};
-    st.first_stage_layers = t.first_stage_layers;
-    st.last_stage_layers = t.last_stage_layers;
+    const models::Stage st{r, pp, t.first_stage_layers, t.last_stage_layers};
     out += (r == 0 ? " " : "-") + std::to_string(models::stage_layers(layers, st, "pipeline").count);
   }
   return out;

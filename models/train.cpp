@@ -43,10 +43,7 @@ std::string shard_file(const std::string& dir, i64 tp_rank, i64 pp_rank) {
 
 // Model chunk `chunk` of pipeline rank `rank`: global chunk chunk * pp + rank of pp * v.
 Stage pipeline_stage(const TrainSpec& s, int rank, int chunk) {
-  Stage st{chunk * s.pp + rank, s.pp * s.virtual_stages};
-  st.first_stage_layers = s.first_stage_layers;
-  st.last_stage_layers = s.last_stage_layers;
-  return st;
+  return Stage{chunk * s.pp + rank, s.pp * s.virtual_stages, s.first_stage_layers, s.last_stage_layers};
 }
 
 // The layout's checks that need no run.
@@ -250,8 +247,9 @@ struct Runner {
       if (!first) sends.push_back(runtime::isend(dx, peer(prev), p2p(2 * (g - 1) + 1)));
     }
     const runtime::MemoryPhase phase("gradient reduction");
-    if (!reduce) chunks.front().reduce_tp_partial_gradients(named_parameters());
-    if (reduce) {
+    if (!reduce) {
+      chunks.front().reduce_tp_partial_gradients(named_parameters());
+    } else {
       // the embedding and head parameters: one last bucket
       std::vector<std::pair<std::string, tp::Parameter*>> rest;
       for (auto& [name, prm] : named_parameters()) {

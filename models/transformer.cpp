@@ -183,6 +183,17 @@ tp::Parameter replicated(const Weights& w, const std::string& name, DType dtype)
   return p;
 }
 
+// Rank g.rank()'s block of rows of a master ([out, ...] split along dim 0 over g), or all of them
+// with split false (partition_dim -1).
+tp::Parameter row_shard(const Weights& w, const std::string& name, DType dtype, const runtime::ProcessGroup& g,
+                        bool split) {
+  tp::Parameter p;
+  p.value = tp::shard_of(weight(w, name), 0, split ? g.size() : 1, split ? g.rank() : 0, 1, dtype);
+  runtime::retag_memory(p.value, runtime::MemoryKind::parameters);
+  p.partition_dim = split ? 0 : -1;
+  return p;
+}
+
 // Validated before any member is built, so errors name the model's own sizes.
 const TransformerConfig& checked(const TransformerConfig& c, const Weights& w, const TransformerGroups& g,
                                  const AttentionSetup& a, const Stage& st) {
@@ -602,22 +613,18 @@ struct GroupedQKV {
     const int p = g.size(), r = g.rank();
     const i64 kv = c.query_groups();
     kv_whole = kv < p;
-    auto column = [&](const char* name, int parts) {
-      tp::Parameter out;
-      const Tensor& master = weight(w, block_parameter_name(c, i, name));
-      out.value = tp::shard_of(master, 0, parts, parts == 1 ? 0 : r, 1, c.dtype);
-      runtime::retag_memory(out.value, runtime::MemoryKind::parameters);
-      out.partition_dim = parts == 1 ? -1 : 0;
-      out.sequence_parallel = parts == 1 && p > 1;  // whole k / v under TP: a partial gradient
+    auto column = [&](const char* name, bool split) {
+      tp::Parameter out = row_shard(w, block_parameter_name(c, i, name), c.dtype, g, split);
+      out.sequence_parallel = !split && p > 1;  // whole k / v under TP: a partial gradient
       return out;
     };
-    q_w = column("q.weight", p);
-    k_w = column("k.weight", kv_whole ? 1 : p);
-    v_w = column("v.weight", kv_whole ? 1 : p);
+    q_w = column("q.weight", true);
+    k_w = column("k.weight", !kv_whole);
+    v_w = column("v.weight", !kv_whole);
     if (bias) {
-      q_b = column("q.bias", p);
-      k_b = column("k.bias", kv_whole ? 1 : p);
-      v_b = column("v.bias", kv_whole ? 1 : p);
+      q_b = column("q.bias", true);
+      k_b = column("k.bias", !kv_whole);
+      v_b = column("v.bias", !kv_whole);
     }
     kv_rows = kv_whole ? c.head_dim : kv / p * c.head_dim;
     kv_first = kv_whole ? static_cast<i64>(r) * kv / p * c.head_dim : 0;
@@ -942,12 +949,7 @@ Transformer::Transformer(const TransformerConfig& config, const Weights& w, Tran
   // rows [r V/tp, (r+1) V/tp) of the embedding and output tables (Megatron's VocabParallelEmbedding
   // and the output layer's ColumnParallelLinear), or the whole tables
   auto vocab_table = [&](const std::string& name) {
-    if (!vocab_parallel_) return replicated(w, name, config_.dtype);
-    tp::Parameter p;
-    p.value = tp::shard_of(weight(w, name), 0, tp, groups_.tp.rank(), 1, config_.dtype);
-    runtime::retag_memory(p.value, runtime::MemoryKind::parameters);
-    p.partition_dim = 0;
-    return p;
+    return vocab_parallel_ ? row_shard(w, name, config_.dtype, groups_.tp, true) : replicated(w, name, config_.dtype);
   };
   if (has_embedding()) {
     embedding_ = vocab_table("embedding.weight");
