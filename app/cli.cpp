@@ -12,6 +12,7 @@
 #include "app/compare.h"
 #include "app/data_dir.h"
 #include "app/demo.h"
+#include "app/megatron_args.h"
 #include "app/scenario.h"
 #include "app/topo.h"
 #include "models/train.h"
@@ -22,6 +23,7 @@
 #include "sim/engine.h"
 #include "sim/error.h"
 #include "sim/topology.h"
+#include "sim/yaml_input.h"
 
 namespace ranksim::app {
 
@@ -137,8 +139,19 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 #if RANKSIM_HAVE_NCCL_BACKEND
   run_flags.device_collectives = runtime::gpu::nccl_collectives;  // --backend nccl
 #endif
+  std::string megatron_args, megatron_topology;
   auto* run_cmd = cli.add_subcommand("run", "Run a scenario file (topology, layout, workload, checks)");
-  run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required()->check(not_a_folder);
+  run_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->check(not_a_folder);
+  const auto add_megatron = [&](CLI::App* cmd) {
+    auto* args = cmd->add_option("--megatron-args", megatron_args,
+                                 "Megatron-LM's pretrain_gpt.py arguments (or @FILE) instead of a scenario file");
+    auto* topo = cmd->add_option("--topology,-t", megatron_topology, "Topology YAML file, with --megatron-args")
+                     ->check(not_a_folder);
+    args->excludes(cmd->get_option("scenario"));
+    topo->needs(args);
+    args->needs(topo);
+  };
+  add_megatron(run_cmd);
   run_cmd->add_option("--set", scenario_sets,
                       "Override a key by its dotted path: --set parallel.tp=2, --set topology.nodes=4");
   run_cmd->add_option("--trace", run_flags.trace, "Write a Chrome trace JSON (Perfetto)");
@@ -156,8 +169,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "emulated (the GPU kernels run on the CPU, for checking the device path)")
       ->check(CLI::IsMember({"cpu", "gpu", "emulated"}));
   auto* validate_cmd = cli.add_subcommand("validate", "Check a scenario file without running it");
-  validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->required()->check(not_a_folder);
+  validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->check(not_a_folder);
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
+  add_megatron(validate_cmd);
   std::string shard_dir, consolidated;
   auto* consolidate_cmd = cli.add_subcommand(
       "consolidate", "Join a training run's per-rank shard files (train.shards) into one checkpoint");
@@ -225,8 +239,22 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     if (*coll_cmd) return bench_collectives(bench_opts, out);
     if (*ops_cmd) return bench_ops(ops_opts, out);
+    // The scenario: a file, or one built from Megatron-LM's arguments (app/megatron_args.h).
+    MegatronScenario built;
+    const auto scenario = [&](const CLI::App* cmd) {
+      if (!megatron_args.empty()) {
+        Scenario sc = load_megatron_scenario(megatron_args, megatron_topology, scenario_sets, &built);
+        if (!built.ignored.empty())
+          err << "megatron-args: ignored (no effect on timing or memory): " << sim::join(built.ignored) << "\n";
+        for (const std::string& a : built.approximated) err << "megatron-args: approximated: " << a << "\n";
+        return sc;
+      }
+      if (scenario_file.empty())
+        throw Error("ranksim " + cmd->get_name() + ": name a scenario file, or give --megatron-args and --topology");
+      return load_scenario(scenario_file, scenario_sets);
+    };
     if (*run_cmd) {
-      Scenario sc = load_scenario(scenario_file, scenario_sets);
+      Scenario sc = scenario(run_cmd);
       if (run_flags.backend != "sim") {
         runtime::mpi::init();
         // Every process runs the scenario as its rank; rank 0 prints and writes the outputs
@@ -237,9 +265,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return run_scenario(sc, run_flags, out);
     }
     if (*validate_cmd) {
-      const Scenario sc = load_scenario(scenario_file, scenario_sets);
-      out << scenario_file << ": valid — " << sc.name << ", " << sc.ranks << " ranks (tp=" << sc.tp << " cp=" << sc.cp
-          << " dp=" << sc.dp << " pp=" << sc.pp << "), "
+      const Scenario sc = scenario(validate_cmd);
+      if (!megatron_args.empty()) out << built.yaml;
+      out << (megatron_args.empty() ? scenario_file : "--megatron-args") << ": valid — " << sc.name << ", " << sc.ranks
+          << " ranks (tp=" << sc.tp << " cp=" << sc.cp << " dp=" << sc.dp << " pp=" << sc.pp << "), "
           << (sc.model
                   ? std::string("reference transformer") + (sc.model->validate ? " with a validation baseline" : "")
               : sc.sweep_op ? *sc.sweep_op + " sweep"

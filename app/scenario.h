@@ -97,6 +97,10 @@ struct Scenario {
 
 // Loads and validates. Throws ConfigError / Error.
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {});
+// The same for a document held in memory; `path` names it in errors, and relative paths in it
+// (topology, batch, weights) are resolved against its folder.
+Scenario load_scenario_text(const std::string& text, const std::string& path,
+                            const std::vector<std::string>& sets = {});
 
 struct RunFlags {
   std::string trace;   // overrides outputs.trace

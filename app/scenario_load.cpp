@@ -210,8 +210,6 @@ std::string ScenarioReader::one_of(const YAML::Node& n, const std::string& what,
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
-  Scenario sc;
-  sc.file = path;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw Error("scenario file '" + path + "' is a folder; name a scenario YAML file");
@@ -220,7 +218,13 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   std::ostringstream text;
   if (in) text << in.rdbuf();
   if (!in) throw Error("cannot read scenario file '" + path + "': no such file, or not readable");
-  YAML::Node root = sim::parse_yaml(text.str(), path);
+  return load_scenario_text(text.str(), path, sets);
+}
+
+Scenario load_scenario_text(const std::string& text, const std::string& path, const std::vector<std::string>& sets) {
+  Scenario sc;
+  sc.file = path;
+  YAML::Node root = sim::parse_yaml(text, path);
   sim::YamlPositions positions(path);
   const ScenarioReader r(positions);
   if (!root.IsMap()) r.fail(root, "a scenario file must be a mapping of keys (name, topology, workload, ...)");
