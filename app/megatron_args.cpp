@@ -583,7 +583,7 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
   d.line("  tp: " + std::to_string(tp), from({"--tensor-model-parallel-size"}));
   d.line("  pp: " + std::to_string(pp), from({"--pipeline-model-parallel-size"}));
   d.line("  cp: " + std::to_string(cp), from({"--context-parallel-size"}));
-  d.line("  dp: " + std::to_string(dp), "the rest of the world");
+  d.line("  dp: auto", "the rest of the world: " + std::to_string(dp));
   if (a.has("--sequence-parallel") && tp == 1)
     a.approximated().push_back(
         "--sequence-parallel with tensor parallelism 1: Megatron-LM turns it off, and so "

@@ -269,7 +269,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
     if (auto v = entry(par, "tp"); v.IsDefined()) sc.tp = r.positive_int(v, "parallel.tp");
     if (auto v = entry(par, "cp"); v.IsDefined()) sc.cp = r.positive_int(v, "parallel.cp");
     if (auto v = entry(par, "pp"); v.IsDefined()) sc.pp = r.positive_int(v, "parallel.pp");
-    if (auto v = entry(par, "dp"); v.IsDefined()) {
+    // `dp: auto`: what tp x cp x pp leave of `ranks` (of the topology's devices without it)
+    if (auto v = entry(par, "dp"); v.IsDefined() && !(v.IsScalar() && v.Scalar() == "auto")) {
       sc.dp = r.positive_int(v, "parallel.dp");
       dp_given = true;
     }
@@ -286,7 +287,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
   const int model = sc.tp * sc.cp * sc.pp;
   const bool has_model = entry(root, "model").IsDefined();
   // The reference transformer's world is its layout; a workload fills the topology by default.
-  if (sc.ranks == 0) sc.ranks = dp_given ? model * sc.dp : has_model ? model : topo.num_devices();
+  const bool dp_auto = par.IsDefined() && entry(par, "dp").IsDefined() && !dp_given;
+  if (sc.ranks == 0) sc.ranks = dp_given ? model * sc.dp : has_model && !dp_auto ? model : topo.num_devices();
   if (dp_given && model * sc.dp != sc.ranks)
     r.fail(layout_at, "parallel layout tp=" + std::to_string(sc.tp) + " x cp=" + std::to_string(sc.cp) +
                           " x pp=" + std::to_string(sc.pp) + " x dp=" + std::to_string(sc.dp) + " = " +

@@ -58,7 +58,7 @@ TEST(MegatronArgsCli, ValidatePrintsTheBuiltScenarioWithTheArgumentsOfEachKey) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("  tp: 4"));
   EXPECT_THAT(r.out, HasSubstr("# --tensor-model-parallel-size 4"));
-  EXPECT_THAT(r.out, HasSubstr("  dp: 2"));    // 16 GPUs / (4 x 2)
+  EXPECT_THAT(r.out, HasSubstr("  dp: auto"));
   EXPECT_THAT(r.out, HasSubstr("ffn: 4096"));  // Megatron's default 4h
   EXPECT_THAT(r.out, HasSubstr("make_vocab_size_divisible_by: 128"));
   EXPECT_THAT(r.out, HasSubstr("--megatron-args: valid — megatron-args, 16 ranks (tp=4 cp=1 dp=2 pp=2)"));

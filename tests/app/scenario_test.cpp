@@ -26,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
 
 const std::string kRoot = RANKSIM_SOURCE_DIR;
 
@@ -111,6 +112,24 @@ TEST(Scenario, OverridesChangeKeysByDottedPath) {
   EXPECT_EQ(sc.repeat, 3);
   const Scenario big = load_scenario(kRoot + "/scenarios/tp-dp-cluster.yaml", {"topology.nodes=4", "parallel.dp=4"});
   EXPECT_EQ(big.ranks, 32);
+}
+
+TEST(Scenario, DpAutoIsWhatTheLayoutLeavesOfTheWorld) {
+  const std::string llama = kRoot + "/scenarios/llama3-8b-train-dgx-h100.yaml";  // tp 2 x dp 4
+  // with ranks: the rest of them
+  const Scenario a = load_scenario(llama, {"parallel.dp=auto", "parallel.tp=4", "ranks=8"});
+  EXPECT_EQ(a.ranks, 8);
+  EXPECT_EQ(a.dp, 2);
+  // without: every device of the topology (8 on a DGX), not the model's tp x cp x pp
+  const Scenario b = load_scenario(llama, {"parallel.dp=auto", "parallel.tp=8"});
+  EXPECT_EQ(b.ranks, 8);
+  EXPECT_EQ(b.dp, 1);
+  // a layout that does not divide the world is the usual error
+  EXPECT_THAT(
+      [&] {
+        (void)load_scenario(llama, {"parallel.dp=auto", "parallel.tp=3"});
+      },
+      ThrowsMessage<ConfigError>(HasSubstr("does not divide the 8 ranks")));
 }
 
 TEST(Scenario, OverridesIndexListsLikeTopologyOverrides) {
