@@ -14,9 +14,7 @@
 
 namespace ranksim::app {
 
-namespace {
-
-std::string esc(const std::string& s) {
+std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -38,6 +36,8 @@ std::string esc(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 std::string num(double v) {
   char b[32];
@@ -85,21 +85,64 @@ void timeline(std::ostream& o, const ReportData& d) {
     const double half = (lane_h - 2) / 2;
     const double y = top + s.rank * lane_h + 1 + (s.kind == sim::SpanKind::compute ? 0 : half);
     o << "<rect class=\"span " << sim::to_string(s.kind) << "\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\""
-      << num(w) << "\" height=\"" << num(half) << "\" fill=\"" << color << "\"><title>" << esc(s.name)
-      << (desc.empty() ? "" : " on " + esc(desc)) << " " << esc(s.start.str()) << " - " << esc(s.end.str())
-      << "</title></rect>\n";
+      << num(w) << "\" height=\"" << num(half) << "\" fill=\"" << color << "\"><title>" << html_escape(s.name)
+      << (desc.empty() ? "" : " on " + html_escape(desc)) << " " << html_escape(s.start.str()) << " - "
+      << html_escape(s.end.str()) << "</title></rect>\n";
   }
   const double axis_y = top + lanes * lane_h + 12;
   for (int t = 0; t <= 4; ++t) {
     const double x = left + width * t / 4;
     o << "<text x=\"" << num(x) << "\" y=\"" << num(axis_y) << "\" text-anchor=\"middle\">"
-      << esc(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
+      << html_escape(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
   }
   o << "</svg>\n<p class=\"legend\"><span style=\"color:#4c78a8\">&#9632;</span> compute "
        "<span style=\"color:#f58518\">&#9632;</span> communication";
   for (std::size_t i = 0; i < named.size(); ++i)
-    o << " <span style=\"color:" << kNamed[i % std::size(kNamed)] << "\">&#9632;</span> " << esc(named[i]);
+    o << " <span style=\"color:" << kNamed[i % std::size(kNamed)] << "\">&#9632;</span> " << html_escape(named[i]);
   o << "</p>\n";
+}
+
+// Where the time goes: a horizontal bar per group of ranks, stacked by part, x from 0 to the
+// longest bar.
+void breakdown_plot(std::ostream& o, const ReportData& d) {
+  if (d.breakdown.empty()) return;
+  static const char* const kColors[] = {"#4c78a8", "#e45756", "#54a24b", "#b279a2",
+                                        "#9d755d", "#72b7b2", "#bab0ac", "#f58518"};
+  const double w = 720, bar_h = 18, gap = 6, left = 130, top = 10;
+  double longest = 0;
+  for (const auto& b : d.breakdown) {
+    double t = 0;
+    for (double s : b.seconds) t += s;
+    longest = std::max(longest, t);
+  }
+  if (longest <= 0) return;
+  const double height = top + static_cast<double>(d.breakdown.size()) * (bar_h + gap) + 24;
+  o << "<h2>Where the time goes</h2>\n<svg id=\"breakdown\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
+    << left + w + 20 << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  for (std::size_t i = 0; i < d.breakdown.size(); ++i) {
+    const auto& b = d.breakdown[i];
+    const double y = top + static_cast<double>(i) * (bar_h + gap);
+    o << "<text x=\"4\" y=\"" << num(y + bar_h - 5) << "\">" << html_escape(b.label) << "</text>\n";
+    double x = left;
+    for (std::size_t p = 0; p < b.seconds.size() && p < d.breakdown_parts.size(); ++p) {
+      const double bw = w * b.seconds[p] / longest;
+      if (bw <= 0) continue;
+      o << "<rect class=\"part\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(bw) << "\" height=\""
+        << num(bar_h) << "\" fill=\"" << kColors[p % std::size(kColors)] << "\"><title>"
+        << html_escape(b.label + ": " + d.breakdown_parts[p] + " " + sim::Time::from_seconds(b.seconds[p]).str())
+        << "</title></rect>\n";
+      x += bw;
+    }
+  }
+  const double axis_y = top + static_cast<double>(d.breakdown.size()) * (bar_h + gap) + 12;
+  for (int t = 0; t <= 4; ++t)
+    o << "<text x=\"" << num(left + w * t / 4) << "\" y=\"" << num(axis_y) << "\" text-anchor=\"middle\">"
+      << html_escape(sim::Time::from_seconds(longest * t / 4).str()) << "</text>\n";
+  o << "</svg>\n<p class=\"legend\">";
+  for (std::size_t p = 0; p < d.breakdown_parts.size(); ++p)
+    o << (p ? " " : "") << "<span style=\"color:" << kColors[p % std::size(kColors)] << "\">&#9632;</span> "
+      << html_escape(d.breakdown_parts[p]);
+  o << " (mean per rank; communication is what the ranks waited for)</p>\n";
 }
 
 // busbw against size, log2 x axis.
@@ -115,7 +158,7 @@ void sweep_plot(std::ostream& o, const ReportData& d) {
     return left + w * (std::log2(static_cast<double>(std::max<int64_t>(1, b))) - x0) / std::max(1.0, x1 - x0);
   };
   auto Y = [&](double v) { return top + h - h * v / ymax; };
-  o << "<h2>" << esc(d.sweep_op)
+  o << "<h2>" << html_escape(d.sweep_op)
     << " bus bandwidth</h2>\n<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + 20
     << "\" height=\"" << top + h + bottom << "\" font-family=\"sans-serif\" font-size=\"10\">\n"
     << "<line x1=\"" << left << "\" y1=\"" << top + h << "\" x2=\"" << left + w << "\" y2=\"" << top + h
@@ -133,11 +176,11 @@ void sweep_plot(std::ostream& o, const ReportData& d) {
     const auto& p = d.sweep[i];
     o << "<circle class=\"point\" cx=\"" << num(X(p.bytes)) << "\" cy=\"" << num(Y(p.busbw_gbps))
       << "\" r=\"3\" fill=\"#4c78a8\"><title>"
-      << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << ": "
+      << html_escape(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << ": "
       << num(p.busbw_gbps) << " GB/s</title></circle>\n";
     if (i % 3 == 0 || i + 1 == d.sweep.size())
       o << "<text x=\"" << num(X(p.bytes)) << "\" y=\"" << top + h + 14 << "\" text-anchor=\"middle\">"
-        << esc(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << "</text>\n";
+        << html_escape(sim::units::format_bytes(static_cast<uint64_t>(std::max<int64_t>(1, p.bytes)))) << "</text>\n";
   }
   o << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32
     << "\" text-anchor=\"middle\">message size</text>\n</svg>\n";
@@ -194,19 +237,19 @@ void memory_plot(std::ostream& o, const ReportData& d) {
     const double y = Y(static_cast<double>(top.capacity));
     o << "<line id=\"memory-capacity\" x1=\"" << left << "\" y1=\"" << num(y) << "\" x2=\"" << left + w << "\" y2=\""
       << num(y) << "\" stroke=\"#c22\" stroke-dasharray=\"6,3\"><title>capacity "
-      << esc(sim::units::format_bytes(top.capacity)) << "</title></line>\n";
+      << html_escape(sim::units::format_bytes(top.capacity)) << "</title></line>\n";
   }
   o << "<line x1=\"" << left << "\" y1=\"" << head + h << "\" x2=\"" << left + w << "\" y2=\"" << head + h
     << "\" stroke=\"black\"/>\n";
   for (int t = 0; t <= 4; ++t) {
     const double v = ymax * t / 4;
     o << "<text x=\"" << left - 4 << "\" y=\"" << num(Y(v) + 3) << "\" text-anchor=\"end\">"
-      << esc(sim::units::format_bytes(static_cast<uint64_t>(v))) << "</text>\n";
+      << html_escape(sim::units::format_bytes(static_cast<uint64_t>(v))) << "</text>\n";
     o << "<text x=\"" << num(left + w * t / 4) << "\" y=\"" << head + h + 14 << "\" text-anchor=\"middle\">"
-      << esc(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
+      << html_escape(sim::Time::from_seconds(span * t / 4).str()) << "</text>\n";
   }
   o << "</svg>\n<p class=\"legend\">rank " << top.rank << " (the largest peak, "
-    << esc(sim::units::format_bytes(top.peak)) << "):";
+    << html_escape(sim::units::format_bytes(top.peak)) << "):";
   for (int k = 0; k < runtime::kMemoryKinds; ++k)
     o << " <span style=\"color:" << kKindColor[k] << "\">&#9632;</span> "
       << runtime::memory_kind_name(static_cast<runtime::MemoryKind>(k));
@@ -219,17 +262,17 @@ void memory_plot(std::ostream& o, const ReportData& d) {
 
 void write_html_report(const std::string& path, const ReportData& d) {
   sim::write_file_atomically(path, [&](std::ostream& o) {
-    o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << esc(d.title)
+    o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << html_escape(d.title)
       << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
          "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#eee}"
          ".pass{color:#2a7}.fail{color:#c22;font-weight:bold}</style></head><body>\n"
-      << "<h1>" << esc(d.title) << "</h1>\n<p id=\"subtitle\">" << esc(d.subtitle) << "</p>\n"
-      << "<p id=\"virtual-time\">virtual time: <b>" << esc(d.makespan.str()) << "</b></p>\n";
+      << "<h1>" << html_escape(d.title) << "</h1>\n<p id=\"subtitle\">" << html_escape(d.subtitle) << "</p>\n"
+      << "<p id=\"virtual-time\">virtual time: <b>" << html_escape(d.makespan.str()) << "</b></p>\n";
     if (!d.checks.empty()) {
       o << "<h2>Checks</h2>\n<ul id=\"checks\">\n";
       for (const auto& c : d.checks)
         o << "<li class=\"" << (c.passed ? "pass" : "fail") << "\">" << (c.passed ? "pass" : "FAIL") << ": "
-          << esc(c.text) << " (measured " << esc(c.measured) << ")</li>\n";
+          << html_escape(c.text) << " (measured " << html_escape(c.measured) << ")</li>\n";
       o << "</ul>\n";
     }
     if (!d.ranks.empty()) {
@@ -237,27 +280,28 @@ void write_html_report(const std::string& path, const ReportData& d) {
            "id=\"ranks\"><tr><th>rank</th><th>time</th><th>compute</th><th>comm</th><th>idle</th></tr>\n";
       for (const auto& r : d.ranks) {
         const sim::Time idle = d.makespan - r.compute - r.comm;
-        o << "<tr><td>" << r.rank << "</td><td>" << esc(d.makespan.str()) << "</td><td>" << esc(r.compute.str())
-          << "</td><td>" << esc(r.comm.str()) << "</td><td>"
-          << esc((idle > sim::Time::zero() ? idle : sim::Time::zero()).str()) << "</td></tr>\n";
+        o << "<tr><td>" << r.rank << "</td><td>" << html_escape(d.makespan.str()) << "</td><td>"
+          << html_escape(r.compute.str()) << "</td><td>" << html_escape(r.comm.str()) << "</td><td>"
+          << html_escape((idle > sim::Time::zero() ? idle : sim::Time::zero()).str()) << "</td></tr>\n";
       }
       o << "</table>\n";
     }
+    breakdown_plot(o, d);
     auto table = [&](const char* title, const char* id, const std::vector<std::string>& header,
                      const std::vector<ReportData::Row>& rows) {
       o << "<h2>" << title << "</h2>\n<table id=\"" << id << "\"><tr>";
-      for (const auto& h : header) o << "<th>" << esc(h) << "</th>";
+      for (const auto& h : header) o << "<th>" << html_escape(h) << "</th>";
       o << "</tr>\n";
       for (const auto& row : rows) {
         o << "<tr>";
-        for (const auto& c : row.cells) o << "<td>" << esc(c) << "</td>";
+        for (const auto& c : row.cells) o << "<td>" << html_escape(c) << "</td>";
         o << "</tr>\n";
       }
       o << "</table>\n";
     };
     if (!d.compute.empty()) {
       table("Compute by kernel class", "compute", d.compute_header, d.compute);
-      for (const auto& n : d.compute_notes) o << "<p class=\"note\">" << esc(n) << "</p>\n";
+      for (const auto& n : d.compute_notes) o << "<p class=\"note\">" << html_escape(n) << "</p>\n";
     }
     if (!d.memory.empty()) table("Device memory at each rank's peak", "memory-peaks", d.memory_header, d.memory);
     memory_plot(o, d);

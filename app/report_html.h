@@ -14,6 +14,9 @@
 
 namespace ranksim::app {
 
+// Text for HTML: <, >, & and " as entities.
+std::string html_escape(const std::string& s);
+
 struct ReportData {
   std::string title;
   std::string subtitle;
@@ -23,6 +26,14 @@ struct ReportData {
     sim::Time clock, compute, comm;
   };
   std::vector<RankRow> ranks;
+  // Where the time goes (run_summary.h's time_breakdown): one stacked bar per group of ranks,
+  // its parts (seconds) in breakdown_parts' order.
+  std::vector<std::string> breakdown_parts;
+  struct Bar {
+    std::string label;
+    std::vector<double> seconds;
+  };
+  std::vector<Bar> breakdown;
   struct Row {
     std::vector<std::string> cells;
   };

@@ -148,4 +148,43 @@ ComputeRates compute_rates(const runtime::ComputeBreakdown& c, sim::Time makespa
   return {c.flops / seconds / 1e12, c.peak_seconds / seconds};
 }
 
+int comm_dimension(const std::string& group_desc) {
+  std::vector<std::string> tokens;
+  for (std::size_t b = 0; b <= group_desc.size();) {
+    const std::size_t e = std::min(group_desc.find_first_of("-.", b), group_desc.size());
+    tokens.push_back(group_desc.substr(b, e - b));
+    b = e + 1;
+  }
+  for (const int d : {3, 2, 1, 0})  // pp, dp, cp, tp: the outermost first
+    if (std::find(tokens.begin(), tokens.end(), kCommDimNames[d]) != tokens.end()) return d;
+  return 4;
+}
+
+std::vector<TimeBreakdown> time_breakdown(const Scenario& sc, const RunSummary& s) {
+  const runtime::RunReport& rep = s.report;
+  std::vector<TimeBreakdown> rows;
+  if (rep.comm_by_group.size() != rep.comm.size() || rep.comm.empty()) return rows;
+  const int ranks = static_cast<int>(rep.comm.size());
+  const int stages = sc.pp > 1 && ranks % sc.pp == 0 ? sc.pp : 1;
+  const int per = ranks / stages;
+  for (int st = 0; st < stages; ++st) {
+    TimeBreakdown row;
+    row.first_rank = st * per;
+    row.last_rank = (st + 1) * per - 1;
+    row.stage = stages > 1 ? st : -1;
+    for (int r = row.first_rank; r <= row.last_rank; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      row.compute_s += rep.compute[i].seconds();
+      row.idle_s += std::max(0.0, (s.makespan - rep.compute[i] - rep.comm[i]).seconds());
+      for (const auto& [desc, t] : rep.comm_by_group[i])
+        row.exposed_s[static_cast<std::size_t>(comm_dimension(desc))] += t.seconds();
+    }
+    row.compute_s /= per;
+    row.idle_s /= per;
+    for (double& x : row.exposed_s) x /= per;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 }  // namespace ranksim::app

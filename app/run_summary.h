@@ -7,6 +7,7 @@
 // reports the same numbers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -99,6 +100,26 @@ struct Throughput {
 };
 std::optional<Throughput> training_throughput(const Scenario& sc, const RunSummary& s);
 double model_flops(const models::TransformerConfig& c, const std::vector<std::int64_t>& lengths, bool causal);
+
+// Where the ranks' time went, by parallelism (docs/scenarios.md, "What a run shows"): each
+// rank's exposed communication (time blocked waiting on it) by the dimension of the group it
+// waited on, from RunReport::comm_by_group. A group named by a rank grid ("tp", "cp", "cp-dp",
+// "pp"; cp.a2a and cp.p2p for hierarchical CP) counts for its outermost dimension: pp, then dp,
+// then cp, then tp; other groups (the world, unnamed ones, a bridge's) count as "other". The
+// pipeline's column holds its bubble and its activation transfers.
+inline constexpr int kCommDims = 5;
+inline constexpr const char* kCommDimNames[kCommDims] = {"tp", "cp", "dp", "pp", "other"};
+int comm_dimension(const std::string& group_desc);  // index into kCommDimNames
+struct TimeBreakdown {
+  int first_rank = 0, last_rank = 0;  // the ranks averaged
+  int stage = -1;                     // their pipeline stage; -1 when pp = 1
+  double compute_s = 0, idle_s = 0;
+  std::array<double, kCommDims> exposed_s{};
+};
+// One row per pipeline stage (every rank when pp = 1), each the mean of its ranks (the
+// layout's order: tp fastest, pp slowest). Empty when the run recorded no communication by group
+// (backends other than sim, sweeps).
+std::vector<TimeBreakdown> time_breakdown(const Scenario& sc, const RunSummary& s);
 
 // printf-style formatting of one number.
 std::string fmt(const char* format, double v);

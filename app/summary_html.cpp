@@ -16,6 +16,14 @@ void write_run_report(const std::string& path, const Scenario& sc, const sim::To
   d.nranks = sc.ranks;
   for (size_t r = 0; r < s.report.clocks.size(); ++r)
     d.ranks.push_back({static_cast<int>(r), s.report.clocks[r], s.report.compute[r], s.report.comm[r]});
+  d.breakdown_parts = {"compute", "TP", "CP", "DP", "PP", "other", "idle"};
+  for (const TimeBreakdown& b : time_breakdown(sc, s)) {
+    ReportData::Bar bar{"ranks " + std::to_string(b.first_rank) + "-" + std::to_string(b.last_rank), {b.compute_s}};
+    if (b.stage >= 0) bar.label = "stage " + std::to_string(b.stage) + " (" + bar.label.substr(6) + ")";
+    bar.seconds.insert(bar.seconds.end(), b.exposed_s.begin(), b.exposed_s.end());
+    bar.seconds.push_back(b.idle_s);
+    d.breakdown.push_back(std::move(bar));
+  }
   if (!s.report.compute_detail.empty()) {
     d.compute_header = {"rank", "gemm", "attention", "memory-bound", "other", "TFLOP/s", "MFU"};
     for (size_t r = 0; r < s.report.compute_detail.size(); ++r) {

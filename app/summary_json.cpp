@@ -45,7 +45,13 @@ const std::map<std::string, const char*, std::less<>>& float_formats() {
                                                                           {"tokens_per_step", "%.17g"},
                                                                           {"model_flops_per_step", "%.17g"},
                                                                           {"tokens_per_s_per_gpu", "%.9g"},
-                                                                          {"tflops_per_gpu", "%.9g"}};
+                                                                          {"tflops_per_gpu", "%.9g"},
+                                                                          {"exposed_us", "%.6f"},
+                                                                          {"tp_us", "%.6f"},
+                                                                          {"cp_us", "%.6f"},
+                                                                          {"dp_us", "%.6f"},
+                                                                          {"pp_us", "%.6f"},
+                                                                          {"idle_us", "%.6f"}};
   return formats;
 }
 
@@ -176,6 +182,11 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
       rank["tflops"] = rates.tflops;
       rank["mfu"] = rates.mfu;
     }
+    if (r < rep.comm_by_group.size()) {
+      Json by = Json::array();
+      for (const auto& [desc, t] : rep.comm_by_group[r]) by.push_back(Json{{"group", desc}, {"exposed_us", us(t)}});
+      rank["comm_by_group"] = by;
+    }
     if (r < rep.memory.size()) {
       const runtime::MemoryUse& m = rep.memory[r];
       Json mem{{"peak_bytes", m.peak}, {"capacity_bytes", m.capacity}};
@@ -190,6 +201,22 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
     ranks.push_back(rank);
   }
   j["ranks_detail"] = ranks;
+  if (const std::vector<TimeBreakdown> rows = time_breakdown(sc, s); !rows.empty()) {
+    Json breakdown = Json::array();
+    for (const TimeBreakdown& r : rows) {
+      Json exposed = Json::object();
+      for (int d = 0; d < kCommDims; ++d)
+        exposed[std::string(kCommDimNames[d]) + "_us"] = r.exposed_s[static_cast<std::size_t>(d)] * 1e6;
+      Json row{{"first_rank", r.first_rank},
+               {"last_rank", r.last_rank},
+               {"compute_us", r.compute_s * 1e6},
+               {"exposed_comm", exposed},
+               {"idle_us", r.idle_s * 1e6}};
+      if (r.stage >= 0) row["pipeline_stage"] = r.stage;
+      breakdown.push_back(row);
+    }
+    j["time_breakdown"] = breakdown;
+  }
   if (!rep.compute_models.empty()) {
     j["compute_model"] = rep.compute_models;
     Json notes = Json::array();

@@ -56,8 +56,33 @@ void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s
                   (idle > sim::Time::zero() ? idle : sim::Time::zero()).str().c_str());
     out << buf;
   });
+  print_breakdown_table(out, sc, s);
   print_compute_table(out, sc, s);
   print_memory_table(out, sc, s);
+}
+
+void print_breakdown_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {
+  const std::vector<TimeBreakdown> rows = time_breakdown(sc, s);
+  const bool any = std::any_of(rows.begin(), rows.end(), [](const TimeBreakdown& r) {
+    return std::any_of(r.exposed_s.begin(), r.exposed_s.end(), [](double x) { return x > 0; });
+  });
+  if (!any) return;
+  out << "\nwhere the time goes: exposed communication by parallelism, mean per rank (docs/scenarios.md):\n";
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "%-18s %11s %11s %11s %11s %11s %11s %11s\n", "ranks", "compute", "TP", "CP", "DP",
+                "PP", "other", "idle");
+  out << buf;
+  const auto t = [](double x) { return sim::Time::from_seconds(x).str(); };
+  for (const TimeBreakdown& r : rows) {
+    const std::string who = std::to_string(r.first_rank) + "-" + std::to_string(r.last_rank) +
+                            (r.stage >= 0 ? " (stage " + std::to_string(r.stage) + ")" : std::string());
+    std::snprintf(buf, sizeof buf, "%-18s %11s %11s %11s %11s %11s %11s %11s\n", who.c_str(), t(r.compute_s).c_str(),
+                  t(r.exposed_s[0]).c_str(), t(r.exposed_s[1]).c_str(), t(r.exposed_s[2]).c_str(),
+                  t(r.exposed_s[3]).c_str(), t(r.exposed_s[4]).c_str(), t(r.idle_s).c_str());
+    out << buf;
+  }
+  if (sc.pp > 1)
+    out << "  PP: the pipeline bubble and the activation transfers (time blocked in stage-to-stage receives)\n";
 }
 
 void print_memory_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {

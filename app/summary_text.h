@@ -20,6 +20,9 @@ void print_sweep_table(std::ostream& out, const Scenario& sc, const std::vector<
 void print_rank_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
 // Per rank (sim backend): compute by kernel class, achieved TFLOP/s and MFU; how kernels were
 // timed, and the kernels the profile could not time from measurements. Nothing on other backends.
+// Exposed communication by parallelism, one row per pipeline stage (time_breakdown); nothing
+// when the run recorded none.
+void print_breakdown_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
 void print_compute_table(std::ostream& out, const Scenario& sc, const RunSummary& s);
 // Per rank (sim backend): the peak of device memory, the capacity, what the peak held by kind, and
 // the op run last before it.

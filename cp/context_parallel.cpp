@@ -30,13 +30,13 @@ CpGroups hierarchical_cp_groups(const runtime::ProcessGroup& cp, int a2a_size, i
   for (int pr = 0; pr < p; ++pr) {
     std::vector<int> ranks;
     for (int j = 0; j < a; ++j) ranks.push_back(cp.global_rank(pr * a + j));
-    ProcessGroup grp = runtime::new_group(ranks);
+    ProcessGroup grp = runtime::new_group(ranks, "cp.a2a");
     if (me / a == pr) g.a2a = grp;
   }
   for (int j = 0; j < a; ++j) {
     std::vector<int> ranks;
     for (int pr = 0; pr < p; ++pr) ranks.push_back(cp.global_rank(pr * a + j));
-    ProcessGroup grp = runtime::new_group(ranks);
+    ProcessGroup grp = runtime::new_group(ranks, "cp.p2p");
     if (me % a == j) g.p2p = grp;
   }
   return g;

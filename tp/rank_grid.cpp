@@ -189,10 +189,14 @@ runtime::ProcessGroup RankGrid::create_group(const std::vector<std::string>& nam
   auto it = groups_.find(key);
   if (it != groups_.end()) return it->second;
   const int me = runtime::get_rank();
+  // Named by its dimensions in the grid's order ("tp", "cp-dp"): traces and the run's
+  // communication by group say which parallelism a collective served.
+  std::string desc;
+  for (std::size_t i : key) desc += (desc.empty() ? "" : "-") + dims_[i].name;
   runtime::ProcessGroup mine;
   bool found = false;
   for (const std::vector<int>& members : group_ranks(names)) {
-    runtime::ProcessGroup g = runtime::new_group(members);
+    runtime::ProcessGroup g = runtime::new_group(members, desc);
     // A rank outside the grid keeps the first group, which reports is_member() == false.
     const bool mine_here = !contains(me) || std::find(members.begin(), members.end(), me) != members.end();
     if (!found && mine_here) {

@@ -84,6 +84,10 @@ struct RunReport {
   std::vector<sim::Time> clocks;   // each rank's final clock
   std::vector<sim::Time> compute;  // each rank's time charged to compute ops
   std::vector<sim::Time> comm;     // each rank's time inside blocking communication
+  // Sim backend only (empty elsewhere): each rank's `comm` by the description of the group it
+  // waited on (new_group's group_desc: "tp", "cp-dp", "pp", ...; "" for undescribed groups and
+  // the world); only descriptions with time.
+  std::vector<std::map<std::string, sim::Time>> comm_by_group;
   std::vector<CollectiveRecord> collectives;
   // Sim backend only (empty elsewhere): each rank's compute by kernel class; how kernels were
   // timed ("profile NAME (FILE)" or "roofline" per device kind); and the kernels the profile

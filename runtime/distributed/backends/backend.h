@@ -47,6 +47,7 @@ struct WorkState {
   // are satisfied without a backend, so the outputs read as plain tensors anywhere.
   bool observed = false;
   bool owner_waiting = false;             // sim: the owner is blocked in wait()
+  int group = -1;                         // sim: the id of the group it runs on (comm by group)
   std::function<std::string()> describe;  // for deadlock reports and errors
 };
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "runtime/distributed/distributed.h"
 #include "runtime/distributed/execute.h"
 #include "runtime/distributed/nccl_names.h"
 #include "sim/check.h"
@@ -43,6 +44,7 @@ SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algor
       initialized_(static_cast<size_t>(nranks), 0),
       compute_time_(static_cast<size_t>(nranks)),
       comm_time_(static_cast<size_t>(nranks)),
+      comm_by_account_(static_cast<size_t>(nranks)),
       compute_detail_(static_cast<size_t>(nranks)),
       gemm_precision_(static_cast<size_t>(nranks), GemmPrecision::native),
       memory_(std::make_shared<SimMemory>(engine, nranks, device_capacities(topology, nranks))) {
@@ -115,6 +117,7 @@ std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& g
   }
   auto work = std::make_shared<WorkState>();
   work->owner = me;
+  work->group = g.id;
   std::weak_ptr<SimGroup> weak = std::static_pointer_cast<SimGroup>(gp);
   const std::string what = sig.describe();
   work->describe = [weak, call, what, n] {
@@ -338,7 +341,20 @@ void SimBackend::wait(WorkState& work) {
   } else if (work.done > before) {
     engine_.sleep_until(work.done);
   }
-  comm_time_[static_cast<size_t>(me)] += engine_.now() - before;
+  const sim::Time waited = engine_.now() - before;
+  comm_time_[static_cast<size_t>(me)] += waited;
+  if (work.group >= 0 && waited > sim::Time::zero()) {
+    SimGroup& g = *groups_[static_cast<size_t>(work.group)];
+    if (g.account < 0) {  // named by now: new_group renames a group before anything runs on it
+      const std::string desc = group_desc_of(g.name);
+      const auto it = std::find(accounts_.begin(), accounts_.end(), desc);
+      g.account = static_cast<int>(it - accounts_.begin());
+      if (it == accounts_.end()) accounts_.push_back(desc);
+    }
+    std::vector<sim::Time>& mine = comm_by_account_[static_cast<size_t>(me)];
+    if (mine.size() <= static_cast<size_t>(g.account)) mine.resize(static_cast<size_t>(g.account) + 1);
+    mine[static_cast<size_t>(g.account)] += waited;
+  }
   work.observed = true;
   if (work.error) std::rethrow_exception(work.error);
 }
@@ -372,6 +388,7 @@ std::shared_ptr<WorkState> SimBackend::post_p2p(bool is_send, const Tensor& tens
   const ChannelKey key = is_send ? ChannelKey{g.id, me, peer, tag} : ChannelKey{g.id, peer, me, tag};
   auto work = std::make_shared<WorkState>();
   work->owner = me;
+  work->group = g.id;
   const std::string desc = std::string(verb) + "(" + (is_send ? "dst=" : "src=") + std::to_string(peer) +
                            ", tag=" + std::to_string(tag) + ", " + g.name + ", " + tensor.str() + "): no matching " +
                            (is_send ? "recv" : "send") + " posted by rank " + std::to_string(peer);
@@ -474,6 +491,10 @@ RunReport SimBackend::take_report() {
                                       : std::string("roofline (no kernel profile)")));
   }
   rep.comm = comm_time_;
+  rep.comm_by_group.resize(comm_by_account_.size());
+  for (size_t r = 0; r < comm_by_account_.size(); ++r)
+    for (size_t a = 0; a < comm_by_account_[r].size(); ++a)
+      if (comm_by_account_[r][a] > sim::Time::zero()) rep.comm_by_group[r][accounts_[a]] = comm_by_account_[r][a];
   return rep;
 }
 

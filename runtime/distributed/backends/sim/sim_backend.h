@@ -70,6 +70,7 @@ struct Pending {
 // The SimBackend's groups: call matching state besides what every backend keeps.
 struct SimGroup : GroupState {
   std::vector<uint64_t> next_call;  // per member
+  int account = -1;                 // its group_desc's index in the comm-by-group accounts; -1: not yet
   std::map<uint64_t, Pending> pending;
 };
 
@@ -147,6 +148,10 @@ class SimBackend : public Backend, public CostSink {
   ScheduleCache schedules_;
   std::vector<CollectiveRecord> records_;
   std::vector<sim::Time> compute_time_, comm_time_;
+  // Blocking communication by the group's description (group_desc_of its name): the
+  // descriptions in first-seen order, and each rank's time per description.
+  std::vector<std::string> accounts_;
+  std::vector<std::vector<sim::Time>> comm_by_account_;
   std::vector<ComputeBreakdown> compute_detail_;
   std::vector<GemmPrecision> gemm_precision_;  // per rank (GemmPrecisionScope)
   // Kernels the profile could not time from measurements, by (class, dtype name, roofline): counted
