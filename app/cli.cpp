@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include "app/bench.h"
@@ -12,6 +13,7 @@
 #include "app/compare.h"
 #include "app/data_dir.h"
 #include "app/demo.h"
+#include "app/layout_sweep.h"
 #include "app/megatron_args.h"
 #include "app/scenario.h"
 #include "app/topo.h"
@@ -172,6 +174,27 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   validate_cmd->add_option("scenario", scenario_file, "Scenario YAML file")->check(not_a_folder);
   validate_cmd->add_option("--set", scenario_sets, "Override a key by its dotted path");
   add_megatron(validate_cmd);
+  SweepOptions sweep_opts;
+  auto* sweep_cmd = cli.add_subcommand(
+      "sweep", "Time a training scenario over a grid of layouts (shape-only) and rank them, best first");
+  sweep_cmd->add_option("scenario", sweep_opts.scenario, "Scenario YAML file (a training scenario)")
+      ->check(not_a_folder);
+  {
+    auto* args = sweep_cmd->add_option("--megatron-args", sweep_opts.megatron_args,
+                                       "Megatron-LM's pretrain_gpt.py arguments (or @FILE) instead of a scenario file");
+    auto* topo = sweep_cmd->add_option("--topology,-t", sweep_opts.topology, "Topology YAML file, with --megatron-args")
+                     ->check(not_a_folder);
+    args->excludes(sweep_cmd->get_option("scenario"));
+    topo->needs(args);
+    args->needs(topo);
+  }
+  sweep_cmd->add_option("--grid", sweep_opts.grid, "KEY=V1,V2,... (scenario keys): the layouts are their product")
+      ->required();
+  sweep_cmd->add_option("--set", sweep_opts.sets, "Override a key in every layout");
+  sweep_cmd->add_option("--csv", sweep_opts.csv, "Write the layouts as CSV, best first");
+  sweep_cmd->add_option("--json", sweep_opts.json, "Write the layouts as JSON, best first");
+  sweep_cmd->add_option("--report", sweep_opts.report,
+                        "Write an HTML page: iteration time, TFLOP/s per GPU and peak memory per layout");
   std::string shard_dir, consolidated;
   auto* consolidate_cmd = cli.add_subcommand(
       "consolidate", "Join a training run's per-rank shard files (train.shards) into one checkpoint");
@@ -290,6 +313,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return 0;
     }
     if (*compare_cmd) return compare_summaries(predicted_json, measured_json, out);
+    if (*sweep_cmd) {
+      if (sweep_opts.scenario.empty() && sweep_opts.megatron_args.empty())
+        throw Error("ranksim sweep: name a scenario file, or give --megatron-args and --topology");
+      // a bar redrawn in place on a terminal, a line per layout elsewhere
+      sweep_opts.progress_bar = &err == &std::cerr && ::isatty(2) != 0;
+      return sweep_layouts(sweep_opts, out, err);
+    }
     if (*cal_cmd) return calibrate(cal_opts, out);
     if (*list_cmd) {
       list_shipped(list_root, out);
