@@ -17,6 +17,9 @@ ModelInputs run_model_workload(const Scenario& sc, const RunFlags& flags, bool t
     multimodal_run = multimodal_spec(m, in, sc.tp, sc.cp, sc.dp);
   } else if (m.train) {
     train_run = train_spec(m, in, sc.tp, sc.cp, sc.dp, sc.pp);
+    // once here rather than on every rank
+    models::check_batch(train_run->batch, train_run->config, train_run->cp, "batch");
+    train_run->batch_checked = true;
     if (!m.train->shards.empty()) {
       std::filesystem::create_directories(m.train->shards);
       train_run->shard_dir = m.train->shards;

@@ -10,10 +10,21 @@
 // - BM_MultimodalStep/<enc tp>/<enc dp>/<tp>/<cp>/<dp>/<steps> (issue #9): the encoder (32 -> 128
 //   -> 320) bridged into the default transformer, 8 rows of 64 tokens, AdamW on both; the layouts
 //   of the shipped scenarios, and one rank.
+// - BM_Llama70bStep/<nodes> (issue #19): one training step of Llama 3 70B (80 layers, hidden 8192,
+//   64 heads over 8 KV groups, SwiGLU 28672, vocabulary 128256, 8192-token sequences, bf16) at
+//   TP8 x PP4 x DP with sequence parallelism and the distributed optimizer, 8 micro-batches per
+//   DP rank, shape-only, built from Megatron-LM arguments on h100-cluster.yaml with `nodes` nodes
+//   of 8 GPUs, through the command's own path (load_megatron_scenario, run_scenario): wall time
+//   and peak resident memory (the issue's target at 128 nodes, 1,024 ranks: under 30 s, 4 GiB).
 #include <benchmark/benchmark.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
+
+#include "app/megatron_args.h"
+#include "app/scenario.h"
+#include "peak_rss.h"
 
 #include "models/multimodal.h"
 #include "models/train.h"
@@ -111,6 +122,29 @@ void BM_TrainStepShapeOnly(benchmark::State& state) {
             [&](const runtime::SpawnOptions& so, runtime::RunReport* rep) { return models::run_training(s, so, rep); });
 }
 BENCHMARK(BM_TrainStepShapeOnly)->Unit(benchmark::kMillisecond);
+
+void BM_Llama70bStep(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const int dp = nodes * 8 / 32;  // TP8 x PP4 per replica
+  const std::string args =
+      "--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
+      "--group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+      "--vocab-size 128256 --position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --swiglu "
+      "--disable-bias-linear --untie-embeddings-and-output-weights --bf16 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
+      "--micro-batch-size 1 --hidden-dropout 0 --attention-dropout 0 --global-batch-size " +
+      std::to_string(8 * dp);
+  bench::reset_peak_rss();
+  const app::Scenario sc = app::load_megatron_scenario(
+      args, std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml", {"nodes=" + std::to_string(nodes)});
+  app::RunFlags flags;
+  flags.quiet = true;
+  std::ostream sink(nullptr);
+  for (auto _ : state) benchmark::DoNotOptimize(app::run_scenario(sc, flags, sink));
+  state.counters["ranks"] = sc.ranks;
+  state.counters["peak_rss_mib"] = bench::peak_rss_mib();
+}
+BENCHMARK(BM_Llama70bStep)->Arg(4)->Arg(32)->Arg(128)->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 

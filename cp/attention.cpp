@@ -469,9 +469,25 @@ bool attention_visible(i64 q_position, i64 q_segment, i64 kv_position, i64 kv_se
 namespace {
 
 // Tokens of one segment at consecutive positions first, first + 1, ..., first + len - 1.
+}  // namespace
+
+namespace detail {
+// Tokens first, first + 1, ..., first + len - 1 of segment seg.
 struct Run {
   i64 seg, first, len;
 };
+// A TokenInfo's runs, sorted by segment (stable), and the vectors they were counted from.
+struct TokenRuns {
+  const i64* position = nullptr;
+  const i64* segment = nullptr;
+  i64 size = 0;
+  std::vector<Run> runs;
+};
+}  // namespace detail
+
+namespace {
+
+using detail::Run;
 
 // The unpadded tokens as runs: each token joins the previous run when it continues it (same
 // segment, next position), as the layouts' chunks and sequences do; any order stays correct, it
@@ -488,6 +504,22 @@ std::vector<Run> runs_of(const TokenInfo& t) {
     }
   }
   return out;
+}
+
+// runs_of(t) sorted by segment, counted once per TokenInfo: a model's step asks for the same
+// micro-batch's tokens in every layer, forward and backward.
+const std::vector<Run>& sorted_runs(const TokenInfo& t) {
+  const detail::TokenRuns* c = t.runs_cache.get();
+  if (c == nullptr || c->position != t.position.data() || c->segment != t.segment.data() || c->size != t.size()) {
+    auto fresh = std::make_shared<detail::TokenRuns>();
+    fresh->position = t.position.data();
+    fresh->segment = t.segment.data();
+    fresh->size = t.size();
+    fresh->runs = runs_of(t);
+    std::stable_sort(fresh->runs.begin(), fresh->runs.end(), [](const Run& x, const Run& y) { return x.seg < y.seg; });
+    t.runs_cache = std::move(fresh);
+  }
+  return t.runs_cache->runs;
 }
 
 // #{(p, k) : a <= p <= last, b <= k < b + m, k - p <= t}: for query p, clamp(p + t - b + 1, 0, m)
@@ -515,10 +547,9 @@ i64 attention_visible_pairs(const TokenInfo& q_tokens, const TokenInfo& kv_token
   const Window w = window_of(opts);
   // Per pair of a query run and a key run of the same segment, the keys with
   // -left <= k - p <= right: pairs up to right, less those up to -left - 1.
-  std::vector<Run> keys = runs_of(kv_tokens);
-  std::sort(keys.begin(), keys.end(), [](const Run& x, const Run& y) { return x.seg < y.seg; });
+  const std::vector<Run>& keys = sorted_runs(kv_tokens);
   i64 total = 0;
-  for (const Run& q : runs_of(q_tokens)) {
+  for (const Run& q : sorted_runs(q_tokens)) {
     const auto [from, to] =
         std::equal_range(keys.begin(), keys.end(), q, [](const Run& x, const Run& y) { return x.seg < y.seg; });
     const i64 last = q.first + q.len - 1;

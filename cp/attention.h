@@ -45,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -54,6 +55,10 @@
 namespace ranksim::cp {
 
 using runtime::Tensor;
+
+namespace detail {
+struct TokenRuns;  // cp/attention.cpp
+}
 
 // Where each token of a block sits in the global problem. position and segment have one entry
 // per token (same size).
@@ -68,6 +73,11 @@ struct TokenInfo {
   TokenInfo slice(std::int64_t start, std::int64_t length) const;
   // The tokens at the given indices, in order. REQUIRES: 0 <= index < size().
   TokenInfo select(const std::vector<std::int64_t>& indices) const;
+
+  // attention_visible_pairs keeps the tokens' runs of consecutive positions here, for the
+  // vectors it read (a copy, or vectors that reallocated, count them again). Change no element of
+  // a TokenInfo in place once it has been used; build a new one.
+  mutable std::shared_ptr<const detail::TokenRuns> runs_cache{};
 };
 
 struct AttentionOptions {

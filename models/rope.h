@@ -22,7 +22,8 @@
 namespace ranksim::models {
 
 // x: [tokens, heads, d], floating, d even; positions: one per token, >= 0.
-// Errors (ranksim::Error naming the sizes) otherwise.
+// Errors (ranksim::Error naming the sizes) otherwise; a negative position only when x holds data
+// (a shape-only result does not depend on the positions, and is not worth a pass over them).
 runtime::Tensor rope(const runtime::Tensor& x, const std::vector<std::int64_t>& positions, double base = 10000.0);
 // The gradient of x given dy (x's shape).
 runtime::Tensor rope_backward(const runtime::Tensor& dy, const std::vector<std::int64_t>& positions,

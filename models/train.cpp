@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -81,11 +82,10 @@ void check_spec(const TrainSpec& s) {
   }
   if (s.clip_grad_norm && !(*s.clip_grad_norm > 0)) throw Error("training: clip_grad_norm must be > 0");
   if (s.bucket_size < 0) throw Error("training: bucket_size must be >= 0, got " + str(s.bucket_size));
-  check_batch(s.batch, s.config, s.cp, "batch");
-  for (int d = 0; d < s.dp; ++d) {
-    const Batch mine = batch_slice(s.batch, s.dp, d, "dp");
-    for (int m = 0; m < s.micro_batches; ++m) batch_slice(mine, s.micro_batches, m, "micro_batches");
-  }
+  if (!s.batch_checked) check_batch(s.batch, s.config, s.cp, "batch");
+  // The splits' errors depend on the counts alone (every DP part and micro-batch has the same
+  // share), so the first of each says what any would; every rank checks, none slices them all.
+  (void)batch_slice(batch_slice(s.batch, s.dp, 0, "dp"), s.micro_batches, 0, "micro_batches");
 }
 
 // One rank's pipeline stage and what it needs for a training step.
@@ -95,8 +95,14 @@ struct Runner {
   // This rank's model chunks: one, or virtual_stages with the interleaved schedule (chunk j of
   // pipeline rank r is global chunk j * pp + r of pp * virtual_stages).
   std::vector<Transformer> chunks;
-  std::vector<LocalBatch> micro;  // this rank's share of each micro-batch
-  double total_tokens = 0;        // labelled tokens of the whole global batch
+  Batch dp_part;  // this DP rank's part of the global batch
+  // This rank's share of each micro-batch, made when its first forward needs it and dropped
+  // after its last backward: a step holds only the micro-batches in flight (a pipeline's
+  // warm-up), not all of them (a shape-only step of thousands of ranks would otherwise hold
+  // every rank's index vectors of every micro-batch).
+  std::vector<std::optional<LocalBatch>> micro;
+  std::vector<int> backwards_done;  // per micro-batch, of the step in progress
+  double total_tokens = 0;          // labelled tokens of the whole global batch
   runtime::ProcessGroup pp, dp_cp;
   double pipeline_wait = 0;  // virtual seconds blocked in pipeline receives
   bool data = true;          // real numbers (not shape-only weights)
@@ -109,14 +115,18 @@ struct Runner {
     }
     const auto params = named_parameters();  // (before FSDP releases any value)
     data = params.empty() || params.front().second->value.has_data();
-    const Batch mine = batch_slice(s.batch, s.dp, ps.dp().rank, "dp");
-    for (int m = 0; m < s.micro_batches; ++m) {
-      micro.push_back(shard_batch(batch_slice(mine, s.micro_batches, m, "micro_batches"), s.cp, ps.cp().rank));
-    }
+    dp_part = batch_slice(s.batch, s.dp, ps.dp().rank, "dp");
+    micro.resize(static_cast<std::size_t>(s.micro_batches));
+    backwards_done.assign(static_cast<std::size_t>(s.micro_batches), 0);
     total_tokens = static_cast<double>(labelled(s.batch.labels));
   }
 
   int peer(int stage) const { return pp.global_rank(stage); }
+  const LocalBatch& micro_batch(int m) {
+    std::optional<LocalBatch>& b = micro[static_cast<std::size_t>(m)];
+    if (!b) b = shard_batch(batch_slice(dp_part, spec.micro_batches, m, "micro_batches"), spec.cp, ps.cp().rank);
+    return *b;
+  }
   Tensor activation(const LocalBatch& b) const {
     const Shape shape = chunks.front().hidden_shape(b);
     return data ? Tensor::zeros(shape, spec.config.dtype) : Tensor::shape_only(shape, spec.config.dtype);
@@ -207,7 +217,7 @@ struct Runner {
     for (const Pass& pass : schedule()) {
       const int g = pass.chunk * p + r;  // global chunk
       const bool first = g == 0, last = g == chunks_total - 1;
-      const LocalBatch& b = micro[static_cast<std::size_t>(pass.micro)];
+      const LocalBatch& b = micro_batch(pass.micro);
       Transformer& model = chunks[static_cast<std::size_t>(pass.chunk)];
       TransformerContext& c = ctx[static_cast<std::size_t>(pass.chunk)][static_cast<std::size_t>(pass.micro)];
       if (pass.forward) {
@@ -245,6 +255,11 @@ struct Runner {
       const Tensor dx = model.stage_backward(std::move(dout), b, c, hook);
       c = TransformerContext{};  // activations freed as in 1F1B
       if (!first) sends.push_back(runtime::isend(dx, peer(prev), p2p(2 * (g - 1) + 1)));
+      // the micro-batch's last backward on this rank (one per model chunk): its tokens go too
+      if (++backwards_done[static_cast<std::size_t>(pass.micro)] == v) {
+        backwards_done[static_cast<std::size_t>(pass.micro)] = 0;
+        micro[static_cast<std::size_t>(pass.micro)].reset();
+      }
     }
     const runtime::MemoryPhase phase("gradient reduction");
     if (!reduce) {

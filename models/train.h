@@ -33,7 +33,11 @@ struct TrainSpec {
   // Optimizer state to resume from (a checkpoint's), keyed like checkpoint_tensors writes it;
   // empty = fresh state.
   CheckpointState optimizer_state;
-  Batch batch;            // the global batch, the same at every step
+  Batch batch;  // the global batch, the same at every step
+  // Set by a caller that has passed `batch` through check_batch (models/transformer.h) for this
+  // spec's config and cp already, once for every rank: train() then does not check it again on
+  // each rank (a shape-only step of thousands of ranks would scan the global batch that often).
+  bool batch_checked = false;
   int steps = 1;          // optimizer steps
   int micro_batches = 1;  // per DP rank; each takes an equal share of its rows / whole sequences
   // Model chunks per pipeline stage: 1 runs Megatron's 1F1B; v > 1 its interleaved schedule

@@ -530,16 +530,26 @@ void check_batch(const Batch& b, const TransformerConfig& c, i64 cp, const std::
     throw Error(who + "input_ids " + b.input_ids.str() + " and labels " + b.labels.str() + " must have the same shape");
   }
   if (b.input_ids.numel() == 0) throw Error(who + "the batch has no tokens");
-  for (i64 id : b.input_ids.to(DType::i64).to_vector<i64>()) {
+  // Read in place when the ids are contiguous int64 (every rank of a run checks the whole global
+  // batch: no copies of it); otherwise converted first.
+  const auto each = [](const Tensor& t, const auto& check) {
+    if (t.dtype() == DType::i64 && t.is_contiguous()) {
+      const i64* p = t.read_data<i64>();
+      for (i64 i = 0, n = t.numel(); i < n; ++i) check(p[i]);
+    } else {
+      for (i64 v : t.to(DType::i64).to_vector<i64>()) check(v);
+    }
+  };
+  each(b.input_ids, [&](i64 id) {
     if (id < 0 || id >= c.vocab) {
       throw Error(who + "input id " + str(id) + " is outside the vocabulary [0, " + str(c.vocab) + ")");
     }
-  }
-  for (i64 l : b.labels.to(DType::i64).to_vector<i64>()) {
+  });
+  each(b.labels, [&](i64 l) {
     if (l != kIgnoreIndex && (l < 0 || l >= c.vocab)) {
       throw Error(who + "label " + str(l) + " is outside [0, " + str(c.vocab) + ") and is not -100");
     }
-  }
+  });
   if (thd) {
     const auto& cu = b.cu_seqlens;
     if (cu.size() < 2) throw Error(who + "format thd needs cu_seqlens (at least [0, T])");
