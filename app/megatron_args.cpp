@@ -73,6 +73,8 @@ const std::vector<Spec>& mapped() {
       {"--decoder-last-pipeline-num-layers", Kind::value},
       {"--num-layers-in-first-pipeline-stage", Kind::value},
       {"--num-layers-in-last-pipeline-stage", Kind::value},
+      {"--account-for-embedding-in-pipeline-split", Kind::flag},
+      {"--account-for-loss-in-pipeline-split", Kind::flag},
       {"--sequence-parallel", Kind::flag},
       {"--tp-comm-overlap", Kind::flag},
       {"--cp-comm-type", Kind::values},
@@ -630,6 +632,30 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
     const char* given = a.has(names.first) ? names.first : a.has(names.second) ? names.second : nullptr;
     if (given != nullptr)
       d.line(std::string("  ") + key + ": " + std::to_string(a.integer(given)), from({names.first, names.second}));
+  }
+  // Megatron-LM's TransformerConfig: the embedding (the loss) counts as one more layer of the
+  // first (last) stage when the layers are split over the pipeline, which then holds one decoder
+  // layer fewer (Llama 3 405B: 126 layers + 2 over 16 stages, 7 on the first and last)
+  const bool emb = a.has("--account-for-embedding-in-pipeline-split"),
+             loss = a.has("--account-for-loss-in-pipeline-split");
+  if (emb || loss) {
+    const std::string split_args =
+        from({"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"});
+    if (pp < 2) throw Error("--megatron-args: " + split_args + " splits the layers over a pipeline; it needs pp > 1");
+    for (const char* n : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                          "--num-layers-in-first-pipeline-stage", "--num-layers-in-last-pipeline-stage"})
+      if (a.has(n)) throw Error("--megatron-args: give " + split_args + " or " + n + ", not both");
+    if (a.has("--num-layers-per-virtual-pipeline-stage") || a.has("--num-virtual-stages-per-pipeline-rank"))
+      throw Error("--megatron-args: " + split_args +
+                  " with virtual pipeline stages is not modelled (uneven stages take "
+                  "the 1F1B schedule)");
+    const std::int64_t units = layers + (emb ? 1 : 0) + (loss ? 1 : 0);
+    if (units % pp != 0)
+      throw Error("--megatron-args: " + split_args + ": " + std::to_string(layers) + " layers and " +
+                  std::to_string(units - layers) + " more do not split evenly over pp=" + std::to_string(pp) +
+                  " stages");
+    if (emb) d.line("  decoder_first_pipeline_num_layers: " + std::to_string(units / pp - 1), split_args);
+    if (loss) d.line("  decoder_last_pipeline_num_layers: " + std::to_string(units / pp - 1), split_args);
   }
 
   d.line("model:");

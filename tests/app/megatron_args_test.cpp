@@ -338,6 +338,31 @@ TEST(MegatronArgs, VirtualPipelineStages) {
                           HasSubstr("--num-virtual-stages-per-pipeline-rank")));
 }
 
+TEST(MegatronArgs, EmbeddingAndLossCanCountAsPipelineLayers) {
+  // Llama 3 405B's split: 126 layers + the embedding + the loss = 128 units over 16 stages of 8
+  const std::string base =
+      "--num-layers 126 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --vocab-size 50257 "
+      "--max-position-embeddings 512 --pipeline-model-parallel-size 16 --global-batch-size 16 ";
+  const Scenario both = load_megatron_scenario(
+      base + "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", kCluster, {"nodes=2"});
+  ASSERT_TRUE(both.model && both.model->train);
+  EXPECT_EQ(both.model->train->first_stage_layers, 7);  // 128 / 16 - 1
+  EXPECT_EQ(both.model->train->last_stage_layers, 7);
+  // the embedding alone: 127 units do not split over 16; with 127 layers, 128 do
+  EXPECT_THAT(megatron_error(base + "--account-for-embedding-in-pipeline-split", kCluster, {"nodes=2"}),
+              HasSubstr("126 layers and 1 more do not split evenly over pp=16"));
+  const Scenario emb = load_megatron_scenario(
+      "--num-layers 127" + base.substr(base.find(" --hidden-size")) + "--account-for-embedding-in-pipeline-split",
+      kCluster, {"nodes=2"});
+  EXPECT_EQ(emb.model->train->first_stage_layers, 7);
+  EXPECT_EQ(emb.model->train->last_stage_layers, -1);  // the even share of the other stages: 8
+  // not with explicit stage sizes, nor without a pipeline
+  EXPECT_THAT(megatron_error(base + "--account-for-loss-in-pipeline-split --decoder-last-pipeline-num-layers 6",
+                             kCluster, {"nodes=2"}),
+              HasSubstr("not both"));
+  EXPECT_THAT(megatron_error(kGpt + " --account-for-loss-in-pipeline-split"), HasSubstr("needs pp > 1"));
+}
+
 TEST(MegatronArgs, FsdpSetsTheZeroStage) {
   Scenario sc = load_megatron_scenario(kGpt + " --use-torch-fsdp2", kDgx, {});
   ASSERT_TRUE(sc.model.has_value() && sc.model->train.has_value());
