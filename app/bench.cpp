@@ -88,6 +88,22 @@ void check_nccl_choice(const sim::Topology& topo, const SweepOp& op, int n, cons
 
 }  // namespace
 
+void check_sizes_fit(const sim::Topology& topo, int ranks, const std::vector<int64_t>& sizes, const std::string& what) {
+  if (sizes.empty()) return;
+  const uint64_t largest = static_cast<uint64_t>(*std::max_element(sizes.begin(), sizes.end()));
+  std::vector<bool> seen(static_cast<std::size_t>(topo.num_kinds()), false);
+  for (int d = 0; d < ranks && d < topo.num_devices(); ++d) {
+    const int k = topo.device(d).kind;
+    if (seen[static_cast<std::size_t>(k)]) continue;
+    seen[static_cast<std::size_t>(k)] = true;
+    const sim::DeviceKind& kind = topo.kind(k);
+    if (kind.memory_bytes > 0 && largest > kind.memory_bytes)
+      throw Error(what + ": " + sim::units::format_bytes(largest) + " per rank is more than the " +
+                  sim::units::format_bytes(kind.memory_bytes) + " of device memory of " + kind.name +
+                  "; sweep sizes up to what a device holds");
+  }
+}
+
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
@@ -109,6 +125,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
                 " devices of topology '" + topo.name() + "' (" + o.topology +
                 "); use fewer ranks or more nodes (--set nodes=N)");
   check_nccl_choice(topo, op, n, req.sizes, o.algorithm, o.protocol);
+  check_sizes_fit(topo, n, req.sizes, "--sizes " + o.sizes);
   out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << o.dtype << ", algorithm "
       << o.algorithm << (o.protocol == "auto" ? "" : ", protocol " + o.protocol) << ", collectives timed by the "

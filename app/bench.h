@@ -55,5 +55,8 @@ struct SweepRow {
 std::vector<SweepRow> run_sweep(const sim::Topology& topology, const SweepRequest& request);
 // "8B:8GiB" (doubling) or one size; throws Error naming the text.
 std::vector<int64_t> parse_size_sweep(const std::string& spec);
+// Throws Error when the largest size (a rank's buffer) is more than the device memory of any of
+// the first `ranks` devices (a kind with no memory_bytes is not checked); `what` names the input.
+void check_sizes_fit(const sim::Topology& topo, int ranks, const std::vector<int64_t>& sizes, const std::string& what);
 
 }  // namespace ranksim::app

@@ -3,6 +3,7 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <new>
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -49,6 +50,10 @@ Scenario quiet_rank(Scenario sc, RunFlags& flags) {
   }
   return sc;
 }
+
+const char* const kOutOfMemory =
+    "the input asks for more memory than this machine has (real data at this size, or this many ranks or "
+    "devices); time it shape-only (data: shape_only), or use fewer ranks, a smaller batch or smaller sizes";
 
 std::ostream& null_out() {
   static std::ostream sink(nullptr);
@@ -326,6 +331,16 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return 0;
     }
   } catch (const sim::RankFailure& e) {
+    // A rank that ran out of host memory is the machine's limit, not the program's failure.
+    for (const sim::RankError& re : e.errors()) {
+      try {
+        if (re.exception) std::rethrow_exception(re.exception);
+      } catch (const std::bad_alloc&) {
+        err << "ranksim: out of host memory in rank " << re.rank << ": " << kOutOfMemory << "\n";
+        return 2;
+      } catch (...) {
+      }
+    }
     err << "ranksim: the run failed: " << e.what() << "\n";
     return 1;
   } catch (const sim::DeadlockError& e) {
@@ -333,6 +348,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return 1;
   } catch (const Error& e) {
     err << "ranksim: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    err << "ranksim: out of host memory: " << kOutOfMemory << "\n";
     return 2;
   } catch (const std::exception& e) {
     err << "ranksim: internal error: " << e.what() << "\n";

@@ -349,6 +349,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
       const YAML::Node sz = entry(c, "sizes");
       try {
         sc.sweep_sizes = parse_size_sweep(sz.IsDefined() ? r.str(sz, "collectives.sizes") : "8B:128MiB");
+        check_sizes_fit(topo, sc.ranks, sc.sweep_sizes, "collectives.sizes");
       } catch (const ConfigError&) {
         throw;
       } catch (const Error& e) {

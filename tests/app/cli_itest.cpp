@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -134,6 +135,40 @@ TEST(Cli, BadInputExitsWithTwoAndNamesTheInput) {
   EXPECT_THAT(r.err, HasSubstr("--sizes"));
   r = run({"frobnicate"});
   EXPECT_EQ(r.code, 2);
+}
+
+// Running out of host memory is the machine's limit, said as such with exit 2 (issue #20: it was
+// "internal error", exit 3). The child process gets a 2 GB address space and asks for 4 GiB per rank.
+[[noreturn]] void run_out_of_memory() {
+  rlimit limit{};
+  limit.rlim_cur = limit.rlim_max = 2'000'000'000;
+  setrlimit(RLIMIT_AS, &limit);
+  const Result r =
+      run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--ranks", "2", "--check", "--sizes", "4GiB:4GiB"});
+  std::cerr << r.err;
+  std::exit(r.code);
+}
+
+TEST(Cli, OutOfHostMemoryExitsWithTwoAndSaysWhatToDo) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit and the sanitizer's shadow memory do not mix";
+#else
+  EXPECT_EXIT(run_out_of_memory(), ::testing::ExitedWithCode(2), "out of host memory: .*time it shape-only");
+#endif
+}
+
+// A sweep to sizes no device holds (issue #20: `sizes: 8B:1PiB` ran, exit 0) is refused before it
+// runs, from the command line and from a scenario; up to the device's 80 GiB it runs.
+TEST(Cli, SizesBeyondTheDevicesMemoryAreRefused) {
+  Result r = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "8B:1PiB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--sizes 8B:1PiB: 1 PiB per rank is more than the 80 GiB of device memory of h100-sxm"));
+  EXPECT_EQ(r.out, "");
+  r = run({"run", testing::scenario("allreduce-sweep-dgx-h100.yaml"), "--set", "workload.collectives.sizes=8B:128GiB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("collectives.sizes: 128 GiB per rank is more than the 80 GiB"));
+  r = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "64GiB:64GiB"});
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 // Inputs a new user gets wrong: zero or negative rank counts, a folder where a file belongs, a
