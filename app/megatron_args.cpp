@@ -340,6 +340,8 @@ class Doc {
     }
     from_.push_back(starts_with(from, "--") ? from : std::string());
   }
+  // Errors reported at the last line name `args` instead of its comment's.
+  void blame_last(const std::string& args) { from_.back() = args; }
   MegatronScenario finish() && {
     MegatronScenario m;
     for (const std::string& l : lines_) m.yaml += l + "\n";
@@ -583,6 +585,9 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
 
   d.line("parallel:");
   d.line("  tp: " + std::to_string(tp), from({"--tensor-model-parallel-size"}));
+  // The loader reports errors about the whole layout (layers over pp, heads over tp, the world)
+  // at the section's first key: they name every size of it.
+  d.blame_last(sizes({"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"}));
   d.line("  pp: " + std::to_string(pp), from({"--pipeline-model-parallel-size"}));
   d.line("  cp: " + std::to_string(cp), from({"--context-parallel-size"}));
   d.line("  dp: auto", "the rest of the world: " + std::to_string(dp));

@@ -80,7 +80,8 @@ TEST(MegatronArgsCli, BadLinesExitWithTwoNamingTheArgument) {
       // found by the scenario loader, reported against the arguments
       {"--num-layers 4 --hidden-size 1536 --num-attention-heads 12 --seq-length 2048 --vocab-size 50257 "
        "--tensor-model-parallel-size 8",
-       "(--tensor-model-parallel-size 8): 12 attention heads"},
+       "(--tensor-model-parallel-size 8 x --pipeline-model-parallel-size 1 x --context-parallel-size 1): 12 "
+       "attention heads"},
   };
   for (const auto& c : cases) {
     const testing::CliResult r = run({"run", "-t", topo("dgx-h100.yaml"), "--megatron-args=" + c.args});
