@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -324,19 +325,22 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
     for (const MeasuredRow& r : c.rows) {
       sim::CollectiveShape s = c.shape;
       s.bytes = r.bytes;
-      const double pb = predict_row(mb, c, r.bytes, launch);
+      // each model's choice once: its time is the prediction (predict_row), its name the column
+      const sim::CollectiveEstimate eb = mb.choose(s, c.algorithm, c.protocol);
+      const double pb = launch + eb.seconds;
       (r.bytes >= kMiB ? big_b : small_b).emplace_back(pb, r.seconds);
       std::snprintf(buf, sizeof buf, "%14.0f %12.2f %12.2f %+7.1f%%", r.bytes, r.seconds * 1e6, pb * 1e6,
                     (pb / r.seconds - 1) * 100);
       out << buf;
-      const sim::CollectiveModel& mc = ma ? *ma : mb;
+      std::optional<sim::CollectiveEstimate> ea;
       if (ma) {
-        const double pa = predict_row(*ma, c, r.bytes, launch);
+        ea = ma->choose(s, c.algorithm, c.protocol);
+        const double pa = launch + ea->seconds;
         (r.bytes >= kMiB ? big_a : small_a).emplace_back(pa, r.seconds);
         std::snprintf(buf, sizeof buf, " %12.2f %+7.1f%%", pa * 1e6, (pa / r.seconds - 1) * 100);
         out << buf;
       }
-      const sim::CollectiveEstimate e = mc.choose(s, c.algorithm, c.protocol);
+      const sim::CollectiveEstimate& e = ea ? *ea : eb;
       out << "  " << sim::to_string(e.algorithm) << "/" << sim::to_string(e.protocol) << "/" << e.channels << "ch\n";
     }
     auto summary = [&](const char* what, const auto& b, const auto& a) {
@@ -372,14 +376,6 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   return n;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read topology file '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 int calibrate(const CalibrateOptions& o, std::ostream& out) {
@@ -404,7 +400,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   print_comparison(out, topo, cases, before, &fit.constants);
 
   // The calibrated file: the topology as loaded (overrides applied), with the fitted section.
-  const std::string text = read_text(o.topology);
+  const std::string text = sim::read_text_file(o.topology, "topology YAML file");
   YAML::Node root = sim::parse_yaml(text, o.topology);
   sim::YamlPositions positions(o.topology);
   for (const std::string& s : o.sets)

@@ -12,6 +12,7 @@
 
 #include "app/scenario_reader.h"
 #include "sim/error.h"
+#include "sim/io.h"
 #include "sim/suggest.h"
 #include "sim/topology.h"
 #include "sim/yaml_input.h"
@@ -513,12 +514,7 @@ std::vector<std::string> split_megatron_args(const std::string& text) {
 
 std::string megatron_args_text(const std::string& value) {
   if (value.empty() || value[0] != '@') return value;
-  const std::string path = value.substr(1);
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (in) text << in.rdbuf();
-  if (!in) throw Error("--megatron-args=@" + path + ": cannot read '" + path + "': no such file, or not readable");
-  return text.str();
+  return sim::read_text_file(value.substr(1), "--megatron-args file");
 }
 
 MegatronScenario megatron_scenario(const std::string& args, const std::string& topology, int world_size) {

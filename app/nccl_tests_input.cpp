@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "sim/error.h"
+#include "sim/io.h"
 
 namespace ranksim::app {
 
@@ -224,12 +225,7 @@ MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path)
 }
 
 MeasuredTable read_nccl_tests(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read nccl-tests output '" + path + "': no such file, or not readable");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("cannot read nccl-tests output '" + path + "'");
-  return parse_nccl_tests(ss.str(), path);
+  return parse_nccl_tests(sim::read_text_file(path, "nccl-tests output"), path);
 }
 
 }  // namespace ranksim::app

@@ -15,6 +15,7 @@
 #include "sim/check.h"
 #include "sim/compute.h"
 #include "sim/error.h"
+#include "sim/io.h"
 #include "sim/suggest.h"
 #include "sim/topology.h"
 #include "sim/units.h"
@@ -210,15 +211,7 @@ std::string ScenarioReader::one_of(const YAML::Node& n, const std::string& what,
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error("scenario file '" + path + "' is a folder; name a scenario YAML file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (in) text << in.rdbuf();
-  if (!in) throw Error("cannot read scenario file '" + path + "': no such file, or not readable");
-  return load_scenario_text(text.str(), path, sets);
+  return load_scenario_text(sim::read_text_file(path, "scenario YAML file"), path, sets);
 }
 
 Scenario load_scenario_text(const std::string& text, const std::string& path, const std::vector<std::string>& sets) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "sim/error.h"
 
@@ -146,6 +147,18 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     if (!out) throw Error("cannot write '" + path + "': write failed (disk full?)");
   }
   file.commit();
+}
+
+std::string read_text_file(const std::string& path, const std::string& what, const std::string& hint) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw Error(what + " '" + path + "' is a folder; name a " + what);
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error("cannot read " + what + " '" + path + "': " + std::strerror(errno) + (hint.empty() ? "" : "; " + hint));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error("cannot read " + what + " '" + path + "': a read failed");
+  return text.str();
 }
 
 }  // namespace ranksim::sim

@@ -45,4 +45,9 @@ class AtomicOutput {
 // (and removes the temporary file); rethrows the writer's own exception after cleaning up.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// The whole of an input file, read as bytes. `what` names it in errors ("topology YAML file"):
+// "<what> 'P' is a folder; name a <what>", "cannot read <what> 'P': <reason>" (+ hint, when given:
+// what to check). Throws ranksim::Error.
+std::string read_text_file(const std::string& path, const std::string& what, const std::string& hint = "");
+
 }  // namespace ranksim::sim

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "sim/error.h"
+#include "sim/io.h"
 #include "sim/yaml_fields.h"
 
 namespace ranksim::sim {
@@ -315,14 +316,9 @@ KernelProfile parse_kernel_profile(const std::string& yaml_text, const std::stri
 }
 
 KernelProfile load_kernel_profile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error("cannot open kernel profile '" + path +
-                "'; check the path (relative paths are from the topology file's folder)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("cannot read kernel profile '" + path + "'");
-  return parse_kernel_profile(text.str(), path);
+  return parse_kernel_profile(
+      read_text_file(path, "kernel profile", "check the path (relative paths are from the topology file's folder)"),
+      path);
 }
 
 std::string kernel_profile_yaml(const KernelProfile& p, const std::string& header_comment) {

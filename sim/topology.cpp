@@ -14,6 +14,7 @@
 
 #include "sim/check.h"
 #include "sim/error.h"
+#include "sim/io.h"
 #include "sim/topology_reader.h"
 #include "sim/yaml_input.h"
 
@@ -269,16 +270,7 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
 }
 
 Topology Topology::load_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error("topology file '" + path + "' is a folder; name a topology YAML file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open topology file '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("cannot read topology file '" + path + "'");
-  return parse(text.str(), path, overrides);
+  return parse(read_text_file(path, "topology YAML file"), path, overrides);
 }
 
 const Device& Topology::device(int id) const {

@@ -90,6 +90,21 @@ TEST_F(AtomicOutputTest, AFolderIsRefused) {
               ::testing::ThrowsMessage<Error>(HasSubstr("does the folder exist")));
 }
 
+// read_text_file: the bytes as they are (NUL, CR and a missing final newline kept), and errors
+// naming the input, the reason and the caller's hint.
+TEST_F(AtomicOutputTest, ReadTextFileReadsEveryByteOrNamesTheInput) {
+  const std::string bytes = std::string("a: 1\r\nb: \0x", 11) + "\xff";
+  { std::ofstream(dir_ / "in.yaml", std::ios::binary) << bytes; }
+  EXPECT_EQ(read_text_file((dir_ / "in.yaml").string(), "topology YAML file"), bytes);
+  EXPECT_EQ(read_text_file((dir_ / "in.yaml").string(), "topology YAML file").size(), 12u);
+  EXPECT_THAT([&] { (void)read_text_file(dir_.string(), "scenario YAML file"); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("' is a folder; name a scenario YAML file")));
+  EXPECT_THAT(
+      [&] { (void)read_text_file((dir_ / "missing.yaml").string(), "kernel profile", "check the path"); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("cannot read kernel profile '" + (dir_ / "missing.yaml").string() +
+                                                "': No such file or directory; check the path")));
+}
+
 // A process killed by SIGTERM or SIGINT while it writes leaves the old file and no temporary.
 TEST_F(AtomicOutputTest, ASignalInTheMiddleLeavesNoTemporary) {
   for (const int sig : {SIGTERM, SIGINT}) {
