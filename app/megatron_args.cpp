@@ -116,6 +116,8 @@ const std::vector<Spec>& mapped() {
       {"--transformer-impl", Kind::approximated, "ranksim times TransformerEngine's fused kernels either way"},
       {"--attention-backend", Kind::approximated, "ranksim times fused (flash) attention whatever the backend"},
       {"--use-flash-attn", Kind::approximated, "ranksim times fused (flash) attention whatever the backend"},
+      {"--defer-embedding-wgrad-compute", Kind::approximated,
+       "ranksim computes the output layer's weight gradient with the rest of its backward"},
   };
   return s;
 }
@@ -148,6 +150,9 @@ const std::vector<std::pair<const char*, const char*>>& refused() {
       {"--heterogeneous-layers-config-path", "heterogeneous layers are not modelled"},
       {"--rampup-batch-size", "a batch-size ramp is not modelled: time one global batch size"},
       {"--fp4", "FP4 GEMMs are not modelled"},
+      {"--no-position-embedding", "a model without position embeddings is not modelled (rope or learned_absolute)"},
+      {"--use-tp-pp-dp-mapping",
+       "ranksim orders ranks tp-cp-dp-pp (Megatron-LM's default), which decides which ranks share a node"},
   };
   return s;
 }
@@ -284,8 +289,12 @@ const std::vector<const char*>& ignored_patterns() {
       "--no-align-grad-reduce",
       "--no-align-param-gather",
       "--distributed-timeout-minutes",
-      "--use-tp-pp-dp-mapping",
       "--empty-unused-memory-level",
+      "--calculate-per-token-loss",
+      "--check-weight-hash-",
+      "--te-rng-tracker",
+      "--data-parallel-random-init",
+      "--train-sync-interval",
       "--sft",
       "--use-cpu-initialization",
       "--no-initialization",

@@ -363,6 +363,18 @@ TEST(MegatronArgs, EmbeddingAndLossCanCountAsPipelineLayers) {
   EXPECT_THAT(megatron_error(kGpt + " --account-for-loss-in-pipeline-split"), HasSubstr("needs pp > 1"));
 }
 
+TEST(MegatronArgs, CommonLaunchScriptArgumentsAreSorted) {
+  // a rank order other than Megatron's default would move ranks between nodes: refused
+  EXPECT_THAT(megatron_error(kGpt + " --use-tp-pp-dp-mapping"), HasSubstr("orders ranks tp-cp-dp-pp"));
+  EXPECT_THAT(megatron_error(kGpt + " --no-position-embedding"), HasSubstr("without position embeddings"));
+  // per-token loss normalisation changes no timing: ignored; a deferred wgrad: approximated
+  const MegatronScenario m =
+      megatron_scenario(kGpt + " --calculate-per-token-loss --defer-embedding-wgrad-compute", kDgx, 8);
+  EXPECT_TRUE(contains(m.ignored, "--calculate-per-token-loss"));
+  EXPECT_TRUE(std::any_of(m.approximated.begin(), m.approximated.end(),
+                          [](const std::string& a) { return a.rfind("--defer-embedding-wgrad-compute: ", 0) == 0; }));
+}
+
 TEST(MegatronArgs, FsdpSetsTheZeroStage) {
   Scenario sc = load_megatron_scenario(kGpt + " --use-torch-fsdp2", kDgx, {});
   ASSERT_TRUE(sc.model.has_value() && sc.model->train.has_value());
