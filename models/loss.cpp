@@ -48,7 +48,8 @@ LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::
 // from the sum and the gradient.
 LossSum vocab_parallel_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens,
                            const runtime::ProcessGroup& tp) {
-  const std::vector<i64> labels = labels_t.to(DType::i64).to_vector<i64>();
+  // shape-only labels (a shape-only training step's) count no token: the loss is NaN anyway
+  const std::vector<i64> labels = labels_t.has_data() ? labels_t.to(DType::i64).to_vector<i64>() : std::vector<i64>();
   LossSum r;
   std::vector<i64> targets(labels.size(), 0);
   std::vector<float> dloss(labels.size(), 0.0f);
@@ -80,9 +81,13 @@ LossSum vocab_parallel_sum(const Tensor& logits, const Tensor& labels_t, double 
 
 LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens,
                           const runtime::ProcessGroup* vocab_tp) {
+  if (logits.has_data() && !labels_t.has_data())
+    throw Error("cross-entropy: labels " + labels_t.str() + " hold no numbers for logits " + logits.str() +
+                " that do; give labels with data");
   if (vocab_tp && vocab_tp->size() > 1) return vocab_parallel_sum(logits, labels_t, total_tokens, *vocab_tp);
   const i64 n = logits.size(0), vocab = logits.size(1);
-  const std::vector<i64> labels = labels_t.to(DType::i64).to_vector<i64>();
+  // shape-only labels (a shape-only training step's) count no token: the loss is NaN anyway
+  const std::vector<i64> labels = labels_t.has_data() ? labels_t.to(DType::i64).to_vector<i64>() : std::vector<i64>();
   const Tensor lf = logits.to(DType::f32);
   LossSum r;
   for (i64 l : labels) r.tokens += l != kIgnoreIndex ? 1 : 0;

@@ -116,6 +116,13 @@ struct Runner {
     const auto params = named_parameters();  // (before FSDP releases any value)
     data = params.empty() || params.front().second->value.has_data();
     dp_part = batch_slice(s.batch, s.dp, ps.dp().rank, "dp");
+    if (!data && dp_part.format == cp::Format::bshd) {
+      // A shape-only step reads no token id or label (the embedding and the loss take their
+      // shapes): each micro-batch's ids and labels hold no host bytes, and are charged and counted
+      // as before (a clone of a shape-only tensor costs what its data would).
+      dp_part.input_ids = Tensor::shape_only(dp_part.input_ids.shape(), dp_part.input_ids.dtype());
+      dp_part.labels = Tensor::shape_only(dp_part.labels.shape(), dp_part.labels.dtype());
+    }
     micro.resize(static_cast<std::size_t>(s.micro_batches));
     backwards_done.assign(static_cast<std::size_t>(s.micro_batches), 0);
     total_tokens = static_cast<double>(labelled(s.batch.labels));
@@ -124,7 +131,12 @@ struct Runner {
   int peer(int stage) const { return pp.global_rank(stage); }
   const LocalBatch& micro_batch(int m) {
     std::optional<LocalBatch>& b = micro[static_cast<std::size_t>(m)];
-    if (!b) b = shard_batch(batch_slice(dp_part, spec.micro_batches, m, "micro_batches"), spec.cp, ps.cp().rank);
+    if (!b) {
+      b = shard_batch(batch_slice(dp_part, spec.micro_batches, m, "micro_batches"), spec.cp, ps.cp().rank);
+      // they order a dump's logits (gather_logits); the training loop reads neither
+      std::vector<i64>().swap(b->global_rows);
+      std::vector<i64>().swap(b->real_rows);
+    }
     return *b;
   }
   Tensor activation(const LocalBatch& b) const {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,6 +50,25 @@ TEST_P(DeviceModels, TheModelLossSumEqualsTheCpuLoop) {
   EXPECT_EQ(dev.sum, cpu.sum);  // exactly: the same f64 terms in the same order
   EXPECT_TRUE(dev.dlogits.host_stale());
   EXPECT_TRUE(bitwise_equal(cpu.dlogits, dev.dlogits));
+}
+
+// A shape-only training step's loss: shape-only labels with shape-only logits give a NaN sum and a
+// shape-only gradient of the logits' shape; labels without numbers for logits that have them are
+// refused.
+TEST(ModelLoss, ShapeOnlyLabelsTakeTheShapeOnlyPath) {
+  const Tensor logits = Tensor::shape_only({11, 37}, DType::f32);
+  const Tensor labels = Tensor::from_vector<std::int64_t>({36, 0, -100, 5, 5, -100, 18, 2, 9, 30, 1}, {11});
+  const models::LossSum with_numbers = models::cross_entropy_sum(logits, labels, 13.0);
+  const models::LossSum without = models::cross_entropy_sum(logits, Tensor::shape_only({11}, DType::i64), 13.0);
+  EXPECT_TRUE(std::isnan(without.sum));
+  EXPECT_FALSE(without.dlogits.has_data());
+  EXPECT_EQ(without.dlogits.shape(), with_numbers.dlogits.shape());
+  EXPECT_THAT(
+      [] {
+        (void)models::cross_entropy_sum(rnd({11, 37}, 1, DType::f32, -1.0, 1.0), Tensor::shape_only({11}, DType::i64),
+                                        13.0);
+      },
+      ::testing::ThrowsMessage<Error>(HasSubstr("hold no numbers for logits")));
 }
 
 // AdamW (models/adamw.h) with clipping, weight decay, a bf16 parameter beside an f32 one, plain
