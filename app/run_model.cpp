@@ -20,6 +20,7 @@ ModelInputs run_model_workload(const Scenario& sc, const RunFlags& flags, bool t
     // once here rather than on every rank
     models::check_batch(train_run->batch, train_run->config, train_run->cp, "batch");
     train_run->batch_checked = true;
+    train_run->labelled_tokens = models::labelled_tokens(train_run->batch);
     if (!m.train->shards.empty()) {
       std::filesystem::create_directories(m.train->shards);
       train_run->shard_dir = m.train->shards;

@@ -32,12 +32,6 @@ namespace {
 
 std::string str(i64 v) { return std::to_string(v); }
 
-i64 labelled(const Tensor& labels) {
-  i64 n = 0;
-  for (i64 l : labels.to(DType::i64).to_vector<i64>()) n += l != kIgnoreIndex ? 1 : 0;
-  return n;
-}
-
 std::string shard_file(const std::string& dir, i64 tp_rank, i64 pp_rank) {
   return dir + "/shard-tp" + str(tp_rank) + "-pp" + str(pp_rank) + ".safetensors";
 }
@@ -125,7 +119,7 @@ struct Runner {
     }
     micro.resize(static_cast<std::size_t>(s.micro_batches));
     backwards_done.assign(static_cast<std::size_t>(s.micro_batches), 0);
-    total_tokens = static_cast<double>(labelled(s.batch.labels));
+    total_tokens = static_cast<double>(s.labelled_tokens >= 0 ? s.labelled_tokens : labelled_tokens(s.batch));
   }
 
   int peer(int stage) const { return pp.global_rank(stage); }
@@ -347,6 +341,12 @@ struct Runner {
 };
 
 }  // namespace
+
+std::int64_t labelled_tokens(const Batch& batch) {
+  i64 n = 0;
+  for (i64 l : batch.labels.to(DType::i64).to_vector<i64>()) n += l != kIgnoreIndex ? 1 : 0;
+  return n;
+}
 
 TrainResult train(const TrainSpec& spec) {
   const int world = runtime::get_world_size();

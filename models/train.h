@@ -38,6 +38,9 @@ struct TrainSpec {
   // spec's config and cp already, once for every rank: train() then does not check it again on
   // each rank (a shape-only step of thousands of ranks would scan the global batch that often).
   bool batch_checked = false;
+  // The batch's labelled tokens (labels other than -100), when the caller has counted them once
+  // for every rank (labelled_tokens()); -1: each rank counts them (every step divides by them).
+  std::int64_t labelled_tokens = -1;
   int steps = 1;          // optimizer steps
   int micro_batches = 1;  // per DP rank; each takes an equal share of its rows / whole sequences
   // Model chunks per pipeline stage: 1 runs Megatron's 1F1B; v > 1 its interleaved schedule
@@ -89,6 +92,9 @@ struct TrainResult {
 // Errors (before any step): the world size, layers not divisible by pp, micro-batches or dp not
 // dividing the batch, and those of the model.
 TrainResult train(const TrainSpec& spec);
+
+// The labels of `batch` other than -100 (TrainSpec::labelled_tokens).
+std::int64_t labelled_tokens(const Batch& batch);
 
 // Runs train() on fibers and returns rank 0's result.
 TrainResult run_training(const TrainSpec& spec, const runtime::SpawnOptions& options = {},
