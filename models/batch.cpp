@@ -106,17 +106,21 @@ LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
     const Tensor flat_ids = ids.reshape({B * S}), flat_labels = labels.reshape({B * S});
     if (cp == 1) {
       lb.global_rows = lb.real_rows;
+      cp::TokenInfo t;
+      t.position.reserve(static_cast<std::size_t>(B * S));
+      t.segment.reserve(static_cast<std::size_t>(B * S));
       for (i64 r = 0; r < B * S; ++r) {
-        lb.tokens.position.push_back(r % S);
-        lb.tokens.segment.push_back(r / S);
+        t.position.push_back(r % S);
+        t.segment.push_back(r / S);
       }
+      lb.token_info = std::make_shared<const cp::TokenInfo>(std::move(t));
       lb.ids = flat_ids.clone();
       lb.labels = flat_labels.clone();
       return lb;
     }
     const cp::CpLayout layout(lb.layout, cp);
     lb.global_rows = layout.rows_of(rank);
-    lb.tokens = layout.tokens_of(rank);
+    lb.token_info = std::make_shared<const cp::TokenInfo>(layout.tokens_of(rank));
     lb.ids = cp::index_select(flat_ids, 0, lb.global_rows);
     lb.labels = cp::index_select(flat_labels, 0, lb.global_rows);
     return lb;
@@ -127,8 +131,8 @@ LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
     lb.padded_rows = cu.back();
     for (i64 r = 0; r < cu.back(); ++r) lb.real_rows.push_back(r);
     lb.global_rows = lb.real_rows;
-    lb.tokens.position = cp::thd_position_ids(cu);
-    lb.tokens.segment = cp::thd_segment_ids(cu, cu);
+    lb.token_info =
+        std::make_shared<const cp::TokenInfo>(cp::TokenInfo{cp::thd_position_ids(cu), cp::thd_segment_ids(cu, cu)});
     lb.ids = ids.clone();
     lb.labels = labels.clone();
     return lb;
@@ -141,7 +145,7 @@ LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
   }
   const cp::CpLayout layout(lb.layout, cp);
   lb.global_rows = layout.rows_of(rank);
-  lb.tokens = layout.tokens_of(rank);
+  lb.token_info = std::make_shared<const cp::TokenInfo>(layout.tokens_of(rank));
   lb.ids = cp::index_select(padded.input_ids.to(DType::i64), 0, lb.global_rows);
   lb.labels = cp::index_select(padded.labels.to(DType::i64), 0, lb.global_rows);
   return lb;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,11 @@ Batch batch_slice(const Batch& batch, std::int64_t parts, std::int64_t index, co
 
 // One CP rank's share of a batch.
 struct LocalBatch {
-  runtime::Tensor ids, labels;            // i64 [N]: the local tokens, N = padded rows / cp
-  cp::TokenInfo tokens;                   // global position and segment of each local token
+  runtime::Tensor ids, labels;  // i64 [N]: the local tokens, N = padded rows / cp
+  // The global position and segment of each local token. Shared: a training step's micro-batches
+  // with the same tokens hold one copy (models/train.cpp).
+  std::shared_ptr<const cp::TokenInfo> token_info;
+  const cp::TokenInfo& tokens() const { return *token_info; }
   std::vector<std::int64_t> global_rows;  // the padded global row of each local token
   cp::SequenceLayout layout;              // for cp/context_parallel.h
   std::int64_t padded_rows = 0;           // global rows including THD padding

@@ -95,8 +95,9 @@ struct Runner {
   // warm-up), not all of them (a shape-only step of thousands of ranks would otherwise hold
   // every rank's index vectors of every micro-batch).
   std::vector<std::optional<LocalBatch>> micro;
-  std::vector<int> backwards_done;  // per micro-batch, of the step in progress
-  double total_tokens = 0;          // labelled tokens of the whole global batch
+  std::vector<int> backwards_done;                     // per micro-batch, of the step in progress
+  std::shared_ptr<const cp::TokenInfo> shared_tokens;  // the last micro-batch's tokens
+  double total_tokens = 0;                             // labelled tokens of the whole global batch
   runtime::ProcessGroup pp, dp_cp;
   double pipeline_wait = 0;  // virtual seconds blocked in pipeline receives
   bool data = true;          // real numbers (not shape-only weights)
@@ -130,6 +131,13 @@ struct Runner {
       // they order a dump's logits (gather_logits); the training loop reads neither
       std::vector<i64>().swap(b->global_rows);
       std::vector<i64>().swap(b->real_rows);
+      // micro-batches of equal rows have the same tokens (BSHD): one copy for all of them
+      if (shared_tokens && shared_tokens->position == b->tokens().position &&
+          shared_tokens->segment == b->tokens().segment) {
+        b->token_info = shared_tokens;
+      } else {
+        shared_tokens = b->token_info;
+      }
     }
     return *b;
   }

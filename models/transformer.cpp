@@ -145,10 +145,10 @@ Tensor first_rows(const Tensor& x, i64 rows) { return x.size(0) == rows ? x : x.
 // (negative segment) read row 0; their rows get no gradient. Error for a real token at or beyond
 // max_positions.
 Tensor position_ids(const LocalBatch& b, i64 max_positions) {
-  std::vector<i64> ids(b.tokens.position.size(), 0);
+  std::vector<i64> ids(b.tokens().position.size(), 0);
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (b.tokens.segment[i] < 0) continue;
-    const i64 pos = b.tokens.position[i];
+    if (b.tokens().segment[i] < 0) continue;
+    const i64 pos = b.tokens().position[i];
     if (pos >= max_positions) {
       throw Error("Transformer: a token at position " + str(pos) + " needs a learned position table of more than " +
                   str(max_positions) + " rows; raise max_positions to the longest sequence or shorten the batch");
@@ -794,9 +794,9 @@ struct Transformer::Block {
     const Shape q_shape{n, heads, c.head_dim}, kv_shape{n, kvh, c.head_dim};
     const bool rotate = c.positions == Positions::rope;
     const Tensor q =
-        rotate ? rope(parts[0].reshape(q_shape), b.tokens.position, c.rope_base) : parts[0].reshape(q_shape);
+        rotate ? rope(parts[0].reshape(q_shape), b.tokens().position, c.rope_base) : parts[0].reshape(q_shape);
     const Tensor k =
-        rotate ? rope(parts[1].reshape(kv_shape), b.tokens.position, c.rope_base) : parts[1].reshape(kv_shape);
+        rotate ? rope(parts[1].reshape(kv_shape), b.tokens().position, c.rope_base) : parts[1].reshape(kv_shape);
     const Tensor v = parts[2].reshape(kv_shape);
     parts.clear();
     Tensor attn;
@@ -834,7 +834,7 @@ struct Transformer::Block {
                                BlockContext& ctx) {
     const cp::AttentionOptions opts = attention_options(a);
     if (g.cp.cp.size() == 1) {
-      ctx.attention = cp::attention_forward(ctx.q, ctx.k, ctx.v, b.tokens, b.tokens, opts);
+      ctx.attention = cp::attention_forward(ctx.q, ctx.k, ctx.v, b.tokens(), b.tokens(), opts);
       return ctx.attention.out;
     }
     cp::CpOptions co;
@@ -881,7 +881,7 @@ struct Transformer::Block {
       if (cp == 1) {
         const cp::AttentionGrads gr =
             cp::attention_backward(dattn.reshape(q_shape), ctx.q, ctx.k, ctx.v, ctx.attention.out, ctx.attention.lse,
-                                   b.tokens, b.tokens, attention_options(a));
+                                   b.tokens(), b.tokens(), attention_options(a));
         dq = gr.dq;
         dk = gr.dk;
         dv = gr.dv;
@@ -896,8 +896,8 @@ struct Transformer::Block {
       ctx.attention = cp::AttentionResult{};
       ctx.cp_ctx = cp::CpContext{};
       if (c.positions == Positions::rope) {
-        dq = rope_backward(dq, b.tokens.position, c.rope_base);
-        dk = rope_backward(dk, b.tokens.position, c.rope_base);
+        dq = rope_backward(dq, b.tokens().position, c.rope_base);
+        dk = rope_backward(dk, b.tokens().position, c.rope_base);
       }
       if (qkv) {
         Tensor dqkv =
