@@ -67,6 +67,19 @@ TEST(MegatronArgsCli, ValidatePrintsTheBuiltScenarioWithTheArgumentsOfEachKey) {
   EXPECT_THAT(r.err, HasSubstr("approximated: --hidden-dropout (default 0.1)"));
 }
 
+// The shipped 405B file is Meta's layout: on 1,024 nodes of eight it is TP8 x PP16 x DP64, its 126
+// layers 7/8/7 over the stages, 32 micro-batches of one sequence per DP rank.
+TEST(MegatronArgsCli, TheShipped405bFileIsMetasLayout) {
+  const testing::CliResult r = run({"validate", "-t", topo("h100-cluster.yaml"), "--set", "nodes=1024",
+                                    "--megatron-args=@" + scenario("llama3-405b-8192gpu.megatron-args")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("8192 ranks (tp=8 cp=1 dp=64 pp=16)"));
+  EXPECT_THAT(r.out, HasSubstr("decoder_first_pipeline_num_layers: 7"));
+  EXPECT_THAT(r.out, HasSubstr("decoder_last_pipeline_num_layers: 7"));
+  EXPECT_THAT(r.out, HasSubstr("global_batch_size: 2048"));
+  EXPECT_THAT(r.err, Not(HasSubstr("approximated")));
+}
+
 TEST(MegatronArgsCli, BadLinesExitWithTwoNamingTheArgument) {
   const std::string base =
       "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --vocab-size 50257 ";
