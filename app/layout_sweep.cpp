@@ -226,29 +226,6 @@ void write_report(const std::string& path, const std::string& name, const Grid& 
   });
 }
 
-// Refuses outputs that could not be written, before anything runs.
-void check_sweep_outputs(const SweepOptions& o) {
-  std::vector<std::pair<const char*, std::string>> outs;
-  for (const auto& [flag, path] :
-       {std::pair<const char*, std::string>{"--csv", o.csv}, {"--json", o.json}, {"--report", o.report}})
-    if (!path.empty()) outs.emplace_back(flag, path);
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    for (std::size_t j = i + 1; j < outs.size(); ++j)
-      if (fs::weakly_canonical(outs[i].second) == fs::weakly_canonical(outs[j].second))
-        throw Error(std::string(outs[i].first) + " and " + outs[j].first + " both name '" + outs[i].second +
-                    "'; give each its own file");
-    std::error_code ec;
-    const fs::path parent = fs::absolute(outs[i].second, ec).parent_path();
-    if (!ec && !fs::is_directory(parent, ec))
-      throw Error(std::string(outs[i].first) + " '" + outs[i].second + "': the folder '" + parent.string() +
-                  "' does not exist; create it first");
-    for (const std::string& in : {o.scenario, o.topology})
-      if (!in.empty() && fs::weakly_canonical(in) == fs::weakly_canonical(outs[i].second))
-        throw Error(std::string(outs[i].first) + " '" + outs[i].second +
-                    "' is an input of the sweep; writing it would destroy it");
-  }
-}
-
 }  // namespace
 
 Grid parse_sweep_grid(const std::vector<std::string>& items) {
@@ -283,7 +260,11 @@ Grid parse_sweep_grid(const std::vector<std::string>& items) {
 
 int sweep_layouts(const SweepOptions& o, std::ostream& out, std::ostream& err) {
   const Grid grid = parse_sweep_grid(o.grid);
-  check_sweep_outputs(o);
+  std::vector<NamedPath> outs;
+  for (const auto& [flag, path] :
+       {NamedPath{"--csv", o.csv}, NamedPath{"--json", o.json}, NamedPath{"--report", o.report}})
+    if (!path.empty()) outs.push_back({flag, path});
+  check_output_paths(outs, {{"the scenario", o.scenario}, {"the topology", o.topology}});
   // Shape-only: timing does not depend on the numbers.
   std::vector<std::string> base_sets = o.sets;
   base_sets.emplace_back("data=shape_only");

@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <iosfwd>
+#include <string>
+#include <vector>
 
 #include "app/model_workload.h"
 #include "app/run_summary.h"
@@ -19,6 +21,15 @@ namespace ranksim::app {
 // flags.quiet. Shared by the steps and model runners.
 runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, bool trace,
                                   const std::function<void(int)>& rank);
+
+// An output file and what names it ("--json"), or an input and what it is ("the scenario").
+struct NamedPath {
+  std::string what, path;
+};
+// Refuses, before anything runs, outputs that could not all be written or would destroy
+// something: two outputs on one path, an output on one of the inputs, an output in a folder that
+// does not exist. Error naming the flag and the path. (Empty input paths are skipped.)
+void check_output_paths(const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins);
 
 // workload.collectives: one nccl-tests sweep (sim backend only). REQUIRES: sc.sweep_op.
 std::vector<SweepRow> run_sweep_workload(const Scenario& sc);

@@ -44,12 +44,17 @@ LossRows loss_sum_rows(Device& dev, const Tensor& x, const Tensor& labels, std::
   return {Row.t, DX.t};
 }
 
+// The labels as int64 values; none for shape-only labels (a shape-only training step's): they
+// count no token, and the loss is NaN anyway.
+std::vector<i64> label_values(const Tensor& labels_t) {
+  return labels_t.has_data() ? labels_t.to(DType::i64).to_vector<i64>() : std::vector<i64>();
+}
+
 // The vocab-parallel loss: ignored rows take target 0 for the shared reduction and are dropped
 // from the sum and the gradient.
 LossSum vocab_parallel_sum(const Tensor& logits, const Tensor& labels_t, double total_tokens,
                            const runtime::ProcessGroup& tp) {
-  // shape-only labels (a shape-only training step's) count no token: the loss is NaN anyway
-  const std::vector<i64> labels = labels_t.has_data() ? labels_t.to(DType::i64).to_vector<i64>() : std::vector<i64>();
+  const std::vector<i64> labels = label_values(labels_t);
   LossSum r;
   std::vector<i64> targets(labels.size(), 0);
   std::vector<float> dloss(labels.size(), 0.0f);
@@ -86,8 +91,7 @@ LossSum cross_entropy_sum(const Tensor& logits, const Tensor& labels_t, double t
                 " that do; give labels with data");
   if (vocab_tp && vocab_tp->size() > 1) return vocab_parallel_sum(logits, labels_t, total_tokens, *vocab_tp);
   const i64 n = logits.size(0), vocab = logits.size(1);
-  // shape-only labels (a shape-only training step's) count no token: the loss is NaN anyway
-  const std::vector<i64> labels = labels_t.has_data() ? labels_t.to(DType::i64).to_vector<i64>() : std::vector<i64>();
+  const std::vector<i64> labels = label_values(labels_t);
   const Tensor lf = logits.to(DType::f32);
   LossSum r;
   for (i64 l : labels) r.tokens += l != kIgnoreIndex ? 1 : 0;

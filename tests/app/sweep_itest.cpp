@@ -166,7 +166,7 @@ TEST(Sweep, BadSweepsAreRefusedBeforeAnythingRuns) {
   const CliResult self = run({"sweep", scenario("llama3-8b-train-dgx-h100.yaml"), "--grid", "parallel.tp=2,4", "--json",
                               scenario("llama3-8b-train-dgx-h100.yaml")});
   EXPECT_EQ(self.code, 2);
-  EXPECT_THAT(self.err, HasSubstr("would destroy it"));
+  EXPECT_THAT(self.err, HasSubstr("is the scenario, which the run reads: writing it would destroy the input"));
   // a malformed grid; no grid
   EXPECT_EQ(run({"sweep", scenario("llama3-8b-train-dgx-h100.yaml"), "--grid", "parallel.tp"}).code, 2);
   EXPECT_EQ(run({"sweep", scenario("llama3-8b-train-dgx-h100.yaml")}).code, 2);
