@@ -1,5 +1,9 @@
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <map>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "app/workloads.h"
@@ -7,6 +11,7 @@
 #include "cp/partition.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/tensor/cost.h"
+#include "sim/engine.h"
 #include "tp/mlp.h"
 #include "tp/rank_grid.h"
 
@@ -58,6 +63,24 @@ void run_cp_attention(const ScenarioStep& st, const cp::CpGroups& groups, int tp
   if (st.backward) cp::attention_with_cp_backward(input(hq, 3), f.ctx);
 }
 
+// A rank_fails or rank_stops fault at a step, on this rank: it fails (throws, as a crashed process
+// would) or stops for good. On the sim backend a stopped rank blocks, and the run ends in a
+// deadlock report naming it and the ranks left waiting for it; on a process backend it stops
+// answering, and its peers give up after RANKSIM_COLLECTIVE_TIMEOUT, as NCCL's watchdog does.
+void inject_step_fault(const ScenarioFault& f, const ScenarioStep& st, const RunFlags& flags) {
+  const std::string what = f.label + " before step " + std::to_string(f.step) + " (" + st.name + ") of repetition " +
+                           std::to_string(f.iteration) +
+                           (flags.backend == "sim" ? ", at virtual time " + sim::this_rank::now().str() : "");
+  if (f.kind == ScenarioFault::Kind::rank_fails) throw sim::InjectedFault(what + ": failed");
+  if (flags.backend == "sim") {
+    sim::Engine& engine = sim::this_rank::engine();
+    for (;;) engine.block(what + ": stopped");
+  }
+  std::fprintf(stderr, "rank %d: %s: stopped (its peers wait for it until their timeout)\n", f.rank, what.c_str());
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 }  // namespace
 
 runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags, bool trace) {
@@ -91,7 +114,11 @@ runtime::RunReport run_steps_workload(const Scenario& sc, const RunFlags& flags,
     for (const ScenarioStep& st : sc.steps)
       if (st.kind == ScenarioStep::Kind::cp_attention) cp_groups.emplace(&st, cp_attention_groups(st, groups.at("cp")));
     for (int it = 0; it < sc.repeat; ++it) {
-      for (const ScenarioStep& st : sc.steps) {
+      for (std::size_t step = 0; step < sc.steps.size(); ++step) {
+        const ScenarioStep& st = sc.steps[step];
+        for (const ScenarioFault& f : sc.faults)
+          if (f.step == static_cast<int>(step) && f.iteration == it && f.rank == rank) inject_step_fault(f, st, flags);
+        if (!st.ranks.empty() && !std::binary_search(st.ranks.begin(), st.ranks.end(), rank)) continue;
         const runtime::DType dt = *runtime::dtype_from_name(st.dtype);
         if (st.kind == ScenarioStep::Kind::cp_attention) {
           run_cp_attention(st, cp_groups.at(&st), sc.tp, sc.real_data, rank, it);

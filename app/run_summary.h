@@ -59,6 +59,9 @@ struct RunSummary {
   std::optional<models::ValidationReport> validation;
   std::vector<CheckResult> checks;  // validation's, then the scenario's checks
   bool passed = true;               // every check passed and no sweep result was wrong
+  // With `faults:` that let the run finish (stragglers, degraded links): the same run's virtual
+  // time without them, for the faults' effect.
+  std::optional<sim::Time> without_faults;
 };
 
 std::vector<CollectiveLine> group_collectives(const runtime::RunReport& report);

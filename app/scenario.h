@@ -55,6 +55,24 @@ struct ScenarioStep {
   std::string mask = "causal";                  // causal | no_mask (bshd) | padding (thd)
   int64_t window_left = -1, window_right = -1;  // sliding window; -1 = unbounded
   int a2a_size = 0, p2p_size = 0;               // a2a+p2p: [a, p]. Default: parallel.hierarchical_cp, else [2, cp/2]
+  // `ranks: [0, 2]`: the ranks that run this step; empty: every rank.
+  std::vector<int> ranks;
+};
+
+// One entry of `faults:` (docs/scenarios.md, "Faults"), injected deterministically.
+struct ScenarioFault {
+  enum class Kind { rank_fails, rank_stops, straggler, network_degrades, network_fails };
+  Kind kind = Kind::rank_fails;
+  std::string label;  // "faults[0] (rank_fails: rank 3)", for reports
+  int rank = -1;      // rank_*, straggler; network_*: the rank whose NIC (-1: node's links)
+  int node = -1;      // network_*: the node whose network links (-1: a rank's NIC)
+  // When: a virtual time, or (rank_* in a steps workload) before step `step` of repetition
+  // `iteration` (0-based). straggler: from `at`.
+  std::optional<sim::Time> at;
+  int step = -1, iteration = 0;
+  double slowdown = 1;  // straggler: its kernels take this many times as long
+  double factor = 0;    // network_degrades: the links' share of their bandwidth (network_fails: 0)
+  bool fatal() const { return kind == Kind::rank_fails || kind == Kind::rank_stops || kind == Kind::network_fails; }
 };
 
 struct ScenarioCheck {
@@ -92,6 +110,7 @@ struct Scenario {
   // `memory_check: warn`: a rank whose memory peak exceeds its device's capacity is a warning,
   // not a failed run (sim backend; docs/compute.md).
   bool memory_warn_only = false;
+  std::vector<ScenarioFault> faults;            // `faults:`
   std::string out_trace, out_json, out_report;  // `outputs:` (command-line flags win)
 };
 

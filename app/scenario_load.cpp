@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 // The schema's keys are kept sorted: errors list them in this order.
 struct ScenarioSchema {
   sim::YamlSchema parallel, model, optimizer, train, encoder, batch, baseline, validate, collectives, step, step_list,
-      steps, workload, check, checks, outputs, root;
+      steps, workload, check, checks, fault, faults, outputs, root;
   ScenarioSchema() {
     parallel.keys = {{"cp", nullptr},
                      {"cp_comm", nullptr},
@@ -103,12 +103,16 @@ struct ScenarioSchema {
     workload.keys = {{"collectives", &collectives}, {"steps", &steps}};
     check.keys = {{"max_time", nullptr}, {"min_busbw", nullptr}, {"op", nullptr}};
     checks.items = &check;
+    // A fault is a mapping of its kind to its settings, as a step is; read_fault checks them.
+    fault.any_key = &open;
+    faults.items = &fault;
     outputs.keys = {{"json", nullptr}, {"report", nullptr}, {"trace", nullptr}};
-    root.keys = {{"algorithm", nullptr},    {"batch", &batch},       {"checks", &checks},    {"data", nullptr},
-                 {"description", nullptr},  {"dump", nullptr},       {"encoder", &encoder},  {"model", &model},
-                 {"memory_check", nullptr}, {"name", nullptr},       {"outputs", &outputs},  {"parallel", &parallel},
-                 {"protocol", nullptr},     {"ranks", nullptr},      {"topology", nullptr},  {"topology_set", nullptr},
-                 {"train", &train},         {"validate", &validate}, {"workload", &workload}};
+    root.keys = {
+        {"algorithm", nullptr},    {"batch", &batch},         {"checks", &checks},     {"data", nullptr},
+        {"description", nullptr},  {"dump", nullptr},         {"encoder", &encoder},   {"faults", &faults},
+        {"model", &model},         {"memory_check", nullptr}, {"name", nullptr},       {"outputs", &outputs},
+        {"parallel", &parallel},   {"protocol", nullptr},     {"ranks", nullptr},      {"topology", nullptr},
+        {"topology_set", nullptr}, {"train", &train},         {"validate", &validate}, {"workload", &workload}};
   }
   ScenarioSchema(const ScenarioSchema&) = delete;
   ScenarioSchema& operator=(const ScenarioSchema&) = delete;
@@ -358,6 +362,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
         r.fail(s, "workload.steps needs a non-empty list `do:` of steps");
       for (const YAML::Node& st : list) {
         sc.steps.push_back(read_step(st, r));
+        if (const YAML::Node body = st.begin()->second; body.IsMap() && entry(body, "ranks").IsDefined())
+          sc.steps.back().ranks = read_rank_list(entry(body, "ranks"), sc.ranks, r);
         if (sc.steps.back().kind == ScenarioStep::Kind::cp_attention)
           check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
       }
@@ -404,6 +410,13 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
     }
   }
 
+  if (auto fs_node = entry(root, "faults"); fs_node.IsDefined()) {
+    if (!fs_node.IsSequence()) r.fail(fs_node, "faults must be a list, e.g. [{straggler: {rank: 3, slowdown: 1.5}}]");
+    if (sc.sweep_op && fs_node.size() > 0)
+      r.fail(fs_node, "faults apply to steps and model workloads; a collectives sweep times each size alone");
+    for (std::size_t i = 0; i < fs_node.size(); ++i)
+      sc.faults.push_back(read_fault(fs_node[i], "faults[" + std::to_string(i) + "]", sc, r));
+  }
   if (auto cs = entry(root, "checks"); cs.IsDefined()) {
     if (!cs.IsSequence()) r.fail(cs, "checks must be a list, e.g. [{max_time: 5 ms}]");
     for (const YAML::Node& c : cs) {

@@ -73,6 +73,11 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r);
 void check_cp_attention(ScenarioStep& st, const YAML::Node& body, const YAML::Node& par, const Scenario& sc,
                         const ScenarioReader& r);
 
+// A step's `ranks:` list: distinct ranks of a run of `ranks`, sorted (scenario_faults.cpp).
+std::vector<int> read_rank_list(const YAML::Node& n, int ranks, const ScenarioReader& r);
+// One entry of `faults:`, checked against the loaded layout and steps; where: "faults[2]".
+ScenarioFault read_fault(const YAML::Node& n, const std::string& where, const Scenario& sc, const ScenarioReader& r);
+
 // The `model:` workload and its companions (batch, dump, validate, train, encoder), checked
 // against the layout and its input files; folder: the scenario's folder (relative paths).
 ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const ScenarioReader& r, const Scenario& sc,

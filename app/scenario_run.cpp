@@ -40,6 +40,16 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   so.device_collectives = flags.device_collectives;
   so.engine.trace = trace;
   so.count_memory = flags.count_memory;
+  // The faults at virtual times (those at a step are the steps runner's).
+  for (const ScenarioFault& f : sc.faults) {
+    using K = ScenarioFault::Kind;
+    if ((f.kind == K::rank_fails || f.kind == K::rank_stops) && f.at)
+      so.faults.ranks.push_back(
+          {f.rank, *f.at, f.kind == K::rank_stops, f.label + (f.kind == K::rank_stops ? ": stopped" : ": failed")});
+    if (f.kind == K::straggler) so.faults.stragglers.push_back({f.rank, f.slowdown, f.at.value_or(sim::Time::zero())});
+    if (f.kind == K::network_degrades || f.kind == K::network_fails)
+      so.faults.network.push_back({f.node, f.rank, f.factor, f.at.value_or(sim::Time::zero()), f.label});
+  }
   // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
   // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep
   // frames, and AddressSanitizer's frames are several times larger.
@@ -166,6 +176,16 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
       s.report = run_steps_workload(sc, flags, trace);
     }
     s.makespan = s.report.makespan;
+    if (!sc.faults.empty()) {
+      // The faults' effect: the same run without them (no trace, no progress line).
+      Scenario clean = sc;
+      clean.faults.clear();
+      RunFlags quiet = flags;
+      quiet.quiet = true;
+      RunSummary other;
+      s.without_faults = sc.model ? (run_model_workload(clean, quiet, false, other), other.report.makespan)
+                                  : run_steps_workload(clean, quiet, false).makespan;
+    }
     s.lines = group_collectives(s.report);
     print_rank_table(out, sc, s);
     print_collectives_table(out, s);
@@ -176,6 +196,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   }
   evaluate_checks(sc, s);
   print_totals(out, s, backend != runtime::BackendKind::sim, device.get());
+  print_faults(out, sc, s);
 
   if (sc.model) write_model_outputs(sc, s, out);
   if (!json_path.empty()) {

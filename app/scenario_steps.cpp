@@ -21,7 +21,7 @@ const std::vector<std::string> kCpComms = {"p2p", "all_gather", "a2a", "a2a+p2p"
 ScenarioStep read_cp_attention(const YAML::Node& body, const ScenarioReader& r) {
   r.known_keys(body,
                {"comm", "format", "batch", "seq_len", "heads", "kv_heads", "head_dim", "mask", "window", "hierarchical",
-                "dtype", "backward"},
+                "dtype", "backward", "ranks"},
                "a cp_attention step");
   ScenarioStep st;
   st.kind = ScenarioStep::Kind::cp_attention;
@@ -181,13 +181,15 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
   const std::string& kind = key.Scalar();
   ScenarioStep st;
   if (kind == "wait") {
+    if (body.IsDefined() && !body.IsNull() && !(body.IsMap() && body.size() == 0))
+      r.known_keys(body, {"ranks"}, "a wait step");
     st.kind = ScenarioStep::Kind::collective;
     st.wait = true;
     st.name = "wait";
     return st;
   }
   if (kind == "tp_mlp") {
-    r.known_keys(body, {"hidden", "ffn", "tokens", "dtype", "sequence_parallel", "backward"}, "a tp_mlp step");
+    r.known_keys(body, {"hidden", "ffn", "tokens", "dtype", "sequence_parallel", "backward", "ranks"}, "a tp_mlp step");
     st.kind = ScenarioStep::Kind::tp_mlp;
     st.name = "tp_mlp";
     st.group = "tp";
@@ -208,7 +210,7 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
   }
   if (kind == "cp_attention") return read_cp_attention(body, r);
   if (kind == "compute") {
-    r.known_keys(body, {"name", "flops", "bytes", "gemm", "dtype"}, "a compute step");
+    r.known_keys(body, {"name", "flops", "bytes", "gemm", "dtype", "ranks"}, "a compute step");
     st.kind = ScenarioStep::Kind::compute;
     st.name = entry(body, "name").IsDefined() ? r.str(entry(body, "name"), "compute.name") : "compute";
     if (auto g = entry(body, "gemm"); g.IsDefined()) {
@@ -237,7 +239,7 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
   st.kind = kind == "sendrecv" ? ScenarioStep::Kind::sendrecv : ScenarioStep::Kind::collective;
   st.name = kind;
   if (body.IsNull() && kind == "barrier") return st;
-  r.known_keys(body, {"bytes", "dtype", "group", "algorithm", "async"}, "a " + kind + " step");
+  r.known_keys(body, {"bytes", "dtype", "group", "algorithm", "async", "ranks"}, "a " + kind + " step");
   if (auto b = entry(body, "bytes"); b.IsDefined())
     st.bytes = static_cast<double>(r.unit(b, kind + ".bytes", sim::units::parse_bytes));
   else if (kind != "barrier")

@@ -51,7 +51,8 @@ const std::map<std::string, const char*, std::less<>>& float_formats() {
                                                                           {"cp_us", "%.6f"},
                                                                           {"dp_us", "%.6f"},
                                                                           {"pp_us", "%.6f"},
-                                                                          {"idle_us", "%.6f"}};
+                                                                          {"idle_us", "%.6f"},
+                                                                          {"virtual_time_without_faults_us", "%.6f"}};
   return formats;
 }
 
@@ -222,6 +223,13 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
     Json notes = Json::array();
     for (const auto& [note, kernels] : rep.compute_notes) notes.push_back(Json{{"note", note}, {"kernels", kernels}});
     j["compute_notes"] = notes;
+  }
+  if (!sc.faults.empty()) {
+    Json injected = Json::array();
+    for (const ScenarioFault& f : sc.faults) injected.push_back(f.label);
+    Json faults{{"injected", injected}};
+    if (s.without_faults) faults["virtual_time_without_faults_us"] = us(*s.without_faults);
+    j["faults"] = faults;
   }
   Json collectives = Json::array();
   for (const CollectiveLine& l : s.lines) {

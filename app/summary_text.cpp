@@ -273,4 +273,35 @@ void print_totals(std::ostream& out, const RunSummary& s, bool wall_time, runtim
     out << "  [" << (c.passed ? "pass" : "FAIL") << "] " << c.text << " (measured " << c.measured << ")\n";
 }
 
+void print_faults(std::ostream& out, const Scenario& sc, const RunSummary& s) {
+  if (sc.faults.empty()) return;
+  out << "faults injected (docs/scenarios.md, \"Faults\"):\n";
+  for (const ScenarioFault& f : sc.faults) {
+    out << "  " << f.label << ": ";
+    const sim::Time from = f.at.value_or(sim::Time::zero());
+    switch (f.kind) {
+      case ScenarioFault::Kind::straggler:
+        out << "its kernels take " << fmt("%g", f.slowdown) << "x as long from " << from;
+        break;
+      case ScenarioFault::Kind::network_degrades:
+        out << "its network links run at " << fmt("%g", f.factor) << " of their bandwidth from " << from;
+        break;
+      case ScenarioFault::Kind::network_fails:
+        out << "its network links fail at " << from << " (no collective crossing them ran after that)";
+        break;
+      default:
+        out << (f.kind == ScenarioFault::Kind::rank_fails ? "fails " : "stops ")
+            << (f.at ? "at " + f.at->str()
+                     : "before step " + std::to_string(f.step) + " of repetition " + std::to_string(f.iteration));
+        if (s.without_faults) out << " (after the run ended: no effect)";
+    }
+    out << "\n";
+  }
+  if (s.without_faults && s.without_faults->picoseconds() > 0) {
+    const double ratio = s.makespan.seconds() / s.without_faults->seconds();
+    out << "  effect: virtual time " << s.makespan << " against " << *s.without_faults << " without the faults ("
+        << fmt("%+.2f%%", (ratio - 1) * 100) << ")\n";
+  }
+}
+
 }  // namespace ranksim::app

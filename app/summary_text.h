@@ -31,6 +31,8 @@ void print_collectives_table(std::ostream& out, const RunSummary& s);
 // REQUIRES: sc.model.
 void print_model_section(std::ostream& out, const Scenario& sc, const RunSummary& s);
 // The run's time (virtual, or wall on a real backend), the device's counters, the checks.
+// The injected faults (`faults:`) and their effect on the virtual time; nothing without faults.
+void print_faults(std::ostream& out, const Scenario& sc, const RunSummary& s);
 void print_totals(std::ostream& out, const RunSummary& s, bool wall_time, runtime::Device* device);
 
 }  // namespace ranksim::app

@@ -170,7 +170,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   for (const auto& [nodes_below, over] : levels_)
     if (N > nodes_below) oversubscription = std::max(oversubscription, over);
   // A node's NICs as the group uses them.
-  const double nic_node = N > 1 ? nics_used * nic_bw_ / oversubscription : kInf;
+  const double nic_node = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
   // Inside a node: the fabric, or the NICs when the node has none.
   const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
   const int C = std::max(1, c_.channels);
@@ -254,7 +254,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (proto == Protocol::ll128) return no("point-to-point runs LL or Simple");
       // Bytes a rank exchanges inside its node and across nodes; a rank's share of the NICs.
       const double intra_bytes = s.bytes * (p - 1) / n, inter_bytes = s.bytes * (n - p) / n;
-      const double nic_rank = (s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_) / oversubscription;
+      const double nic_rank =
+          (s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_) * s.network_factor / oversubscription;
       double t = 0;
       if (intra_bytes > 0) t = std::max(t, intra_bytes / (fabric * c_.alltoall_efficiency));
       if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.network_efficiency));

@@ -80,6 +80,9 @@ struct CollectiveShape {
   int nranks = 1;          // group size
   int nodes = 1;           // nodes the group spans
   int ranks_per_node = 1;  // most ranks of the group on one node
+  // The NICs' bandwidth as a share of the topology's: below 1 where an injected fault degrades
+  // a link the call crosses (the slowest channel paces NCCL's call). Default: 1.
+  double network_factor = 1;
 };
 
 struct CollectiveEstimate {

@@ -13,12 +13,23 @@ namespace {
 thread_local Engine* tls_engine = nullptr;
 constexpr size_t kMaxListed = 64;  // ranks listed in one error message before summarising
 
-std::string failure_message(const std::vector<RankError>& errors) {
+void list_blocked(std::ostream& os, const std::vector<BlockedRank>& blocked) {
+  for (size_t i = 0; i < blocked.size() && i < kMaxListed; ++i)
+    os << "\n  rank " << blocked[i].rank << " (clock " << blocked[i].clock << "): " << blocked[i].reason;
+  if (blocked.size() > kMaxListed) os << "\n  ... and " << blocked.size() - kMaxListed << " more";
+}
+
+std::string failure_message(const std::vector<RankError>& errors, const std::vector<BlockedRank>& waiting) {
   std::ostringstream os;
   os << errors.size() << (errors.size() == 1 ? " rank" : " ranks") << " failed:";
   for (size_t i = 0; i < errors.size() && i < kMaxListed; ++i)
     os << "\n  rank " << errors[i].rank << ": " << errors[i].message;
   if (errors.size() > kMaxListed) os << "\n  ... and " << errors.size() - kMaxListed << " more";
+  if (!waiting.empty()) {
+    os << "\nWhen the run stopped, " << waiting.size() << (waiting.size() == 1 ? " rank was" : " ranks were")
+       << " blocked:";
+    list_blocked(os, waiting);
+  }
   return os.str();
 }
 
@@ -26,16 +37,15 @@ std::string deadlock_message(Time at, int nranks, const std::vector<BlockedRank>
   std::ostringstream os;
   os << "deadlock at virtual time " << at << ": " << blocked.size() << " of " << nranks
      << " ranks are blocked and nothing is left that could wake them:";
-  for (size_t i = 0; i < blocked.size() && i < kMaxListed; ++i)
-    os << "\n  rank " << blocked[i].rank << " (clock " << blocked[i].clock << "): " << blocked[i].reason;
-  if (blocked.size() > kMaxListed) os << "\n  ... and " << blocked.size() - kMaxListed << " more";
+  list_blocked(os, blocked);
   os << "\nCheck that every rank of a group calls the same collectives in the same order and that "
         "every recv has a matching send.";
   return os.str();
 }
 }  // namespace
 
-RankFailure::RankFailure(std::vector<RankError> errors) : Error(failure_message(errors)), errors_(std::move(errors)) {}
+RankFailure::RankFailure(std::vector<RankError> errors, std::vector<BlockedRank> waiting)
+    : Error(failure_message(errors, waiting)), errors_(std::move(errors)), waiting_(std::move(waiting)) {}
 
 DeadlockError::DeadlockError(Time at, int nranks, std::vector<BlockedRank> blocked)
     : Error(deadlock_message(at, nranks, blocked)), blocked_(std::move(blocked)) {}
@@ -63,6 +73,38 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
     fibers_.emplace_back(stacks_, [this, r] { trampoline(r); });
     queue_.push(Time::zero(), static_cast<uint64_t>(r));
   }
+  for (Fault& f : faults_) {
+    RANKSIM_CHECK(f.rank >= 0 && f.rank < nranks, "injected fault for a rank outside the run");
+    Rank& rk = ranks_[static_cast<size_t>(f.rank)];
+    if (f.at >= rk.fault_at) continue;  // the earlier fault wins
+    rk.fault_at = f.at;
+    rk.fault_stop = f.stop;
+    rk.fault_what = std::move(f.what);
+    // A rank blocked when its fault's time comes: a failing one is woken then to throw; a
+    // stopping one stays blocked, its reason now the fault. A rank woken for a later time runs
+    // at the fault's time instead.
+    call_at(f.at, [this, r = f.rank] {
+      Rank& b = ranks_[static_cast<size_t>(r)];
+      if (b.fault_fired) return;
+      if (b.state == State::ready) {
+        // Woken for later (a collective that completes after the fault): it runs now instead, to
+        // fail or stop at the fault's time; the later event finds it failed or stopped and is dropped.
+        queue_.push(queue_.now(), static_cast<uint64_t>(r));
+        return;
+      }
+      if (b.state != State::blocked) return;
+      if (b.fault_stop) {
+        b.fault_fired = true;
+        std::string why = b.fault_what + " at virtual time " + queue_.now().str();
+        b.reason = [why = std::move(why), was = std::move(b.reason)] {
+          return why + (was ? "; it was waiting in: " + was() : std::string());
+        };
+      } else {
+        wake(r, queue_.now());
+      }
+    });
+  }
+  faults_.clear();
 
   Time fail_time;
   using Clock = std::chrono::steady_clock;
@@ -92,6 +134,7 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
     } else {
       const auto r = static_cast<int>(e.payload);
       Rank& rk = ranks_[static_cast<size_t>(r)];
+      if (rk.fault_fired && rk.state != State::ready) continue;  // superseded by its fault (inject_fault)
       RANKSIM_CHECK(rk.state == State::ready, "event for a rank that is not ready");
       rk.clock = max(rk.clock, e.time);
       const bool had_failures = !failures_.empty();
@@ -101,11 +144,12 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
   }
 
   if (!failures_.empty()) {
+    std::vector<BlockedRank> waiting = blocked_ranks();
     abort_unfinished();
     std::vector<RankError> errors = std::move(failures_);
     std::stable_sort(errors.begin(), errors.end(),
                      [](const RankError& a, const RankError& b) { return a.rank < b.rank; });
-    throw RankFailure(std::move(errors));
+    throw RankFailure(std::move(errors), std::move(waiting));
   }
   if (unfinished_ > 0) throw_deadlock();
 }
@@ -151,6 +195,44 @@ void Engine::switch_out() {
   fibers_[static_cast<size_t>(r)].suspend();
   // Resumed: resume_rank() has set current_ and the state again.
   if (aborting_) throw RankCancelled{};
+  if (ranks_[static_cast<size_t>(r)].clock >= ranks_[static_cast<size_t>(r)].fault_at) check_fault();
+}
+
+void Engine::inject_fault(int rank, Time at, bool stop, std::string what) {
+  RANKSIM_CHECK(!ran_, "Engine::inject_fault after run()");
+  RANKSIM_CHECK(at >= Time::zero(), "injected fault at a negative time");
+  faults_.push_back(Fault{rank, at, stop, std::move(what)});
+}
+
+void Engine::check_fault() {
+  Rank& rk = ranks_[static_cast<size_t>(current_)];
+  if (rk.clock < rk.fault_at) return;
+  if (!rk.fault_stop) {
+    if (rk.fault_fired) return;  // fails once (rank code that catches the error goes on)
+    rk.fault_fired = true;
+    throw InjectedFault(rk.fault_what + " at virtual time " + rk.clock.str());
+  }
+  if (!rk.fault_fired) {
+    rk.fault_fired = true;
+    std::string why = rk.fault_what + " at virtual time " + rk.clock.str();
+    rk.reason = [why = std::move(why)] { return why; };
+  }
+  // Stopped: blocked for good; whatever wakes it finds it blocked again.
+  for (;;) {
+    rk.state = State::blocked;
+    fibers_[static_cast<size_t>(current_)].suspend();
+    if (aborting_) throw RankCancelled{};
+  }
+}
+
+std::vector<BlockedRank> Engine::blocked_ranks() const {
+  std::vector<BlockedRank> blocked;
+  for (int r = 0; r < num_ranks(); ++r) {
+    const Rank& rk = ranks_[static_cast<size_t>(r)];
+    if (rk.state == State::blocked)
+      blocked.push_back(BlockedRank{r, rk.clock, rk.reason ? rk.reason() : std::string()});
+  }
+  return blocked;
 }
 
 Time Engine::now() const {
@@ -161,13 +243,19 @@ Time Engine::now() const {
 void Engine::advance(Time dt) {
   RANKSIM_CHECK(in_rank(), "Engine::advance() outside a rank");
   RANKSIM_CHECK(dt >= Time::zero(), "advance by a negative time");
-  ranks_[static_cast<size_t>(current_)].clock += dt;
+  Rank& rk = ranks_[static_cast<size_t>(current_)];
+  rk.clock += dt;
+  if (rk.clock >= rk.fault_at && !rk.fault_fired) {
+    rk.clock = max(rk.fault_at, rk.clock - dt);  // the work is cut at the fault
+    check_fault();
+  }
 }
 
 void Engine::yield() {
   RANKSIM_CHECK(in_rank(), "Engine::yield() outside a rank");
   if (aborting_) throw RankCancelled{};
   Rank& rk = ranks_[static_cast<size_t>(current_)];
+  if (rk.clock >= rk.fault_at) check_fault();
   rk.state = State::ready;
   queue_.push(rk.clock, static_cast<uint64_t>(current_));
   switch_out();
@@ -176,6 +264,10 @@ void Engine::yield() {
 void Engine::sleep_until(Time t) {
   RANKSIM_CHECK(in_rank(), "Engine::sleep_until() outside a rank");
   Rank& rk = ranks_[static_cast<size_t>(current_)];
+  if (rk.clock < rk.fault_at && t >= rk.fault_at && !rk.fault_fired) {  // the sleep is cut at the fault
+    rk.clock = rk.fault_at;
+    check_fault();
+  }
   rk.clock = max(rk.clock, t);
   yield();
 }
@@ -188,6 +280,7 @@ Time Engine::block(std::function<std::string()> describe) {
   RANKSIM_CHECK(in_rank(), "Engine::block() outside a rank");
   if (aborting_) throw RankCancelled{};
   Rank& rk = ranks_[static_cast<size_t>(current_)];
+  if (rk.clock >= rk.fault_at) check_fault();
   const Time since = rk.clock;
   rk.state = State::blocked;
   rk.reason = std::move(describe);
@@ -199,6 +292,7 @@ Time Engine::block(std::function<std::string()> describe) {
 void Engine::wake(int r, Time at) {
   RANKSIM_CHECK(r >= 0 && r < num_ranks(), "wake of a rank outside the run");
   Rank& rk = ranks_[static_cast<size_t>(r)];
+  if (rk.state == State::failed || rk.state == State::cancelled) return;  // an injected fault ended it
   RANKSIM_CHECK(rk.state == State::blocked, "wake of a rank that is not blocked");
   rk.state = State::ready;
   queue_.push(max(at, queue_.now()), static_cast<uint64_t>(r));
@@ -237,12 +331,7 @@ void Engine::abort_unfinished() {
 }
 
 void Engine::throw_deadlock() {
-  std::vector<BlockedRank> blocked;
-  for (int r = 0; r < num_ranks(); ++r) {
-    const Rank& rk = ranks_[static_cast<size_t>(r)];
-    if (rk.state == State::blocked)
-      blocked.push_back(BlockedRank{r, rk.clock, rk.reason ? rk.reason() : std::string()});
-  }
+  std::vector<BlockedRank> blocked = blocked_ranks();
   const Time at = queue_.now();
   abort_unfinished();
   throw DeadlockError(at, num_ranks(), std::move(blocked));

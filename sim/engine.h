@@ -17,8 +17,15 @@
 //   run (so ranks failing together are all reported), then every unfinished rank is unwound:
 //   its pending yield()/block() throws RankCancelled, which rank code must not swallow. run()
 //   then throws RankFailure listing every failed rank with its message.
+//   RankFailure also lists the ranks that were blocked when the run stopped, with what they were
+//   waiting for (as an NCCL watchdog names the collective each rank was stuck in).
 // - When no event is pending and ranks are still blocked, the run is deadlocked: run() unwinds
 //   them and throws DeadlockError listing each blocked rank, its clock and its block reason.
+// - Injected faults (inject_fault): a rank fails (throws InjectedFault) or stops (blocks for
+//   good) at a virtual time: at the first point where its clock reaches that time: inside
+//   advance() (the clock is cut back to the fault's time), at yield/sleep/block, or, if the rank
+//   is blocked then, at exactly that time (a failing rank is woken to throw; a stopping one stays
+//   blocked, and is kept blocked should anything wake it later).
 //
 // Ownership: an Engine is an object owned by its run; two engines (even nested, one running
 // inside a rank of the other) do not share state. this_rank:: functions talk to the engine that
@@ -55,19 +62,28 @@ struct RankError {
   std::exception_ptr exception;
 };
 
-class RankFailure : public Error {
- public:
-  explicit RankFailure(std::vector<RankError> errors);
-  const std::vector<RankError>& errors() const { return errors_; }
-
- private:
-  std::vector<RankError> errors_;
-};
-
 struct BlockedRank {
   int rank;
   Time clock;
   std::string reason;
+};
+
+class RankFailure : public Error {
+ public:
+  explicit RankFailure(std::vector<RankError> errors, std::vector<BlockedRank> waiting = {});
+  const std::vector<RankError>& errors() const { return errors_; }
+  // The ranks that were blocked when the failure stopped the run, and what each waited for.
+  const std::vector<BlockedRank>& waiting() const { return waiting_; }
+
+ private:
+  std::vector<RankError> errors_;
+  std::vector<BlockedRank> waiting_;
+};
+
+// What a rank throws when an injected fault makes it fail (Engine::inject_fault).
+class InjectedFault : public Error {
+ public:
+  using Error::Error;
 };
 
 class DeadlockError : public Error {
@@ -120,9 +136,15 @@ class Engine {
   void set_context(void* context) { context_ = context; }
   void* context() const { return context_; }
 
+  // Before run(): `rank` fails (throws InjectedFault(what + " at virtual time T")) or, with stop,
+  // stops for good (blocked, reason `what`) once its clock reaches `at` (see Errors above). One
+  // fault per rank; the earlier wins. REQUIRES: not yet running.
+  void inject_fault(int rank, Time at, bool stop, std::string what);
+
   // ---- From a rank or a callback of this engine.
-  // Resumes a blocked rank at virtual time max(at, current event time).
-  // REQUIRES: is_blocked(rank).
+  // Resumes a blocked rank at virtual time max(at, current event time). A rank that has failed or
+  // been cancelled (by an injected fault, say) is left as it is.
+  // REQUIRES: is_blocked(rank), or the rank has failed.
   void wake(int rank, Time at);
   // Runs fn on the driver (not in a rank) when virtual time reaches t (>= current event time).
   void call_at(Time t, std::function<void()> fn);
@@ -164,6 +186,11 @@ class Engine {
     Time clock;
     State state = State::ready;
     std::function<std::string()> reason;
+    // An injected fault: its time (Time::max(): none), whether the rank stops (else fails), what.
+    Time fault_at = Time::max();
+    bool fault_stop = false;
+    bool fault_fired = false;
+    std::string fault_what;
   };
   static constexpr uint64_t kCallbackBit = uint64_t{1} << 63;
 
@@ -171,6 +198,10 @@ class Engine {
   void switch_out();  // current rank -> driver; throws RankCancelled when aborting
   void resume_rank(int rank);
   void abort_unfinished();
+  // The current rank's fault, if its clock has reached it: throws InjectedFault or stops forever.
+  void check_fault();
+  [[noreturn]] void stop_forever();
+  std::vector<BlockedRank> blocked_ranks() const;
   [[noreturn]] void throw_deadlock();
 
   EngineOptions options_;
@@ -182,6 +213,13 @@ class Engine {
   std::vector<uint32_t> free_callbacks_;
   std::function<void(int)> body_;
   std::vector<RankError> failures_;
+  struct Fault {
+    int rank;
+    Time at;
+    bool stop;
+    std::string what;
+  };
+  std::vector<Fault> faults_;  // injected before run()
   Trace trace_;
   EngineStats stats_;
   int current_ = -1;

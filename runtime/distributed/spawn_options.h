@@ -9,7 +9,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/distributed/schedule.h"
 #include "sim/collective_model.h"
@@ -29,6 +31,39 @@ class DeviceCollectives;  // runtime/distributed/backends/device_collectives.h
 // Makes the DeviceCollectives of this process, after MPI is initialised (the nccl backend's:
 // runtime::gpu::nccl_collectives, runtime/distributed/backends/nccl/nccl_collectives.h).
 using DeviceCollectivesFactory = std::function<std::unique_ptr<detail::DeviceCollectives>()>;
+
+// Faults injected into a run on the sim backend, deterministically, at virtual times (scenario
+// key `faults:`, docs/scenarios.md). Other backends refuse a plan that is not empty.
+struct FaultPlan {
+  // The rank fails (throws sim::InjectedFault) or, with stop, stops for good at `at`
+  // (sim::Engine::inject_fault). `what` names the fault in reports.
+  struct RankFault {
+    int rank = 0;
+    sim::Time at;
+    bool stop = false;
+    std::string what;
+  };
+  // The rank's kernels take `slowdown` times as long from `from` on (a straggler).
+  struct Straggler {
+    int rank = 0;
+    double slowdown = 1;
+    sim::Time from;
+  };
+  // From `at` on, the network links of a node (node >= 0), or of one rank's NIC (rank >= 0),
+  // run at `factor` of their bandwidth; factor 0: they have failed, and every collective or
+  // transfer that needs them then fails on each of its ranks with an error naming the fault.
+  struct NetworkFault {
+    int node = -1;
+    int rank = -1;
+    double factor = 0;
+    sim::Time at;
+    std::string what;
+  };
+  std::vector<RankFault> ranks;
+  std::vector<Straggler> stragglers;
+  std::vector<NetworkFault> network;
+  bool empty() const { return ranks.empty() && stragglers.empty() && network.empty(); }
+};
 
 struct SpawnOptions {
   // The machine. Default: nullptr, an ideal single node of nprocs devices on a switch (100 GB/s
@@ -54,6 +89,8 @@ struct SpawnOptions {
   // required (without it spawn() throws an Error saying the nccl backend is not available).
   // Default: none.
   DeviceCollectivesFactory device_collectives;
+  // Faults to inject (sim backend only). Default: none.
+  FaultPlan faults;
 };
 
 }  // namespace ranksim::runtime

@@ -250,6 +250,26 @@ TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {
   expect_close(e.algbw, 2 * 50e9 * 0.9 / (2.0 * 7 / 8));
 }
 
+TEST(CollectiveModelMultiNode, ADegradedNetworkScalesTheNicsOnly) {
+  // An injected fault (network_factor): the NIC-bound ring at half the NICs' bandwidth, the
+  // latency unchanged; the fabric-bound ring is unchanged until the NICs become its bottleneck.
+  const CollectiveModel nic_bound(cluster(2, 4, 0.8));
+  CollectiveShape s = shape(CollOp::all_reduce, kBig, 16, 2);
+  const CollectiveEstimate full = est(nic_bound, s, CollAlgo::ring, Protocol::simple);
+  s.network_factor = 0.5;
+  const CollectiveEstimate half = est(nic_bound, s, CollAlgo::ring, Protocol::simple);
+  expect_close(half.algbw, 4 * 50e9 * 0.9 * 0.5 / (2.0 * 15 / 16));
+  EXPECT_EQ(half.latency, full.latency);
+  expect_close(half.seconds - half.latency, 2 * (full.seconds - full.latency));
+
+  const CollectiveModel fabric_bound(cluster(2, 8, 0.7));
+  CollectiveShape g = shape(CollOp::all_gather, kBig, 16, 2);
+  g.network_factor = 0.9;  // 360 x 0.9 = 324 GB/s > 315 GB/s: still the fabric's
+  expect_close(est(fabric_bound, g, CollAlgo::ring, Protocol::simple).algbw, 450e9 * 0.7 / (15.0 / 16));
+  g.network_factor = 0.5;  // 180 GB/s: now the NICs'
+  expect_close(est(fabric_bound, g, CollAlgo::ring, Protocol::simple).algbw, 8 * 50e9 * 0.9 * 0.5 / (15.0 / 16));
+}
+
 // ---- selection
 
 std::vector<double> sweep_sizes() {

@@ -216,6 +216,157 @@ TEST(Engine, RanksFailingAtTheSameInstantAreAllReportedLaterOnesNeverRun) {
   }
 }
 
+TEST(Engine, AFailureListsTheRanksItLeftBlockedAndWhatTheyWaitedFor) {
+  Engine engine;
+  try {
+    engine.run(3, [&](int r) {
+      if (r == 1) engine.block("all_reduce on tp, call #4: waiting for rank 2 to join");
+      if (r == 2) {
+        this_rank::sleep_for(Time::us(3));
+        throw std::runtime_error("lost");
+      }
+    });
+    FAIL() << "expected RankFailure";
+  } catch (const RankFailure& e) {
+    ASSERT_EQ(e.waiting().size(), 1u);
+    EXPECT_EQ(e.waiting()[0].rank, 1);
+    EXPECT_THAT(e.what(), HasSubstr("rank 2: lost\nWhen the run stopped, 1 rank was blocked:\n  rank 1 (clock 0 s): "
+                                    "all_reduce on tp, call #4: waiting for rank 2 to join"));
+  }
+}
+
+// Injected faults (Engine::inject_fault): the clock at which each fires, by what the rank is doing then.
+TEST(EngineFaults, AFailureCutsAKernelAtItsTime) {
+  Engine engine;
+  engine.inject_fault(1, Time::us(7), false, "faults[0]");
+  bool after = false;
+  try {
+    engine.run(2, [&](int r) {
+      engine.advance(Time::us(5));
+      engine.advance(Time::us(5));  // rank 1 fails inside this one, at 7 us
+      after = after || r == 1;
+    });
+    FAIL() << "expected RankFailure";
+  } catch (const RankFailure& e) {
+    ASSERT_EQ(e.errors().size(), 1u);
+    EXPECT_EQ(e.errors()[0].rank, 1);
+    EXPECT_EQ(e.errors()[0].message, "faults[0] at virtual time 7 us");
+    EXPECT_THROW(std::rethrow_exception(e.errors()[0].exception), InjectedFault);
+  }
+  EXPECT_FALSE(after);
+  EXPECT_EQ(engine.clock(1), Time::us(7));
+  EXPECT_EQ(engine.clock(0), Time::us(10));  // rank 0 ran first and finished
+}
+
+TEST(EngineFaults, ABlockedRankFailsAtExactlyItsTime) {
+  Engine engine;
+  engine.inject_fault(0, Time::us(4), false, "faults[1]");
+  try {
+    engine.run(2, [&](int r) {
+      if (r == 0) engine.block("recv from rank 1");  // never woken: the fault ends it at 4 us
+      this_rank::sleep_for(Time::us(10));
+    });
+    FAIL() << "expected RankFailure";
+  } catch (const RankFailure& e) {
+    ASSERT_EQ(e.errors().size(), 1u);
+    EXPECT_EQ(e.errors()[0].message, "faults[1] at virtual time 4 us");
+  }
+  EXPECT_EQ(engine.clock(0), Time::us(4));
+}
+
+TEST(EngineFaults, ARankWokenForLaterFailsAtTheFaultsTimeAndItsLaterWakeIsDropped) {
+  Engine engine;
+  engine.inject_fault(0, Time::us(2), false, "faults[0]");
+  try {
+    engine.run(2, [&](int r) {
+      if (r == 0) {
+        engine.block("a collective that completes at 9 us");
+        FAIL() << "rank 0 must not return from its block";
+      } else {
+        engine.wake(0, Time::us(9));  // rank 0 is now queued for 9 us, past its fault
+        this_rank::sleep_for(Time::us(20));
+      }
+    });
+    FAIL() << "expected RankFailure";
+  } catch (const RankFailure& e) {
+    ASSERT_EQ(e.errors().size(), 1u);
+    EXPECT_EQ(e.errors()[0].message, "faults[0] at virtual time 2 us");
+  }
+  EXPECT_EQ(engine.clock(0), Time::us(2));
+}
+
+TEST(EngineFaults, ASleepIsCutAtTheFault) {
+  Engine engine;
+  engine.inject_fault(0, Time::us(3), false, "f");
+  EXPECT_THROW(engine.run(1, [&](int) { this_rank::sleep_for(Time::us(8)); }), RankFailure);
+  EXPECT_EQ(engine.clock(0), Time::us(3));
+}
+
+TEST(EngineFaults, AStoppedRankDeadlocksItsPeersAndTheReportNamesTheFault) {
+  Engine engine;
+  engine.inject_fault(1, Time::us(2), true, "faults[0] (rank_stops: rank 1): stopped");
+  try {
+    engine.run(3, [&](int r) {
+      engine.advance(Time::us(1));
+      if (r == 1) {
+        engine.advance(Time::us(5));  // stops at 2 us, inside this kernel
+        FAIL() << "a stopped rank must not go on";
+      }
+      engine.block("all_reduce: waiting for rank 1 to join");
+    });
+    FAIL() << "expected a deadlock";
+  } catch (const DeadlockError& e) {
+    ASSERT_EQ(e.blocked().size(), 3u);
+    EXPECT_EQ(e.blocked()[1].rank, 1);
+    EXPECT_EQ(e.blocked()[1].clock, Time::us(2));
+    EXPECT_EQ(e.blocked()[1].reason, "faults[0] (rank_stops: rank 1): stopped at virtual time 2 us");
+    EXPECT_EQ(e.blocked()[0].reason, "all_reduce: waiting for rank 1 to join");
+  }
+}
+
+TEST(EngineFaults, ARankBlockedWhenItStopsStaysBlockedEvenIfWokenAndSaysWhatItWaitedFor) {
+  Engine engine;
+  engine.inject_fault(0, Time::us(5), true, "stop");
+  try {
+    engine.run(2, [&](int r) {
+      if (r == 0) {
+        engine.block("recv from rank 1");
+        FAIL() << "a stopped rank must not return from its block";
+      }
+      this_rank::sleep_for(Time::us(8));
+      engine.wake(0, this_rank::now());  // after the fault: rank 0 stays stopped
+      engine.block("barrier: waiting for rank 0");
+    });
+    FAIL() << "expected a deadlock";
+  } catch (const DeadlockError& e) {
+    ASSERT_EQ(e.blocked().size(), 2u);
+    EXPECT_EQ(e.blocked()[0].reason, "stop at virtual time 5 us; it was waiting in: recv from rank 1");
+    EXPECT_EQ(e.blocked()[0].clock, Time::us(8));
+  }
+}
+
+TEST(EngineFaults, AFaultAfterTheRunEndsChangesNothingAndTheEarlierOfTwoWins) {
+  Engine plain, late;
+  auto body = [](int r) {
+    this_rank::sleep_for(Time::us(1 + r));
+    this_rank::yield();
+  };
+  plain.run(2, body);
+  late.inject_fault(0, Time::ms(1), false, "late");
+  late.run(2, body);
+  EXPECT_EQ(late.clock(0), plain.clock(0));
+  EXPECT_EQ(late.clock(1), plain.clock(1));
+  Engine two;
+  two.inject_fault(0, Time::us(9), true, "second");
+  two.inject_fault(0, Time::us(4), false, "first");
+  try {
+    two.run(1, [&](int) { this_rank::sleep_for(Time::us(20)); });
+    FAIL() << "expected RankFailure";
+  } catch (const RankFailure& e) {
+    EXPECT_EQ(e.errors()[0].message, "first at virtual time 4 us");
+  }
+}
+
 TEST(Engine, CancellationReachesRanksThatCatchEverything) {
   // A rank that swallows the cancellation and blocks again is cancelled again at once.
   Engine engine;

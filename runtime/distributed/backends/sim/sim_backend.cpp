@@ -1,6 +1,7 @@
 #include "runtime/distributed/backends/sim/sim_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 #include <utility>
@@ -14,6 +15,11 @@
 namespace ranksim::runtime::detail {
 
 namespace {
+
+// A duration times a factor (an injected fault's), to the nearest picosecond.
+sim::Time stretch(sim::Time t, double factor) {
+  return sim::Time::ps(std::llround(static_cast<double>(t.picoseconds()) * factor));
+}
 
 std::string join_ranks(const std::vector<int>& ranks, size_t limit = 16) {
   std::ostringstream os;
@@ -167,20 +173,35 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
       check_splits(g, call, req, j,
                    std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(j)].tensors).output_splits);
   }
+  std::vector<sim::Time> start(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    start[static_cast<size_t>(i)] =
+        p.arrivals[static_cast<size_t>(i)].post + topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
+  // An injected network fault on the links this call crosses: failed links fail it on every
+  // member (as NCCL reports a remote error on each), degraded ones slow it.
+  const sim::Time latest = *std::max_element(start.begin(), start.end());
+  const NetworkEffect net = network_effect(g.ranks, latest);
+  if (net.failed != nullptr) {
+    const auto error = std::make_exception_ptr(
+        Error(std::string(to_string(sig.kind)) + " on " + g.name + ", call #" + std::to_string(call) + ": " +
+              net.failed->what + " (the network links it needs failed at virtual time " + net.failed->at.str() + ")"));
+    for (int i = 0; i < n; ++i) {
+      p.arrivals[static_cast<size_t>(i)].work->error = error;
+      finish(*p.arrivals[static_cast<size_t>(i)].work, latest);
+    }
+    return;
+  }
+
   const bool data = has_data(p.arrivals.front().tensors);
   Schedule local;
   // The nccl model times shape-only calls without a schedule: none is built for them.
   const Schedule* sched = data || !nccl ? &schedules_.get(g.id, req, local) : nullptr;
   if (data) execute_data(g, p, *sched);
 
-  std::vector<sim::Time> start(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
-    start[static_cast<size_t>(i)] =
-        p.arrivals[static_cast<size_t>(i)].post + topology_.kind_of(g.ranks[static_cast<size_t>(i)]).launch_overhead;
   CollectiveRecord rec = collective_record(g, sig, algo, call, req);
   std::vector<sim::Time> done;
   if (nccl) {
-    const sim::CollectiveEstimate est = time_nccl(g, sig, requested, rec);
+    const sim::CollectiveEstimate est = time_nccl(g, sig, requested, rec, net.factor);
     rec.algorithm = from_nccl_algorithm(est.algorithm);
     rec.protocol = sim::to_string(est.protocol);
     rec.channels = est.channels;
@@ -188,6 +209,9 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     done.assign(static_cast<size_t>(n), t0 + sim::Time::from_seconds(est.seconds));
   } else {
     done = time_schedule(g, *sched, start, esize);
+    if (net.factor < 1) {  // the crossing transfers' times stretched as a whole (latency included)
+      for (size_t i = 0; i < done.size(); ++i) done[i] = start[i] + stretch(done[i] - start[i], 1.0 / net.factor);
+    }
   }
   for (int i = 0; i < n; ++i) {
     rec.start = std::max(rec.start, p.arrivals[static_cast<size_t>(i)].post);
@@ -216,7 +240,7 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
 }
 
 sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signature& sig, Algorithm requested,
-                                              const CollectiveRecord& rec) const {
+                                              const CollectiveRecord& rec, double network_factor) const {
   sim::CollectiveShape shape;
   shape.nranks = static_cast<int>(g.ranks.size());
   shape.nodes = g.nodes;
@@ -231,16 +255,24 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
   // all_gather, say) leaves the choice to the model, as NCCL_ALGO="allreduce:tree" leaves
   // all_gather to NCCL; the data still moves by ranksim's schedule of that name.
   // `bench collectives` refuses such a choice up front instead (one collective, asked for).
+  // A degraded network (an injected fault) slows the call; NCCL's choice, made from the
+  // nominal bandwidths, stays what it was.
+  auto degraded = [&](const sim::CollectiveEstimate& est) {
+    if (network_factor >= 1) return est;
+    sim::CollectiveShape slow = shape;
+    slow.network_factor = network_factor;
+    return collective_model_.estimate(slow, est.algorithm, est.protocol).value_or(est);
+  };
   using Choice = std::pair<std::optional<sim::CollAlgo>, std::optional<sim::Protocol>>;
   for (const Choice& c : {Choice{forced, protocol_}, Choice{std::nullopt, protocol_}}) {
     try {
-      return collective_model_.choose(shape, c.first, c.second);
+      return degraded(collective_model_.choose(shape, c.first, c.second));
     } catch (const Error&) {
       // the next, wider choice
     }
   }
   try {
-    return collective_model_.choose(shape);
+    return degraded(collective_model_.choose(shape));
   } catch (const Error& e) {
     throw Error(std::string(to_string(sig.kind)) + " on " + g.name + " (" + std::to_string(shape.nranks) +
                 " ranks on " + std::to_string(shape.nodes) + " node(s), " + std::to_string(rec.bytes) +
@@ -414,10 +446,22 @@ void SimBackend::match_p2p(const ChannelKey& key, Channel& ch) {
     if (s.tensor.has_data() != r.tensor.has_data())
       throw Error("send/recv between ranks " + std::to_string(src) + " and " + std::to_string(dst) +
                   " mixes shape-only and data tensors");
-    if (s.tensor.has_data()) copy_bytes(bytes_of(r.tensor), bytes_of(s.tensor), s.tensor.nbytes());
     const sim::Time start = std::max(s.post, r.post) + topology_.kind_of(src).launch_overhead;
+    const NetworkEffect net = network_effect({src, dst}, start);
+    if (net.failed != nullptr) {
+      const auto error = std::make_exception_ptr(
+          Error("send from rank " + std::to_string(src) + " to rank " + std::to_string(dst) + ": " + net.failed->what +
+                " (the network links it needs failed at virtual time " + net.failed->at.str() + ")"));
+      s.work->error = error;
+      r.work->error = error;
+      finish(*s.work, start);
+      finish(*r.work, start);
+      continue;
+    }
+    if (s.tensor.has_data()) copy_bytes(bytes_of(r.tensor), bytes_of(s.tensor), s.tensor.nbytes());
     const sim::Transfer tr{src, dst, static_cast<uint64_t>(s.tensor.nbytes()), start};
-    const sim::Time done = network_.complete(std::span<const sim::Transfer>(&tr, 1)).front();
+    sim::Time done = network_.complete(std::span<const sim::Transfer>(&tr, 1)).front();
+    if (net.factor < 1) done = start + stretch(done - start, 1.0 / net.factor);
     if (engine_.options().trace) {
       const std::vector<std::pair<std::string, std::string>> args{{"bytes", std::to_string(s.tensor.nbytes())},
                                                                   {"tag", std::to_string(std::get<3>(key))}};
@@ -451,8 +495,8 @@ void SimBackend::charge(const OpCost& cost) {
   const std::string_view dtype = fp8 ? "fp8" : fp ? dtype_name(cost.dtype) : "f32";
   const double flops = fp ? cost.flops : 0.0;
   const sim::KernelTime kt = compute_.time(r, cost.op, cost.shape, flops, cost.bytes, dtype);
-  const sim::Time dt = kt.time;
   const sim::Time begin = e->now();
+  const sim::Time dt = stragglers_.empty() ? kt.time : stretch(kt.time, slowdown(r, begin));
   e->advance(dt);
   compute_time_[static_cast<size_t>(r)] += dt;
   memory_->ran(r, cost.op);
@@ -467,6 +511,39 @@ void SimBackend::charge(const OpCost& cost) {
   if (kt.roofline || kt.outside) ++unmeasured_[{kt.cls, dtype, kt.roofline}];  // dtype: a static name
   if (engine_.options().trace && dt > sim::Time::zero())
     engine_.trace().add(sim::Span{r, sim::SpanKind::compute, begin, begin + dt, cost.op, {}});
+}
+
+void SimBackend::set_faults(const FaultPlan& plan) {
+  stragglers_ = plan.stragglers;
+  network_faults_ = plan.network;
+}
+
+double SimBackend::slowdown(int rank, sim::Time at) const {
+  double f = 1;
+  for (const FaultPlan::Straggler& s : stragglers_)
+    if (s.rank == rank && at >= s.from) f *= s.slowdown;
+  return f;
+}
+
+SimBackend::NetworkEffect SimBackend::network_effect(const std::vector<int>& ranks, sim::Time at) const {
+  NetworkEffect effect;
+  if (network_faults_.empty() || ranks.empty()) return effect;
+  const int first_node = topology_.device(ranks.front()).node;
+  bool crosses = false;
+  for (int r : ranks) crosses = crosses || topology_.device(r).node != first_node;
+  if (!crosses) return effect;  // inside one node: no network link is used
+  for (const FaultPlan::NetworkFault& f : network_faults_) {
+    if (at < f.at) continue;
+    bool hit = false;
+    for (int r : ranks) hit = hit || (f.rank >= 0 ? r == f.rank : topology_.device(r).node == f.node);
+    if (!hit) continue;
+    if (f.factor <= 0) {
+      effect.failed = &f;
+      return effect;
+    }
+    effect.factor = std::min(effect.factor, f.factor);  // the slowest link paces the call
+  }
+  return effect;
 }
 
 RunReport SimBackend::take_report() {
@@ -503,6 +580,8 @@ RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const S
   sim::Engine engine(opts.engine);
   if (opts.progress) engine.set_progress(opts.progress);
   SimBackend backend(engine, topology, opts.algorithm, opts.protocol, nprocs);
+  backend.set_faults(opts.faults);
+  for (const FaultPlan::RankFault& f : opts.faults.ranks) engine.inject_fault(f.rank, f.at, f.stop, f.what);
   {
     ScopedCostSink sink(&backend);
     struct LedgerGuard {

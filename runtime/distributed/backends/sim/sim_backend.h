@@ -107,6 +107,8 @@ class SimBackend : public Backend, public CostSink {
   static std::vector<uint64_t> device_capacities(const sim::Topology& topology, int nranks);
 
   RunReport take_report();
+  // The stragglers and network faults of the run (its rank faults go to the engine).
+  void set_faults(const FaultPlan& plan);
 
  private:
   struct P2PPost {
@@ -123,8 +125,17 @@ class SimBackend : public Backend, public CostSink {
   void complete(SimGroup& g, uint64_t call, Pending& p);
   void execute_data(SimGroup& g, Pending& p, const Schedule& s);
   // The nccl model's time for the call (the topology's collectives.model is nccl).
+  // network_factor < 1: the network links it crosses are degraded (an injected fault).
   sim::CollectiveEstimate time_nccl(const GroupState& g, const Signature& sig, Algorithm requested,
-                                    const CollectiveRecord& rec) const;
+                                    const CollectiveRecord& rec, double network_factor = 1) const;
+  // What the injected network faults do to a call among `ranks` starting at `at`: nothing unless
+  // the ranks span nodes; a failed link among those they use (failed), else the slowest factor.
+  struct NetworkEffect {
+    const FaultPlan::NetworkFault* failed = nullptr;
+    double factor = 1;
+  };
+  NetworkEffect network_effect(const std::vector<int>& ranks, sim::Time at) const;
+  double slowdown(int rank, sim::Time at) const;  // a straggler's factor on its kernels
   std::vector<sim::Time> time_schedule(const GroupState& g, const Schedule& s, const std::vector<sim::Time>& start,
                                        size_t elem_size);
   void finish(WorkState& work, sim::Time done);
@@ -158,6 +169,8 @@ class SimBackend : public Backend, public CostSink {
   // per kernel, worded once in take_report.
   std::map<std::tuple<sim::KernelClass, std::string_view, bool>, int64_t> unmeasured_;
   std::shared_ptr<SimMemory> memory_;
+  std::vector<FaultPlan::Straggler> stragglers_;
+  std::vector<FaultPlan::NetworkFault> network_faults_;
 };
 
 // spawn() on the sim backend: nprocs fibers of a fresh engine sharing one SimBackend.
