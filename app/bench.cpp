@@ -100,7 +100,7 @@ void check_sizes_fit(const sim::Topology& topo, int ranks, const std::vector<int
     if (kind.memory_bytes > 0 && largest > kind.memory_bytes)
       throw Error(what + ": " + sim::units::format_bytes(largest) + " per rank is more than the " +
                   sim::units::format_bytes(kind.memory_bytes) + " of device memory of " + kind.name +
-                  "; sweep sizes up to what a device holds");
+                  "; use sizes up to what a device holds");
   }
 }
 

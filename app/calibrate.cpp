@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -406,6 +407,18 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   for (const std::string& s : o.sets)
     sim::apply_set(root, s, sim::topology_schema(), positions, sim::topology_set_options());
   root["collectives"] = collectives_node(fit.constants);
+  // Kernel profiles are named relative to the topology's folder: the written file names them
+  // relative to its own, so that it loads wherever it is written.
+  if (YAML::Node kinds = root["device_kinds"]; kinds.IsMap()) {
+    namespace fs = std::filesystem;
+    const fs::path from = fs::absolute(fs::path(o.topology)).parent_path();
+    const fs::path to = fs::absolute(fs::path(o.output)).parent_path();
+    for (auto it = kinds.begin(); it != kinds.end(); ++it) {
+      const YAML::Node kp = sim::map_entry(it->second, "kernel_profile");
+      if (!kp.IsScalar() || kp.Scalar() == "none" || fs::path(kp.Scalar()).is_absolute()) continue;
+      it->second["kernel_profile"] = (from / kp.Scalar()).lexically_normal().lexically_relative(to).string();
+    }
+  }
   YAML::Emitter em;
   em << root;
   std::ostringstream doc;

@@ -355,18 +355,23 @@ int sweep_layouts(const SweepOptions& o, std::ostream& out, std::ostream& err) {
     for (const SweepLayout& l : rows)
       if (!l.error.empty()) out << "  " << describe(grid, l) << ": " << l.error << "\n";
   }
+  // The outputs appear together or not at all (sim::OutputGroup).
+  std::ostringstream written;
+  sim::OutputGroup outputs;
   if (!o.csv.empty()) {
     write_csv(o.csv, grid, rows);
-    out << "csv: " << o.csv << "\n";
+    written << "csv: " << o.csv << "\n";
   }
   if (!o.json.empty()) {
     write_json(o.json, name, grid, rows);
-    out << "json: " << o.json << "\n";
+    written << "json: " << o.json << "\n";
   }
   if (!o.report.empty()) {
     write_report(o.report, name, grid, rows);
-    out << "report: " << o.report << "\n";
+    written << "report: " << o.report << "\n";
   }
+  outputs.commit_all();
+  out << written.str();
   return valid == 0 ? 2 : 0;
 }
 

@@ -165,6 +165,14 @@ void ScenarioReader::known_keys(const YAML::Node& map, const std::vector<std::st
     if (std::find(known.begin(), known.end(), key) == known.end())
       fail(it->first, "unknown key '" + key + "' in " + where + sim::did_you_mean(key, known) +
                           " (known keys: " + sim::join(known) + ")");
+    // YAML leaves a repeated key to the reader; taking either value silently would be a guess.
+    for (auto earlier = map.begin(); earlier != it; ++earlier) {
+      if (earlier->first.Scalar() != key) continue;
+      const YAML::Mark m = earlier->first.Mark();
+      fail(it->first, "duplicate key '" + key + "' in " + where +
+                          (m.is_null() ? std::string() : " (first given on line " + std::to_string(m.line + 1) + ")") +
+                          "; give each key once");
+    }
   }
 }
 
@@ -224,7 +232,13 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
   YAML::Node root = sim::parse_yaml(text, path);
   sim::YamlPositions positions(path);
   const ScenarioReader r(positions);
-  if (!root.IsMap()) r.fail(root, "a scenario file must be a mapping of keys (name, topology, workload, ...)");
+  if (!root.IsMap()) {
+    if (root.IsNull() && (root.Mark().is_null() || root.Mark().line < 0))
+      throw ConfigError(path, 1, 1,
+                        "the scenario is empty; a scenario file is a mapping of keys (name, topology, workload, "
+                        "...): see docs/scenarios.md");
+    r.fail(root, "a scenario file must be a mapping of keys (name, topology, workload, ...)");
+  }
   for (const std::string& s : sets) apply_override(root, s, positions, sc);
   r.known_keys(root, section_keys(""), "the scenario");
 
@@ -302,9 +316,10 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
                           std::to_string(sc.ranks) + " ranks");
   sc.dp = sc.ranks / model;
   if (sc.ranks > topo.num_devices())
-    r.fail(layout_at, std::to_string(sc.ranks) + " ranks need " + std::to_string(sc.ranks) + " devices but topology '" +
-                          topo.name() + "' has " + std::to_string(topo.num_devices()) +
-                          "; use fewer ranks or more nodes (--set topology.nodes=N)");
+    r.fail(entry(root, "ranks").IsDefined() ? entry(root, "ranks") : layout_at,
+           std::to_string(sc.ranks) + " ranks need " + std::to_string(sc.ranks) + " devices but topology '" +
+               topo.name() + "' has " + std::to_string(topo.num_devices()) +
+               "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
   if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
   if (auto mc = entry(root, "memory_check"); mc.IsDefined())
@@ -366,6 +381,17 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
           sc.steps.back().ranks = read_rank_list(entry(body, "ranks"), sc.ranks, r);
         if (sc.steps.back().kind == ScenarioStep::Kind::cp_attention)
           check_cp_attention(sc.steps.back(), st.begin()->second, par, sc, r);
+        // A collective's buffer must fit a device (as a sweep's sizes must).
+        const ScenarioStep& last = sc.steps.back();
+        if ((last.kind == ScenarioStep::Kind::collective || last.kind == ScenarioStep::Kind::sendrecv) &&
+            last.bytes > 0) {
+          const YAML::Node bytes_at = entry(st.begin()->second, "bytes");
+          try {
+            check_sizes_fit(topo, sc.ranks, {static_cast<int64_t>(last.bytes)}, last.name + ".bytes");
+          } catch (const Error& e) {
+            r.fail(bytes_at.IsDefined() ? bytes_at : st, e.what());
+          }
+        }
       }
       // A compute step whose kernel the clock cannot hold on some device of the run (flops:
       // 1e300) is refused here, at its position, not by every rank at run time.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "runtime/device/device.h"
 #include "sim/check.h"
 #include "sim/error.h"
+#include "sim/io.h"
 
 namespace ranksim::app {
 
@@ -198,14 +200,18 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   print_totals(out, s, backend != runtime::BackendKind::sim, device.get());
   print_faults(out, sc, s);
 
-  if (sc.model) write_model_outputs(sc, s, out);
+  // The outputs appear together or not at all (a signal or an error in one of them leaves none),
+  // and are named once they are all in place.
+  std::ostringstream written;
+  sim::OutputGroup outputs;
+  if (sc.model) write_model_outputs(sc, s, written);
   if (!json_path.empty()) {
     write_json_summary(json_path, sc, topo.name(), s);
-    out << "summary: " << json_path << "\n";
+    written << "summary: " << json_path << "\n";
   }
   if (!report_path.empty()) {
     write_run_report(report_path, sc, topo, s);
-    out << "report: " << report_path << "\n";
+    written << "report: " << report_path << "\n";
   }
   if (!trace_path.empty()) {
     // Each rank's device memory as a counter track beside its spans (the ranks that kept a
@@ -220,8 +226,10 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
       }
     }
     s.report.trace.save(trace_path);
-    out << "trace: " << trace_path << " (open in ui.perfetto.dev)\n";
+    written << "trace: " << trace_path << " (open in ui.perfetto.dev)\n";
   }
+  outputs.commit_all();
+  out << written.str();
   return s.passed ? 0 : 1;
 }
 

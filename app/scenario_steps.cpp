@@ -239,6 +239,8 @@ ScenarioStep read_step(const YAML::Node& n, const ScenarioReader& r) {
   st.kind = kind == "sendrecv" ? ScenarioStep::Kind::sendrecv : ScenarioStep::Kind::collective;
   st.name = kind;
   if (body.IsNull() && kind == "barrier") return st;
+  if (body.IsNull())  // reported at the key: a null's own position is where the next line starts
+    r.fail(key, "a " + kind + " step needs its settings, such as {bytes: 256 MiB, group: dp}");
   r.known_keys(body, {"bytes", "dtype", "group", "algorithm", "async", "ranks"}, "a " + kind + " step");
   if (auto b = entry(body, "bytes"); b.IsDefined())
     st.bytes = static_cast<double>(r.unit(b, kind + ".bytes", sim::units::parse_bytes));

@@ -95,6 +95,7 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
       if (b.state != State::blocked) return;
       if (b.fault_stop) {
         b.fault_fired = true;
+        b.clock = max(b.clock, queue_.now());  // it stops now
         std::string why = b.fault_what + " at virtual time " + queue_.now().str();
         b.reason = [why = std::move(why), was = std::move(b.reason)] {
           return why + (was ? "; it was waiting in: " + was() : std::string());
@@ -332,7 +333,8 @@ void Engine::abort_unfinished() {
 
 void Engine::throw_deadlock() {
   std::vector<BlockedRank> blocked = blocked_ranks();
-  const Time at = queue_.now();
+  Time at = queue_.now();  // when the last rank stopped moving
+  for (const Rank& rk : ranks_) at = max(at, rk.clock);
   abort_unfinished();
   throw DeadlockError(at, num_ranks(), std::move(blocked));
 }

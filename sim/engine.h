@@ -151,6 +151,12 @@ class Engine {
   // Time of the event being processed.
   Time event_time() const { return queue_.now(); }
 
+  // When an injected fault stops `rank` (inject_fault with stop), else Time::max(). Valid once
+  // run() has begun.
+  Time stop_time(int rank) const {
+    const Rank& rk = ranks_[static_cast<size_t>(rank)];
+    return rk.fault_stop ? rk.fault_at : Time::max();
+  }
   bool in_rank() const { return current_ >= 0; }
   int num_ranks() const { return static_cast<int>(ranks_.size()); }
   Time clock(int rank) const { return ranks_[static_cast<size_t>(rank)].clock; }

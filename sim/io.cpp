@@ -1,6 +1,7 @@
 #include "sim/io.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -76,7 +77,37 @@ void unregister_temporary(int slot) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+thread_local OutputGroup* t_group = nullptr;
+
 }  // namespace
+
+OutputGroup::OutputGroup() : outer_(t_group) { t_group = this; }
+
+OutputGroup::~OutputGroup() {
+  for (const Kept& k : kept_) {
+    ::unlink(k.temp.c_str());
+    unregister_temporary(k.slot);
+  }
+  t_group = outer_;
+}
+
+void OutputGroup::commit_all() {
+  sigset_t hold, old;
+  sigemptyset(&hold);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&hold, sig);
+  ::pthread_sigmask(SIG_BLOCK, &hold, &old);
+  std::string failed;
+  for (const Kept& k : kept_) {
+    if (::rename(k.temp.c_str(), k.target.c_str()) != 0) {
+      if (failed.empty()) failed = "cannot write '" + k.path + "': rename failed: " + errno_text();
+      ::unlink(k.temp.c_str());
+    }
+    unregister_temporary(k.slot);
+  }
+  kept_.clear();
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);  // a signal held back is delivered now
+  if (!failed.empty()) throw Error(failed);
+}
 
 AtomicOutput::AtomicOutput(const std::string& path) : path_(path), target_(path) {
   if (path.empty()) throw Error("an output file needs a path");
@@ -119,6 +150,12 @@ AtomicOutput::~AtomicOutput() {
 
 void AtomicOutput::commit() {
   if (direct_ || committed_) {
+    committed_ = true;
+    return;
+  }
+  if (t_group != nullptr) {  // renamed with the rest of its group (OutputGroup::commit_all)
+    t_group->kept_.push_back(OutputGroup::Kept{path_, target_, write_path_, slot_});
+    slot_ = -1;
     committed_ = true;
     return;
   }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace ranksim::sim {
 
@@ -39,6 +40,32 @@ class AtomicOutput {
   bool direct_ = false;
   bool committed_ = false;
   int slot_ = -1;  // the signal handler's registration of the temporary
+};
+
+// Outputs that appear together. While an OutputGroup lives on this thread, AtomicOutput::commit()
+// keeps its finished temporary instead of renaming it; commit_all() then renames them all with
+// SIGINT, SIGTERM and SIGHUP held back, so a signal leaves every output of the group or none (a
+// summary without its trace cannot happen). A group destroyed without commit_all() (an error in a
+// later output, say) removes them; a signal before it removes them too. Direct writes (devices)
+// cannot wait and are written at once. Groups nest: the innermost one takes the outputs.
+class OutputGroup {
+ public:
+  OutputGroup();
+  ~OutputGroup();
+  OutputGroup(const OutputGroup&) = delete;
+  OutputGroup& operator=(const OutputGroup&) = delete;
+  // Renames every kept temporary over its destination. Error naming the first that failed (the
+  // rest are still renamed or removed).
+  void commit_all();
+
+ private:
+  friend class AtomicOutput;
+  struct Kept {
+    std::string path, target, temp;
+    int slot;
+  };
+  std::vector<Kept> kept_;
+  OutputGroup* outer_;
 };
 
 // Calls write(stream) and commits the file. Throws ranksim::Error naming the path on any failure

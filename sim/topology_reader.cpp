@@ -218,6 +218,10 @@ class TopologyReader {
                                           "' is only used with type: links "
                                           "(this fabric is type: " +
                                           tname + ")");
+    // Checked before any link is made: a mesh's links grow as the square of its devices.
+    if (fab.type != FabricType::switched && n > kMaxExplicitDevicesPerNode)
+      rd_.pos().fail(type.value, "explicit-link fabrics support at most " + std::to_string(kMaxExplicitDevicesPerNode) +
+                                     " devices per node; use type: switch");
     if (fab.type == FabricType::links) {
       // Fabric-level bandwidth and latency are defaults for the listed links.
       const Field* bw = fv.find("bandwidth");
@@ -248,9 +252,6 @@ class TopologyReader {
           for (int j = i + 1; j < n; ++j) fab.links.push_back({i, j, fab.bandwidth, fab.latency});
       }
     }
-    if (fab.type != FabricType::switched && n > kMaxExplicitDevicesPerNode)
-      rd_.pos().fail(type.value, "explicit-link fabrics support at most " + std::to_string(kMaxExplicitDevicesPerNode) +
-                                     " devices per node; use type: switch");
     if (fab.type != FabricType::switched) check_connected(fv);
   }
 

@@ -126,7 +126,13 @@ double parse(const Quantity& q, std::string_view raw) {
   if (unit.empty())
     throw UnitError(quoted(text) + " has no unit; write it with one, such as '" + q.example +
                     "' (accepted: " + q.accepted + ")");
-  if (const Unit* u = find_unit(q, unit)) return value * u->factor;
+  if (const Unit* u = find_unit(q, unit)) {
+    const double scaled = value * u->factor;
+    if (!std::isfinite(scaled))
+      throw UnitError(quoted(text) + " is too large: it overflows a " + std::string(q.what) + " such as '" + q.example +
+                      "'");
+    return scaled;
+  }
   for (const Quantity* other : {&bandwidth_q(), &duration_q(), &size_q(), &flop_q()}) {
     if (other != &q && find_unit(*other, unit))
       throw UnitError(quoted(text) + " is a " + other->what + ", not a " + q.what + "; accepted units: " + q.accepted);

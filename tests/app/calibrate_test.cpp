@@ -307,6 +307,21 @@ TEST_F(CalibrateCommand, FitsATextTableAndWritesALoadableTopology) {
   EXPECT_THAT(read(out_), HasSubstr(file));
 }
 
+// A shipped topology names its kernel profile relative to its own folder: the calibrated file,
+// written elsewhere, names it relative to its own, so it loads with the profile.
+TEST_F(CalibrateCommand, AShippedTopologyCalibratedElsewhereKeepsItsKernelProfile) {
+  CalibrateOptions o = options(
+      {std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/h100sxm_1node8gpu_all_reduce_together_nonvls.csv"});
+  o.topology = std::string(RANKSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml";
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  const sim::Topology cal = sim::Topology::load_file(out_);
+  ASSERT_NE(cal.kind(0).profile, nullptr);
+  EXPECT_EQ(
+      cal.kind(0).profile->name,
+      sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml").kind(0).profile->name);
+}
+
 TEST_F(CalibrateCommand, CheckComparesAndWritesNothing) {
   const sim::Topology t = sim::Topology::load_file(topo_);
   const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));

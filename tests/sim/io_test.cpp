@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,6 +128,83 @@ TEST_F(AtomicOutputTest, ASignalInTheMiddleLeavesNoTemporary) {
     EXPECT_EQ(slurp(p), "old") << "signal " << sig;
     EXPECT_EQ(files(), 1) << "a temporary file was left behind after signal " << sig;
   }
+}
+
+// A group of outputs (a summary and its trace): a signal after the first is finished but before
+// the group is committed leaves none of them and no temporary; a signal held back during
+// commit_all() arrives after every output is in place.
+TEST_F(AtomicOutputTest, AGroupAppearsWholeOrNotAtAllOnASignal) {
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    for (const bool commit_first : {false, true}) {
+      fs::remove_all(dir_);
+      fs::create_directories(dir_);
+      const fs::path a = dir_ / "summary.json", b = dir_ / "trace.json";
+      const pid_t child = ::fork();
+      ASSERT_GE(child, 0);
+      if (child == 0) {
+        OutputGroup group;
+        write_file_atomically(a.string(), [](std::ostream& o) { o << "summary"; });
+        write_file_atomically(b.string(), [&](std::ostream& o) {
+          o << "trace";
+          if (!commit_first) {
+            o.flush();
+            ::raise(sig);  // with the summary finished but not yet in place
+          }
+        });
+        sigset_t hold;
+        sigemptyset(&hold);
+        sigaddset(&hold, sig);
+        if (commit_first) {
+          ::pthread_sigmask(SIG_BLOCK, &hold, nullptr);
+          ::raise(sig);  // pending through commit_all, as one arriving during the renames would be
+        }
+        group.commit_all();
+        ::pthread_sigmask(SIG_UNBLOCK, &hold, nullptr);  // delivered here, with the group in place
+        ::_exit(3);                                      // not reached
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(child, &status, 0), child);
+      if (commit_first) {
+        ASSERT_TRUE(WIFSIGNALED(status)) << "signal " << sig;
+        EXPECT_EQ(slurp(a), "summary") << "signal " << sig;
+        EXPECT_EQ(slurp(b), "trace") << "signal " << sig;
+        EXPECT_EQ(files(), 2) << "signal " << sig;
+      } else {
+        ASSERT_TRUE(WIFSIGNALED(status)) << "signal " << sig;
+        EXPECT_EQ(WTERMSIG(status), sig);
+        EXPECT_EQ(files(), 0) << "an output or a temporary was left behind after signal " << sig;
+      }
+    }
+  }
+}
+
+TEST_F(AtomicOutputTest, AGroupCommitsTogetherAndAnErrorRemovesWhatItKept) {
+  const fs::path a = dir_ / "a.json", b = dir_ / "b.json";
+  {
+    OutputGroup group;
+    write_file_atomically(a.string(), [](std::ostream& o) { o << "A"; });
+    write_file_atomically(b.string(), [](std::ostream& o) { o << "B"; });
+    EXPECT_FALSE(fs::exists(a));  // kept until the group commits
+    EXPECT_EQ(files(), 2);        // the two temporaries
+    group.commit_all();
+  }
+  EXPECT_EQ(slurp(a), "A");
+  EXPECT_EQ(slurp(b), "B");
+  EXPECT_EQ(files(), 2);
+  try {
+    OutputGroup group;
+    write_file_atomically(a.string(), [](std::ostream& o) { o << "new A"; });
+    write_file_atomically(b.string(), [](std::ostream& o) {
+      o << "half of B";
+      throw std::runtime_error("the trace failed");
+    });
+    group.commit_all();
+    FAIL() << "expected the writer's error";
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(slurp(a), "A");  // the finished first output did not appear alone
+  EXPECT_EQ(slurp(b), "B");
+  EXPECT_EQ(files(), 2) << "a temporary was left behind";
 }
 
 }  // namespace

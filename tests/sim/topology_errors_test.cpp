@@ -623,5 +623,17 @@ TEST(TopologyCollectivesSection, LlCapsPerNodeCount) {
   }
 }
 
+// A mesh's links grow as the square of its devices: the device limit is checked before any is
+// made, so a 65,536-device mesh is refused at once (it used to run out of memory after 20 s).
+TEST(TopologyFabricLimits, AHugeMeshIsRefusedBeforeItsLinksAreBuilt) {
+  try {
+    (void)Topology::parse(base({}), "mesh.yaml",
+                          {"node.devices=65536", "node.fabric={type: mesh, bandwidth: 50 GB/s, latency: 1 us}"});
+    FAIL() << "a 65,536-device mesh was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("explicit-link fabrics support at most 1024 devices"));
+  }
+}
+
 }  // namespace
 }  // namespace ranksim::sim

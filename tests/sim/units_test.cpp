@@ -106,6 +106,10 @@ TEST(Units, NotANumber) {
   EXPECT_THAT(error_of(bw, "inf GB/s"), HasSubstr("not a finite number"));
   EXPECT_THAT(error_of(bw, "+-3 GB/s"), HasSubstr("is not a bandwidth"));
   EXPECT_THAT(error_of(size, "1e30 GiB"), HasSubstr("does not fit in 64 bits"));
+  // Finite numbers whose unit makes them overflow (1e300 x 1e12): refused, not infinite.
+  EXPECT_THAT(error_of(bw, "1e300 TB/s"), HasSubstr("'1e300 TB/s' is too large"));
+  EXPECT_THAT(error_of(flops, "1e300 TFLOP/s"), HasSubstr("'1e300 TFLOP/s' is too large"));
+  EXPECT_EQ(error_of(bw, "1e290 TB/s"), "(no error)");
 }
 
 TEST(Units, FormatsHumanUnits) {

@@ -137,19 +137,19 @@ std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& g
       std::vector<int> missing;
       for (int i = 0; i < n; ++i)
         if (!it->second.arrivals[static_cast<size_t>(i)].posted) missing.push_back(g2->ranks[static_cast<size_t>(i)]);
-      os << ": waiting for rank" << (missing.size() == 1 ? " " : "s ") << join_ranks(missing) << " to join";
+      if (!missing.empty())
+        os << ": waiting for rank" << (missing.size() == 1 ? " " : "s ") << join_ranks(missing) << " to join";
+      else if (it->second.stalled_by >= 0)
+        os << ": rank " << it->second.stalled_by << " stopped inside it (an injected fault), so it never completes";
     }
     return os.str();
   };
   p.arrivals[static_cast<size_t>(idx)] = Arrival{true, engine_.now(), std::move(tensors), work};
-  if (++p.arrived == n) {
-    complete(g, call, p);
-    g.pending.erase(call);
-  }
+  if (++p.arrived == n && complete(g, call, p)) g.pending.erase(call);
   return work;
 }
 
-void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
+bool SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
   const int n = static_cast<int>(g.ranks.size());
   const Signature& sig = p.sig;
   const size_t esize = dtype_size(sig.dtype);
@@ -189,7 +189,7 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
       p.arrivals[static_cast<size_t>(i)].work->error = error;
       finish(*p.arrivals[static_cast<size_t>(i)].work, latest);
     }
-    return;
+    return true;
   }
 
   const bool data = has_data(p.arrivals.front().tensors);
@@ -217,6 +217,13 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     rec.start = std::max(rec.start, p.arrivals[static_cast<size_t>(i)].post);
     rec.end = std::max(rec.end, done[static_cast<size_t>(i)]);
   }
+  // A member stopped by an injected fault before the call would finish holds every member in it.
+  for (int i = 0; i < n; ++i) {
+    if (engine_.stop_time(g.ranks[static_cast<size_t>(i)]) < rec.end) {
+      p.stalled_by = g.ranks[static_cast<size_t>(i)];
+      return false;
+    }
+  }
   records_.push_back(rec);
 
   if (engine_.options().trace) {
@@ -237,6 +244,7 @@ void SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     }
   }
   for (int i = 0; i < n; ++i) finish(*p.arrivals[static_cast<size_t>(i)].work, done[static_cast<size_t>(i)]);
+  return true;
 }
 
 sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signature& sig, Algorithm requested,
@@ -462,6 +470,8 @@ void SimBackend::match_p2p(const ChannelKey& key, Channel& ch) {
     const sim::Transfer tr{src, dst, static_cast<uint64_t>(s.tensor.nbytes()), start};
     sim::Time done = network_.complete(std::span<const sim::Transfer>(&tr, 1)).front();
     if (net.factor < 1) done = start + stretch(done - start, 1.0 / net.factor);
+    // An end stopped by an injected fault before the transfer would finish: it never completes.
+    if (engine_.stop_time(src) < done || engine_.stop_time(dst) < done) continue;
     if (engine_.options().trace) {
       const std::vector<std::pair<std::string, std::string>> args{{"bytes", std::to_string(s.tensor.nbytes())},
                                                                   {"tag", std::to_string(std::get<3>(key))}};

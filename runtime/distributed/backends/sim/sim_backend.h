@@ -65,6 +65,7 @@ struct Pending {
   int first_rank = -1;
   int arrived = 0;
   std::vector<Arrival> arrivals;  // by group index
+  int stalled_by = -1;            // a member stopped by an injected fault before it finished: never completes
 };
 
 // The SimBackend's groups: call matching state besides what every backend keeps.
@@ -122,7 +123,9 @@ class SimBackend : public Backend, public CostSink {
   };
 
   std::shared_ptr<SimGroup> make_group(std::vector<int> ranks);
-  void complete(SimGroup& g, uint64_t call, Pending& p);
+  // Times and completes the call; false (and nothing completed) when a member has been stopped
+  // by an injected fault before the call would finish: it then stays pending for good.
+  bool complete(SimGroup& g, uint64_t call, Pending& p);
   void execute_data(SimGroup& g, Pending& p, const Schedule& s);
   // The nccl model's time for the call (the topology's collectives.model is nccl).
   // network_factor < 1: the network links it crosses are degraded (an injected fault).
