@@ -1,8 +1,10 @@
 #include "app/bench.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "app/nccl_table.h"
@@ -104,6 +106,32 @@ void check_sizes_fit(const sim::Topology& topo, int ranks, const std::vector<int
   }
 }
 
+namespace {
+
+// One line of stderr redrawn in place (a terminal's), or nothing when not enabled.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) : enabled_(enabled) {}
+  void show(const std::string& text) const {
+    if (!enabled_) return;
+    std::fprintf(stderr, "\r%-79.79s", text.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() const {
+    if (!shown_) return;
+    std::fprintf(stderr, "\r%79s\r", "");
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_;
+  mutable bool shown_ = false;
+};
+
+}  // namespace
+
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
@@ -132,8 +160,17 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
       << (topo.collectives().model == sim::CollectiveTimingModel::nccl ? "nccl model" : "schedule on the network")
       << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
   print_table_header(out);
+  out.flush();
   int64_t total_wrong = 0;
-  for (const SweepRow& r : run_sweep(topo, req)) {
+  // Rows are printed as their sizes finish, and on a terminal a line on stderr says which size
+  // runs (a 1,024-rank sweep with --check takes minutes).
+  const ProgressLine progress(o.progress);
+  req.on_size = [&](std::size_t i, std::size_t total, int64_t bytes) {
+    progress.show("bench: size " + std::to_string(i + 1) + " of " + std::to_string(total) + " (" +
+                  sim::units::format_bytes(static_cast<uint64_t>(bytes)) + ") on " + std::to_string(n) + " ranks");
+  };
+  (void)run_sweep(topo, req, [&](const SweepRow& r) {
+    progress.clear();
     TableRow row;
     row.bytes = r.bytes;
     row.count = r.count;
@@ -143,7 +180,9 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     row.wrong = r.wrong;
     if (r.wrong > 0) total_wrong += r.wrong;
     print_table_row(out, row, op.kind, n);
-  }
+    out.flush();
+  });
+  progress.clear();
   if (o.check)
     out << "# "
         << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements")
@@ -151,7 +190,8 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   return total_wrong == 0 ? 0 : 1;
 }
 
-std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o) {
+std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o,
+                                const std::function<void(const SweepRow&)>& on_row) {
   const SweepOp op = find_op(o.op);
   const auto dtype = runtime::dtype_from_name(o.dtype);
   if (!dtype) throw Error("unknown dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
@@ -167,6 +207,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
                               op.kind == CollectiveKind::all_to_all;
   std::vector<SweepRow> rows;
   for (const int64_t size : o.sizes) {
+    if (o.on_size) o.on_size(rows.size(), o.sizes.size(), size);
     // Elements per rank: the whole buffer, or one rank's share of it.
     int64_t count = size / static_cast<int64_t>(esize);
     if (per_rank_share) count /= n;
@@ -282,6 +323,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     row.busbw = row.algbw * busbw_factor(op.kind, n);
     row.wrong = o.check ? wrong : -1;
     rows.push_back(row);
+    if (on_row) on_row(row);
   }
   return rows;
 }

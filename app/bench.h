@@ -23,6 +23,7 @@ struct BenchOptions {
   std::string protocol = "auto";  // NCCL_PROTO: auto, LL, LL128, Simple (nccl timing model only)
   std::string dtype = "f32";
   bool check = false;
+  bool progress = false;  // which size runs, on a line of stderr redrawn in place (the CLI on a terminal)
 };
 
 // The --proto option (bench, calibrate, a scenario's protocol): nullopt for "auto", else NCCL's
@@ -42,6 +43,8 @@ struct SweepRequest {
   std::string protocol = "auto";
   std::string dtype = "f32";
   bool check = false;
+  // Called before each size is run (its index, the count, the size): a progress display.
+  std::function<void(std::size_t index, std::size_t total, int64_t bytes)> on_size;
 };
 struct SweepRow {
   int64_t bytes = 0;
@@ -52,7 +55,9 @@ struct SweepRow {
   double busbw = 0;  // bytes/s
   int64_t wrong = -1;
 };
-std::vector<SweepRow> run_sweep(const sim::Topology& topology, const SweepRequest& request);
+// on_row (optional) is called with each row as soon as its size has run (bench prints as it goes).
+std::vector<SweepRow> run_sweep(const sim::Topology& topology, const SweepRequest& request,
+                                const std::function<void(const SweepRow&)>& on_row = {});
 // "8B:8GiB" (doubling) or one size; throws Error naming the text.
 std::vector<int64_t> parse_size_sweep(const std::string& spec);
 // Throws Error when the largest size (a rank's buffer) is more than the device memory of any of

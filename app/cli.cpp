@@ -265,7 +265,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       print_topology(sim::Topology::load_file(topo_file, topo_sets), out);
       return 0;
     }
-    if (*coll_cmd) return bench_collectives(bench_opts, out);
+    if (*coll_cmd) {
+      bench_opts.progress = &err == &std::cerr && ::isatty(2) != 0;  // a line on a terminal only
+      return bench_collectives(bench_opts, out);
+    }
     if (*ops_cmd) return bench_ops(ops_opts, out);
     // The scenario: a file, or one built from Megatron-LM's arguments (app/megatron_args.h).
     MegatronScenario built;

@@ -3,6 +3,9 @@
 #include "app/cli.h"
 #include "app/cli_run.h"
 
+#include "app/bench.h"
+#include "sim/topology.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -117,6 +120,31 @@ TEST(Cli, BenchCheckTimesTheCollectivesAsShapeOnlyDoes) {
     }
     EXPECT_FALSE(times[0].empty()) << op;
     EXPECT_EQ(times[0], times[1]) << op;
+  }
+}
+
+// A long sweep reports as it goes: each row is handed over (and bench prints it) as soon as its
+// size has run, after the size was announced; the rows are those the sweep returns, in order.
+TEST(Cli, ASweepHandsOverEachRowAsItsSizeFinishes) {
+  const sim::Topology t = sim::Topology::load_file(topo("ring4.yaml"));
+  SweepRequest req;
+  req.sizes = parse_size_sweep("1KiB:64KiB");
+  std::vector<std::string> events;
+  req.on_size = [&](std::size_t i, std::size_t total, int64_t bytes) {
+    events.push_back("size " + std::to_string(i) + "/" + std::to_string(total) + " " + std::to_string(bytes));
+  };
+  std::vector<SweepRow> seen;
+  const std::vector<SweepRow> rows = run_sweep(t, req, [&](const SweepRow& r) {
+    seen.push_back(r);
+    events.push_back("row " + std::to_string(r.bytes));
+  });
+  ASSERT_EQ(rows.size(), 7u);
+  ASSERT_EQ(seen.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(seen[i].bytes, rows[i].bytes);
+    EXPECT_EQ(seen[i].seconds, rows[i].seconds);
+    EXPECT_EQ(events[2 * i], "size " + std::to_string(i) + "/7 " + std::to_string(1024 << i));
+    EXPECT_EQ(events[2 * i + 1], "row " + std::to_string(1024 << i));
   }
 }
 
