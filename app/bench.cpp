@@ -1,7 +1,10 @@
 #include "app/bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -132,6 +135,28 @@ class ProgressLine {
 
 }  // namespace
 
+uint64_t host_memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+void check_host_memory(double need, const std::string& what) {
+  const uint64_t have = host_memory_available();
+  if (have == 0 || need <= static_cast<double>(have)) return;
+  throw Error(what + " needs about " + sim::units::format_bytes(static_cast<uint64_t>(std::min(need, 0x1p63))) +
+              " of host memory, more than the " + sim::units::format_bytes(have) +
+              " this machine has available; time it shape-only (no --check, data: shape_only), or use fewer "
+              "ranks or smaller sizes");
+}
+
+double collective_host_bytes(int ranks, double bytes) { return 2.0 * ranks * bytes + 4.0 * bytes; }
+
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
@@ -154,6 +179,12 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
                 "); use fewer ranks or more nodes (--set nodes=N)");
   check_nccl_choice(topo, op, n, req.sizes, o.algorithm, o.protocol);
   check_sizes_fit(topo, n, req.sizes, "--sizes " + o.sizes);
+  if (o.check) {
+    const int64_t largest = *std::max_element(req.sizes.begin(), req.sizes.end());
+    check_host_memory(
+        collective_host_bytes(n, static_cast<double>(largest)),
+        "--check on " + std::to_string(n) + " ranks at " + sim::units::format_bytes(static_cast<uint64_t>(largest)));
+  }
   out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name() << " ("
       << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << o.dtype << ", algorithm "
       << o.algorithm << (o.protocol == "auto" ? "" : ", protocol " + o.protocol) << ", collectives timed by the "

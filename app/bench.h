@@ -34,6 +34,16 @@ std::optional<sim::Protocol> parse_protocol_option(const std::string& name);
 // bad options (unknown op, dtype or algorithm, more ranks than devices, malformed sizes).
 int bench_collectives(const BenchOptions& options, std::ostream& out);
 
+// Host memory this process can still take: /proc/meminfo's MemAvailable (else the physical
+// memory); 0 when unknown.
+uint64_t host_memory_available();
+// Refuses (Error) a run whose estimated host memory, `need` bytes, exceeds what the machine has
+// available, before it starts: `what` says what needs it ("--check on 1024 ranks at 1 GiB").
+void check_host_memory(double need, const std::string& what);
+// The host memory a collective with real data needs: every rank's input and output of `bytes`,
+// and the expected values --check computes once (a double per element: at most 4 bytes per byte).
+double collective_host_bytes(int ranks, double bytes);
+
 // The sweep itself, shared with scenario files: one spawn per size on the first `ranks` devices.
 struct SweepRequest {
   std::string op = "all_reduce";

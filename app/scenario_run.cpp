@@ -27,6 +27,7 @@
 #include "sim/check.h"
 #include "sim/error.h"
 #include "sim/io.h"
+#include "sim/units.h"
 
 namespace ranksim::app {
 
@@ -152,6 +153,18 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   const std::string json_path = !flags.json.empty() ? flags.json : sc.out_json;
   const std::string report_path = !flags.report.empty() ? flags.report : sc.out_report;
   check_outputs(sc, trace_path, json_path, report_path);
+  // Real data: every rank holds its collectives' buffers. Refused before the run when the machine
+  // cannot hold them (else the kernel kills the run part way).
+  if (sc.real_data && !sc.model) {
+    double largest = 0;
+    for (const int64_t b : sc.sweep_sizes) largest = std::max(largest, static_cast<double>(b));
+    for (const ScenarioStep& st : sc.steps)
+      if (st.kind == ScenarioStep::Kind::collective || st.kind == ScenarioStep::Kind::sendrecv)
+        largest = std::max(largest, st.bytes);
+    check_host_memory(collective_host_bytes(sc.ranks, largest),
+                      sc.file + ": data: real on " + std::to_string(sc.ranks) + " ranks at " +
+                          sim::units::format_bytes(static_cast<uint64_t>(largest)) + " per rank");
+  }
   RunSummary s;
   s.backend = flags.backend;
   s.device_kind = !flags.device.empty() ? flags.device : flags.backend == "nccl" ? "gpu" : "cpu";
