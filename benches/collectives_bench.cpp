@@ -3,6 +3,9 @@
 //   < 1 s and < 1 GiB peak;
 // - shape-only all-reduce on 16,384 ranks (2,048 nodes), algorithm of choice (tree): < 5 s;
 // - reduction arithmetic at >= half of memcpy bandwidth.
+// Issue #20: a shape-only ring all-reduce on 16,384 ranks timed as a schedule on the network
+// (collectives.model: schedule): memory linear in the ranks (< 1 GiB; its schedule would hold
+// 5e8 moves, about 20 GB).
 // Issue #16: `ranksim bench collectives` at 1,024 ranks over 128 nodes of h100-cluster (the nccl
 // timing model), shape-only, 64 sizes: < 10 s.
 #include <benchmark/benchmark.h>
@@ -27,13 +30,14 @@ using namespace ranksim;
 using ranksim::bench::peak_rss_mib;
 using ranksim::bench::reset_peak_rss;
 
-sim::Topology cluster(int nodes) {
+sim::Topology cluster(int nodes, const std::string& model = "nccl") {
   return sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml",
-                                  {"nodes=" + std::to_string(nodes)});
+                                  {"nodes=" + std::to_string(nodes), "collectives.model=" + model});
 }
 
-void run_all_reduce(benchmark::State& state, int nodes, int ranks, int64_t count, bool data, runtime::Algorithm algo) {
-  const sim::Topology topo = cluster(nodes);
+void run_all_reduce(benchmark::State& state, int nodes, int ranks, int64_t count, bool data, runtime::Algorithm algo,
+                    const std::string& model = "nccl") {
+  const sim::Topology topo = cluster(nodes, model);
   double peak = 0, virt = 0;
   for (auto _ : state) {
     reset_peak_rss();
@@ -65,6 +69,11 @@ void BM_ShapeOnlyAllReduce16384Ranks(benchmark::State& state) {
   run_all_reduce(state, 2048, 16384, 64 * 1024, false, runtime::Algorithm::tree);
 }
 BENCHMARK(BM_ShapeOnlyAllReduce16384Ranks)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_ShapeOnlyRingAllReduce16384RanksScheduleModel(benchmark::State& state) {
+  run_all_reduce(state, 2048, 16384, 256 * 1024, false, runtime::Algorithm::ring, "schedule");
+}
+BENCHMARK(BM_ShapeOnlyRingAllReduce16384RanksScheduleModel)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // Bytes touched per second by the f32 SUM kernel (reads dst and src, writes dst), against memcpy
 // (reads src, writes dst) on the same 64 MiB buffers.

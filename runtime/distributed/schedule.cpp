@@ -501,6 +501,46 @@ Steps barrier(const ScheduleRequest& req) {
 
 }  // namespace
 
+bool RingSteps::serves(const ScheduleRequest& req) {
+  return req.algorithm == Algorithm::ring &&
+         (req.kind == CollectiveKind::all_reduce || req.kind == CollectiveKind::all_gather ||
+          req.kind == CollectiveKind::reduce_scatter);
+}
+
+RingSteps::RingSteps(const ScheduleRequest& req)
+    : kind_(req.kind),
+      n_(req.nranks),
+      total_(req.kind == CollectiveKind::all_reduce ? req.count : req.count * req.nranks),
+      steps_(req.kind == CollectiveKind::all_reduce ? 2 * (req.nranks - 1) : req.nranks - 1) {
+  RANKSIM_CHECK(serves(req) && req.nranks >= 1, "RingSteps of a request that is not a ring");
+}
+
+// The pieces as the building blocks' rings move them (ring_reduce_scatter, ring_all_gather):
+// all_reduce is the reduce-scatter with shift 1 then the all-gather with shift 1; all_gather and
+// reduce_scatter are one ring with shift 0.
+void RingSteps::step(int s, Step& out) const {
+  out.moves.clear();
+  const Split sp{0, total_, n_};
+  bool reduce = false;
+  int back = 0;  // member i sends piece (i - back) mod n
+  switch (kind_) {
+    case CollectiveKind::all_reduce:
+      reduce = s < n_ - 1;
+      back = reduce ? s : s - (n_ - 1) - 1;
+      break;
+    case CollectiveKind::reduce_scatter:
+      reduce = true;
+      back = s + 1;
+      break;
+    default:  // all_gather
+      back = s;
+  }
+  for (int i = 0; i < n_; ++i) {
+    const int piece = mod(i - back, n_);
+    add(out, i, (i + 1) % n_, sp.begin(piece), sp.size(piece), reduce);
+  }
+}
+
 Schedule make_schedule(const ScheduleRequest& req) {
   RANKSIM_CHECK(req.nranks >= 1, "schedule for an empty group");
   RANKSIM_CHECK(req.algorithm != Algorithm::automatic && !timing_only(req.algorithm),

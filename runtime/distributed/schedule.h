@@ -48,6 +48,26 @@ struct Schedule {
 // example hierarchical with unequal ranks per node), naming what to change.
 Schedule make_schedule(const ScheduleRequest& req);
 
+// The steps of a ring all_reduce, all_gather or reduce_scatter one at a time, without building the
+// schedule's n^2 moves: what timing a call without data needs, in memory linear in n (a 16,384-rank
+// ring's schedule holds 5e8 moves). Step s equals make_schedule(req).steps[s], move for move.
+class RingSteps {
+ public:
+  // Whether the request is one of those rings.
+  static bool serves(const ScheduleRequest& req);
+  // REQUIRES: serves(req).
+  explicit RingSteps(const ScheduleRequest& req);
+  int size() const { return steps_; }
+  // Step s into out (its storage reused). REQUIRES: 0 <= s < size().
+  void step(int s, Step& out) const;
+
+ private:
+  CollectiveKind kind_;
+  int n_;
+  int64_t total_;  // elements of the buffer the ring splits into n pieces
+  int steps_;
+};
+
 // The default algorithm for a collective of `bytes` per rank on n ranks spread over `nodes`
 // nodes: tree for small messages (latency-bound) and for very large groups, ring for large
 // messages within a node, hierarchical for large messages across several nodes with equal ranks

@@ -245,6 +245,47 @@ TEST(Schedule, RingAllReduceHasTwoNMinusOneStepsAndMovesTwiceTheData) {
   EXPECT_EQ(s.moved_elems(), 2 * 7 * 800);  // 2(n-1)/n of the buffer, from each of n ranks
 }
 
+// The rings made step by step (what a shape-only call is timed from) are the schedule's own
+// steps, move for move, for every ring collective, group size and element count (uneven pieces
+// included).
+TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {
+  for (const CollectiveKind kind :
+       {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
+    for (int n = 1; n <= 9; ++n) {
+      for (const int64_t count : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}}) {
+        ScheduleRequest req;
+        req.kind = kind;
+        req.algorithm = Algorithm::ring;
+        req.nranks = n;
+        req.count = count;
+        ASSERT_TRUE(RingSteps::serves(req));
+        const Schedule full = make_schedule(req);
+        const RingSteps ring(req);
+        ASSERT_EQ(static_cast<std::size_t>(ring.size()), full.steps.size()) << to_string(kind) << " n=" << n;
+        Step st;
+        for (int k = 0; k < ring.size(); ++k) {
+          ring.step(k, st);
+          const std::vector<Move>& want = full.steps[static_cast<std::size_t>(k)].moves;
+          ASSERT_EQ(st.moves.size(), want.size());
+          for (std::size_t m = 0; m < want.size(); ++m) {
+            const Move& a = st.moves[m];
+            const Move& b = want[m];
+            EXPECT_EQ(std::tie(a.src, a.dst, a.src_off, a.dst_off, a.count, a.reduce),
+                      std::tie(b.src, b.dst, b.src_off, b.dst_off, b.count, b.reduce))
+                << to_string(kind) << " n=" << n << " count=" << count << " step " << k << " move " << m;
+          }
+        }
+      }
+    }
+  }
+  ScheduleRequest tree;
+  tree.algorithm = Algorithm::tree;
+  EXPECT_FALSE(RingSteps::serves(tree));
+  ScheduleRequest bcast;
+  bcast.kind = CollectiveKind::broadcast;
+  EXPECT_FALSE(RingSteps::serves(bcast));
+}
+
 TEST(Schedule, TreeAllReduceTakesLogarithmicSteps) {
   ScheduleRequest req;
   req.kind = CollectiveKind::all_reduce;
