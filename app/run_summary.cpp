@@ -176,12 +176,21 @@ std::vector<TimeBreakdown> time_breakdown(const Scenario& sc, const RunSummary& 
       const auto i = static_cast<std::size_t>(r);
       row.compute_s += rep.compute[i].seconds();
       row.idle_s += std::max(0.0, (s.makespan - rep.compute[i] - rep.comm[i]).seconds());
+      std::array<double, kCommDims> exposed{}, busy{};
       for (const auto& [desc, t] : rep.comm_by_group[i])
-        row.exposed_s[static_cast<std::size_t>(comm_dimension(desc))] += t.seconds();
+        exposed[static_cast<std::size_t>(comm_dimension(desc))] += t.seconds();
+      if (i < rep.comm_busy_by_group.size())
+        for (const auto& [desc, t] : rep.comm_busy_by_group[i])
+          busy[static_cast<std::size_t>(comm_dimension(desc))] += t.seconds();
+      for (std::size_t d = 0; d < exposed.size(); ++d) {
+        row.exposed_s[d] += exposed[d];
+        row.overlapped_s[d] += std::max(0.0, busy[d] - exposed[d]);
+      }
     }
     row.compute_s /= per;
     row.idle_s /= per;
     for (double& x : row.exposed_s) x /= per;
+    for (double& x : row.overlapped_s) x /= per;
     rows.push_back(row);
   }
   return rows;

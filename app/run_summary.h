@@ -118,6 +118,9 @@ struct TimeBreakdown {
   int stage = -1;                     // their pipeline stage; -1 when pp = 1
   double compute_s = 0, idle_s = 0;
   std::array<double, kCommDims> exposed_s{};
+  // Communication that overlapped the rank's own work: its calls' time in flight (post to
+  // completion, summed over calls) less the time it waited on them, by the same dimensions.
+  std::array<double, kCommDims> overlapped_s{};
 };
 // One row per pipeline stage (every rank when pp = 1), each the mean of its ranks (the
 // layout's order: tp fastest, pp slowest). Empty when the run recorded no communication by group

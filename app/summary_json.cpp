@@ -208,11 +208,11 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
       Json exposed = Json::object();
       for (int d = 0; d < kCommDims; ++d)
         exposed[std::string(kCommDimNames[d]) + "_us"] = r.exposed_s[static_cast<std::size_t>(d)] * 1e6;
-      Json row{{"first_rank", r.first_rank},
-               {"last_rank", r.last_rank},
-               {"compute_us", r.compute_s * 1e6},
-               {"exposed_comm", exposed},
-               {"idle_us", r.idle_s * 1e6}};
+      Json overlapped = Json::object();
+      for (int d = 0; d < kCommDims; ++d)
+        overlapped[std::string(kCommDimNames[d]) + "_us"] = r.overlapped_s[static_cast<std::size_t>(d)] * 1e6;
+      Json row{{"first_rank", r.first_rank}, {"last_rank", r.last_rank},      {"compute_us", r.compute_s * 1e6},
+               {"exposed_comm", exposed},    {"overlapped_comm", overlapped}, {"idle_us", r.idle_s * 1e6}};
       if (r.stage >= 0) row["pipeline_stage"] = r.stage;
       breakdown.push_back(row);
     }

@@ -83,6 +83,19 @@ void print_breakdown_table(std::ostream& out, const Scenario& sc, const RunSumma
   }
   if (sc.pp > 1)
     out << "  PP: the pipeline bubble and the activation transfers (time blocked in stage-to-stage receives)\n";
+  const bool overlapped = std::any_of(rows.begin(), rows.end(), [](const TimeBreakdown& r) {
+    return std::any_of(r.overlapped_s.begin(), r.overlapped_s.end(), [](double x) { return x > 0; });
+  });
+  if (!overlapped) return;
+  out << "overlapped communication (in flight while the rank worked, not in the columns above), mean per rank:\n";
+  for (const TimeBreakdown& r : rows) {
+    const std::string who = std::to_string(r.first_rank) + "-" + std::to_string(r.last_rank) +
+                            (r.stage >= 0 ? " (stage " + std::to_string(r.stage) + ")" : std::string());
+    std::snprintf(buf, sizeof buf, "%-18s %11s %11s %11s %11s %11s %11s\n", who.c_str(), "",
+                  t(r.overlapped_s[0]).c_str(), t(r.overlapped_s[1]).c_str(), t(r.overlapped_s[2]).c_str(),
+                  t(r.overlapped_s[3]).c_str(), t(r.overlapped_s[4]).c_str());
+    out << buf;
+  }
 }
 
 void print_memory_table(std::ostream& out, const Scenario& sc, const RunSummary& s) {

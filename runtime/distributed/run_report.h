@@ -88,6 +88,10 @@ struct RunReport {
   // waited on (new_group's group_desc: "tp", "cp-dp", "pp", ...; "" for undescribed groups and
   // the world); only descriptions with time.
   std::vector<std::map<std::string, sim::Time>> comm_by_group;
+  // Sim backend only: each rank's time its collectives and transfers were in flight (from its post
+  // to its completion, summed over calls), by the same group descriptions. What of it is not in
+  // comm_by_group overlapped the rank's own work.
+  std::vector<std::map<std::string, sim::Time>> comm_busy_by_group;
   std::vector<CollectiveRecord> collectives;
   // Sim backend only (empty elsewhere): each rank's compute by kernel class; how kernels were
   // timed ("profile NAME (FILE)" or "roofline" per device kind); and the kernels the profile

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -46,6 +47,49 @@ std::map<std::string, double> by_group(const nlohmann::json& rank) {
   std::map<std::string, double> m;
   for (const auto& e : rank["comm_by_group"]) m[e["group"].get<std::string>()] += e["exposed_us"].get<double>();
   return m;
+}
+
+// An async all-reduce on dp posted at 0, a kernel of C while it runs, then a wait: the all-reduce
+// was in flight for its whole duration D, of which the rank waited D - C (exposed) and C
+// overlapped the kernel. Synchronous, nothing overlaps.
+TEST(TimeBreakdown, OverlappedCommunicationIsTheTimeInFlightLessTheWait) {
+  const fs::path dir = fs::temp_directory_path() / ("ranksim_time_breakdown_overlap_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const bool async : {true, false}) {
+    const fs::path file = dir / "overlap.yaml", json = dir / "overlap.json";
+    std::ofstream(file) << "name: overlap\n"
+                           "topology: "
+                        << RANKSIM_SOURCE_DIR
+                        << "/topologies/dgx-h100.yaml\n"
+                           "ranks: 2\n"
+                           "workload:\n"
+                           "  steps:\n"
+                           "    do:\n"
+                           "      - all_reduce: {bytes: 4 GiB, dtype: bf16, group: dp, async: "
+                        << (async ? "true" : "false")
+                        << "}\n"
+                           "      - compute: {name: k, flops: 1e12, dtype: bf16}\n"
+                           "      - wait: {}\n";
+    const CliResult r = run({"run", file.string(), "--json", json.string()});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    const double compute = j["ranks_detail"][0]["compute_us"].get<double>();
+    const double total = j["virtual_time_us"].get<double>();
+    const nlohmann::json& row = j["time_breakdown"][0];
+    if (async) {
+      ASSERT_GT(total, 2 * compute);  // the all-reduce outlasts the kernel
+      EXPECT_NEAR(row["overlapped_comm"]["dp_us"].get<double>(), compute, 1e-3);
+      EXPECT_NEAR(row["exposed_comm"]["dp_us"].get<double>(), total - compute, 1e-3);
+      EXPECT_THAT(r.out, HasSubstr("overlapped communication (in flight while the rank worked"));
+    } else {
+      EXPECT_EQ(row["overlapped_comm"]["dp_us"].get<double>(), 0.0);
+      EXPECT_NEAR(row["exposed_comm"]["dp_us"].get<double>(), total - compute, 1e-3);
+      EXPECT_THAT(r.out, ::testing::Not(HasSubstr("overlapped communication")));
+    }
+    for (const char* d : {"tp_us", "cp_us", "pp_us", "other_us"})
+      EXPECT_EQ(row["overlapped_comm"][d].get<double>(), 0.0) << d;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(TimeBreakdown, AGroupCountsForItsOutermostDimension) {

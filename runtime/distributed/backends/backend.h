@@ -48,6 +48,7 @@ struct WorkState {
   bool observed = false;
   bool owner_waiting = false;             // sim: the owner is blocked in wait()
   int group = -1;                         // sim: the id of the group it runs on (comm by group)
+  sim::Time posted;                       // sim: when its owner posted it (time in flight by group)
   std::function<std::string()> describe;  // for deadlock reports and errors
 };
 

@@ -51,6 +51,7 @@ SimBackend::SimBackend(sim::Engine& engine, const sim::Topology& topology, Algor
       compute_time_(static_cast<size_t>(nranks)),
       comm_time_(static_cast<size_t>(nranks)),
       comm_by_account_(static_cast<size_t>(nranks)),
+      busy_by_group_(static_cast<size_t>(nranks)),
       compute_detail_(static_cast<size_t>(nranks)),
       gemm_precision_(static_cast<size_t>(nranks), GemmPrecision::native),
       memory_(std::make_shared<SimMemory>(engine, nranks, device_capacities(topology, nranks))) {
@@ -124,6 +125,7 @@ std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& g
   auto work = std::make_shared<WorkState>();
   work->owner = me;
   work->group = g.id;
+  work->posted = engine_.now();
   std::weak_ptr<SimGroup> weak = std::static_pointer_cast<SimGroup>(gp);
   const std::string what = sig.describe();
   work->describe = [weak, call, what, n] {
@@ -382,6 +384,8 @@ std::vector<sim::Time> SimBackend::time_schedule(const GroupState& g, std::size_
 void SimBackend::finish(WorkState& work, sim::Time done) {
   work.matched = true;
   work.done = done;
+  if (work.group >= 0 && done > work.posted)
+    busy_by_group_[static_cast<size_t>(work.owner)][work.group] += done - work.posted;
   if (work.owner_waiting) {
     work.owner_waiting = false;
     engine_.wake(work.owner, done);
@@ -449,6 +453,7 @@ std::shared_ptr<WorkState> SimBackend::post_p2p(bool is_send, const Tensor& tens
   auto work = std::make_shared<WorkState>();
   work->owner = me;
   work->group = g.id;
+  work->posted = engine_.now();
   const std::string desc = std::string(verb) + "(" + (is_send ? "dst=" : "src=") + std::to_string(peer) +
                            ", tag=" + std::to_string(tag) + ", " + g.name + ", " + tensor.str() + "): no matching " +
                            (is_send ? "recv" : "send") + " posted by rank " + std::to_string(peer);
@@ -602,6 +607,10 @@ RunReport SimBackend::take_report() {
   for (size_t r = 0; r < comm_by_account_.size(); ++r)
     for (size_t a = 0; a < comm_by_account_[r].size(); ++a)
       if (comm_by_account_[r][a] > sim::Time::zero()) rep.comm_by_group[r][accounts_[a]] = comm_by_account_[r][a];
+  rep.comm_busy_by_group.resize(busy_by_group_.size());
+  for (size_t r = 0; r < busy_by_group_.size(); ++r)
+    for (const auto& [gid, t] : busy_by_group_[r])
+      rep.comm_busy_by_group[r][group_desc_of(groups_[static_cast<size_t>(gid)]->name)] += t;
   return rep;
 }
 

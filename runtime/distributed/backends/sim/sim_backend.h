@@ -169,6 +169,8 @@ class SimBackend : public Backend, public CostSink {
   // descriptions in first-seen order, and each rank's time per description.
   std::vector<std::string> accounts_;
   std::vector<std::vector<sim::Time>> comm_by_account_;
+  // Each rank's time its calls were in flight (post to completion), by group id.
+  std::vector<std::map<int, sim::Time>> busy_by_group_;
   std::vector<ComputeBreakdown> compute_detail_;
   std::vector<GemmPrecision> gemm_precision_;  // per rank (GemmPrecisionScope)
   // Kernels the profile could not time from measurements, by (class, dtype name, roofline): counted
