@@ -2,11 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -16,34 +18,51 @@
 namespace ranksim::app {
 namespace {
 
-struct RankLine {
-  double clock_us = 0, compute_us = 0, comm_us = 0;
-};
+using RankLine = ComparedSummary::Rank;
+using CollLine = ComparedSummary::Collective;
+using Summary = ComparedSummary;
 
-struct CollLine {
-  std::string op, dtype, algorithm, group;
-  long long group_size = 0, bytes = 0, calls = 0;
-  double time_us = 0;  // per call
-  auto key() const { return std::tie(op, group_size, dtype, bytes, algorithm, group); }
-};
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
 
-struct Summary {
-  std::string path, scenario, topology, backend;
-  long long ranks = 0;
-  double total_us = 0;
-  std::vector<RankLine> ranks_detail;
-  std::vector<CollLine> collectives;
-};
+std::string ratio(double measured, double predicted) {
+  return predicted > 0 ? fmt("%.3f", measured / predicted) : std::string("-");
+}
+
+// A value as a message shows it: as written when it is a scalar or a short flat list or object,
+// else by its kind and size (dump() recurses once per level: a list nested 100,000 deep would
+// overflow the stack).
+std::string shown(const nlohmann::json& v) {
+  if (!v.is_structured()) return v.dump();
+  const bool flat = std::none_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_structured(); });
+  if (flat && v.size() <= 8) return v.dump();
+  const std::string n = std::to_string(v.size());
+  if (v.is_array()) return "a list of " + n + (v.size() == 1 ? " item" : " items");
+  return "an object of " + n + (v.size() == 1 ? " entry" : " entries");
+}
 
 // The `--json` summary of a run (summary_json.h).
 Summary load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("compare: cannot read '" + path + "': no such file, or not readable");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_compared_summary(text.str(), path);
+}
+
+}  // namespace
+
+ComparedSummary parse_compared_summary(const std::string& json_text, const std::string& path) {
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(in);
+    root = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error("compare: '" + path + "' is not JSON: " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range.406: a number beyond a double (1e400)
+    throw Error("compare: '" + path + "' is not JSON ranksim can read: " + e.what());
   }
   auto need = [&](const nlohmann::json& n, const char* key) -> const nlohmann::json& {
     if (!n.is_object() || !n.contains(key)) {
@@ -54,7 +73,7 @@ Summary load(const std::string& path) {
   };
   // Each field is checked for its type and range, and named in the message with where it is.
   auto bad = [&](const std::string& where, const std::string& want, const nlohmann::json& got) {
-    throw Error("compare: '" + path + "': " + where + " must be " + want + ", got " + got.dump() +
+    throw Error("compare: '" + path + "': " + where + " must be " + want + ", got " + shown(got) +
                 "; is it a ranksim run summary (ranksim run --json FILE)?");
   };
   auto text = [&](const nlohmann::json& n, const char* key, const std::string& where) {
@@ -120,18 +139,6 @@ Summary load(const std::string& path) {
   }
   return s;
 }
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string ratio(double measured, double predicted) {
-  return predicted > 0 ? fmt("%.3f", measured / predicted) : std::string("-");
-}
-
-}  // namespace
 
 int compare_summaries(const std::string& predicted_path, const std::string& measured_path, std::ostream& out) {
   const Summary p = load(predicted_path), m = load(measured_path);

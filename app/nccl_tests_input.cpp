@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -45,6 +46,18 @@ std::vector<std::string> split_csv(const std::string& line) {
 
 bool is_integer(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The most ranks (and nodes) a table may state.
+constexpr int kMaxRanks = 1 << 24;
+
+// s as a whole number no larger than max, or nothing when s is not digits or is larger.
+std::optional<int> bounded_integer(const std::string& s, int max) {
+  int v = 0;
+  if (!is_integer(s)) return std::nullopt;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v > max) return std::nullopt;
+  return v;
 }
 
 bool to_double(const std::string& s, double& v) {
@@ -108,7 +121,12 @@ class Parser {
     // "#  Rank  0 Group  0 Pid 4175036 on cnode3-002 device  0 [...] NVIDIA H100 80GB HBM3"
     const std::vector<std::string> w = split_ws(body);
     if (w.size() >= 2 && w[0] == "Rank" && is_integer(w[1])) {
-      ranks_seen_.insert(std::stoi(w[1]));
+      const std::optional<int> rank = bounded_integer(w[1], kMaxRanks - 1);
+      if (!rank) {
+        fail(line, "the rank number " + w[1] + " is out of range; nccl-tests numbers ranks from 0 (at most " +
+                       std::to_string(kMaxRanks - 1) + " here)");
+      }
+      ranks_seen_.insert(*rank);
       for (size_t i = 2; i + 1 < w.size(); ++i)
         if (w[i] == "on") hosts_.insert(w[i + 1]);
     }
@@ -155,9 +173,12 @@ class Parser {
           if (op.empty()) fail(no, "'# op: " + value + "' is not a collective ranksim times");
           set_op(op, no);
         } else if (key == "ranks" || key == "nodes") {
-          if (!is_integer(value) || std::stoll(value) < 1 || std::stoll(value) > (1 << 24))
-            fail(no, "'# " + key + ": " + value + "' must be a positive whole number");
-          (key == "ranks" ? t_.ranks : t_.nodes) = std::stoi(value);
+          const std::optional<int> n = bounded_integer(value, kMaxRanks);
+          if (!n || *n < 1) {
+            fail(no, "'# " + key + ": " + value + "' must be a positive whole number (at most " +
+                         std::to_string(kMaxRanks) + ")");
+          }
+          (key == "ranks" ? t_.ranks : t_.nodes) = *n;
         } else if (key == "algo") {
           t_.algorithm = algo_name(value);
         } else if (key == "source" || key == "hardware") {

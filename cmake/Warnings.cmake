@@ -1,6 +1,7 @@
 # -Wnull-dereference is left out: GCC 12 at -O3 reports it inside libstdc++'s own string and
 # vector code (false positives that no source change can silence). -Wrestrict is turned off for
-# the same reason: GCC 12 flags `"literal" + std::string(...)` inside libstdc++ (GCC bug 105651).
+# the same reason: GCC 12 flags `"literal" + std::string(...)` inside libstdc++ (GCC bug 105651);
+# it is given to GCC only (clang has no such warning and would reject the flag under -Werror).
 #
 # Compile flags shared by every ranksim target, applied through the interface target
 # ranksim_flags. Floating-point contraction is off so that results do not depend on whether the
@@ -9,7 +10,8 @@ add_library(ranksim_flags INTERFACE)
 # The flags are for C++ sources only: CUDA sources (the GPU backend) get nvcc's own defaults.
 target_compile_options(ranksim_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-  -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough -Wno-restrict -ffp-contract=off>)
+  -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough -ffp-contract=off>
+  $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-restrict>)
 # __FILE__ (RANKSIM_CHECK's messages) names sources relative to the repository root, so that the
 # installed libraries hold no path of the machine that built them (scripts/package_check.sh).
 target_compile_options(ranksim_flags INTERFACE
@@ -36,6 +38,15 @@ if(RANKSIM_SANITIZE)
     -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   target_link_options(ranksim_flags INTERFACE -fsanitize=address,undefined)
   target_compile_definitions(ranksim_flags INTERFACE RANKSIM_ASAN=1)
+endif()
+# RANKSIM_FUZZ: libFuzzer's coverage instrumentation on every ranksim source; the fuzz targets
+# themselves add -fsanitize=fuzzer, which links libFuzzer's main (fuzz/CMakeLists.txt).
+if(RANKSIM_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang" OR NOT RANKSIM_SANITIZE)
+    message(FATAL_ERROR "RANKSIM_FUZZ needs clang (libFuzzer) and RANKSIM_SANITIZE=ON: "
+                        "use the preset, cmake --preset fuzz (scripts/fuzz.sh)")
+  endif()
+  target_compile_options(ranksim_flags INTERFACE -fsanitize=fuzzer-no-link)
 endif()
 if(CMAKE_BUILD_TYPE STREQUAL "Debug" OR RANKSIM_SANITIZE)
   # Guard pages below each fiber stack turn a stack overflow into a clean fault.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages only, whatever ranksim needs to build and test that is not
 # already installed. Idempotent: a second run installs nothing. Runs apt-get as root, or via sudo.
-# Usage: scripts/setup.sh [--with-mpi] [--for-tests]
+# Usage: scripts/setup.sh [--with-mpi] [--for-tests] [--for-fuzz]
 #   (none): what building ranksim needs (the main job: scripts/quickstart.sh);
 #   --with-mpi: Open MPI too, for the mpi backend and the ctest label `mpi`;
-#   --for-tests: what only the tests use (a headless browser that renders --report pages).
+#   --for-tests: what only the tests use (a headless browser that renders --report pages);
+#   --for-fuzz: clang and its libFuzzer runtime, for scripts/fuzz.sh (the `fuzz` preset).
 set -euo pipefail
 
 packages=(
@@ -23,7 +24,8 @@ for arg in "$@"; do
   case "$arg" in
     --with-mpi) packages+=(openmpi-bin libopenmpi-dev) ;;
     --for-tests) packages+=(chromium) ;;  # renders `ranksim run --report` pages in a test (headless)
-    *) echo "setup.sh: unknown option '$arg' (known: --with-mpi, --for-tests)" >&2; exit 2 ;;
+    --for-fuzz) packages+=(clang libclang-rt-dev) ;;  # libFuzzer, ASan and UBSan runtimes for clang
+    *) echo "setup.sh: unknown option '$arg' (known: --with-mpi, --for-tests, --for-fuzz)" >&2; exit 2 ;;
   esac
 done
 

@@ -2,6 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 #include "sim/error.h"
 #include "sim/suggest.h"
@@ -49,9 +55,91 @@ void YamlPositions::fail(const YAML::Node& at, const std::string& what) const {
   throw ConfigError(source_, m.line + 1, m.column + 1, what);
 }
 
+namespace {
+
+// The nodes that aliases may add to an override's value (each alias counts the nodes of what it
+// names), which apply_set walks whole.
+constexpr std::uint64_t kMaxOverrideAliasNodes = 10000;
+
+// Reads a document's events and throws YAML::ParserException at an alias that names a node it is
+// inside (a cycle) or that brings the nodes added by aliases past max_alias_nodes.
+class AliasCheck : public YAML::EventHandler {
+ public:
+  explicit AliasCheck(std::uint64_t max_alias_nodes) : max_alias_nodes_(max_alias_nodes) {}
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { leaf(anchor); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override {
+    leaf(anchor);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open(anchor);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    open(anchor);
+  }
+  void OnMapEnd() override { close(); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    if (std::any_of(open_.begin(), open_.end(), [&](const Open& o) { return o.anchor == anchor; })) {
+      throw YAML::ParserException(mark,
+                                  "this alias names a node that contains it (a cycle); ranksim reads "
+                                  "trees only: write the value out");
+    }
+    const std::uint64_t n = anchor < sizes_.size() ? sizes_[anchor] : 1;
+    alias_nodes_ += n;
+    nodes_ += n;
+    if (alias_nodes_ > max_alias_nodes_) {
+      throw YAML::ParserException(mark, "aliases expand this value by more than " + std::to_string(max_alias_nodes_) +
+                                            " nodes (aliases of nodes that hold aliases); write the values out");
+    }
+  }
+
+ private:
+  struct Open {
+    YAML::anchor_t anchor;
+    std::uint64_t nodes_before;
+  };
+  void leaf(YAML::anchor_t anchor) {
+    ++nodes_;
+    record(anchor, 1);
+  }
+  void open(YAML::anchor_t anchor) { open_.push_back({anchor, nodes_++}); }
+  void close() {
+    const Open o = open_.back();
+    open_.pop_back();
+    record(o.anchor, nodes_ - o.nodes_before);
+  }
+  void record(YAML::anchor_t anchor, std::uint64_t n) {
+    if (anchor == 0) return;  // no anchor
+    if (sizes_.size() <= anchor) sizes_.resize(anchor + 1, 1);
+    sizes_[anchor] = n;
+  }
+
+  std::vector<Open> open_;            // the nodes being read, outermost first
+  std::vector<std::uint64_t> sizes_;  // by anchor: the nodes of what it names, aliases expanded
+  std::uint64_t nodes_ = 0;           // so far, aliases expanded
+  std::uint64_t alias_nodes_ = 0;     // of which added by aliases
+  std::uint64_t max_alias_nodes_;
+};
+
+// YAML::Load, after AliasCheck over the same (first) document.
+YAML::Node load_checked(const std::string& text, std::uint64_t max_alias_nodes) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  AliasCheck check(max_alias_nodes);
+  parser.HandleNextDocument(check);
+  return YAML::Load(text);
+}
+
+}  // namespace
+
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
-    return YAML::Load(text);
+    // The documents' readers look at the values they expect and never expand an alias: only
+    // cycles are refused (a billion laughs in a file is a list where a value should be).
+    return load_checked(text, std::numeric_limits<std::uint64_t>::max());
   } catch (const YAML::ParserException& e) {
     throw ConfigError(source, e.mark.line + 1, e.mark.column + 1, "malformed YAML: " + e.msg);
   } catch (const YAML::Exception& e) {
@@ -123,7 +211,7 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
 
   YAML::Node value;
   try {
-    value = YAML::Load(text.substr(eq + 1));
+    value = load_checked(text.substr(eq + 1), kMaxOverrideAliasNodes);
   } catch (const YAML::Exception& e) {
     fail_at(eq + 1 + static_cast<std::size_t>(std::max(0, e.mark.column)), "malformed value: " + e.msg);
   }

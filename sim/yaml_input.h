@@ -68,7 +68,9 @@ class YamlPositions {
   std::vector<Origin> origins_;
 };
 
-// Parses YAML text. Throws ConfigError "malformed YAML: ..." at source:line:column.
+// Parses YAML text. Throws ConfigError "malformed YAML: ..." at source:line:column, also for an
+// alias inside the node it names (a cycle, which yaml-cpp accepts and no walk over the tree
+// finishes). Nesting is bounded by yaml-cpp itself (2,000 levels).
 YAML::Node parse_yaml(const std::string& text, const std::string& source);
 
 // How one document's overrides behave where documents differ.
@@ -91,6 +93,9 @@ struct SetOptions {
 
 // Applies one override "dotted.key=value" to root, checked against schema; registers the nodes
 // it adds in positions. REQUIRES: root is a mapping. Throws ConfigError at the override's column.
+// The value is parsed as parse_yaml does, and refused when its aliases add more than 10,000 nodes
+// (registering walks it whole, and nested aliases grow exponentially: ten lists of ten aliases of
+// the previous one are 10^10 nodes in a few hundred bytes).
 void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& schema, YamlPositions& positions,
                const SetOptions& options);
 

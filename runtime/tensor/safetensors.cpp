@@ -440,13 +440,16 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   }
   e.dtype = *d;
   if (shape->kind != Json::Kind::kArray) fail(path, who + ": shape must be an array");
-  std::uint64_t numel = 1;
+  // extent: the product of the sizes other than 0, which a tensor's strides reach even when it is
+  // empty ([0, 2^62, 2^62] has no element but a stride of 2^124); numel <= extent.
+  std::uint64_t numel = 1, extent = 1;
   for (const Json& s : shape->items) {
     const std::uint64_t n = as_uint(path, s, who + ": a shape entry");
     if (n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
-        (n != 0 && numel > (std::uint64_t{1} << 60) / n)) {
-      fail(path, who + " has a shape too large to allocate");
+        (n != 0 && extent > (std::uint64_t{1} << 60) / n)) {
+      fail(path, who + " has a shape too large to allocate (its sizes other than 0 multiply past 2^60)");
     }
+    if (n != 0) extent *= n;
     numel *= n;
     e.shape.push_back(static_cast<std::int64_t>(n));
   }
