@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -57,13 +58,29 @@ Summary load(const std::string& path) {
 
 ComparedSummary parse_compared_summary(const std::string& json_text, const std::string& path) {
   nlohmann::json root;
+  // JSON leaves a key given twice in one object to the reader (nlohmann keeps the last): refused
+  // here, as taking either silently would be a guess. Keys are tracked per open object.
+  std::vector<std::set<std::string>> open_objects;
+  std::string twice;
+  const auto note_keys = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) open_objects.emplace_back();
+    if (event == E::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == E::key && !open_objects.empty() && twice.empty() && parsed.is_string() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second)
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    root = nlohmann::json::parse(json_text);
+    root = nlohmann::json::parse(json_text, note_keys);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error("compare: '" + path + "' is not JSON: " + e.what());
   } catch (const nlohmann::json::exception& e) {  // out_of_range.406: a number beyond a double (1e400)
     throw Error("compare: '" + path + "' is not JSON ranksim can read: " + e.what());
   }
+  if (!twice.empty())
+    throw Error("compare: '" + path + "': the key \"" + twice +
+                "\" is given twice in one object; a run summary gives each key once");
   auto need = [&](const nlohmann::json& n, const char* key) -> const nlohmann::json& {
     if (!n.is_object() || !n.contains(key)) {
       throw Error("compare: '" + path + "' has no \"" + key +
@@ -119,8 +136,16 @@ ComparedSummary parse_compared_summary(const std::string& json_text, const std::
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::string where = "ranks_detail[" + std::to_string(i) + "].";
     const nlohmann::json& r = rows[i];
+    if (r.is_object() && r.contains("rank") &&
+        !(r["rank"].is_number_integer() && r["rank"].get<long long>() == static_cast<long long>(i)))
+      bad(where + "rank", std::to_string(i) + " (the rows are in rank order)", r["rank"]);
     s.ranks_detail.push_back(
         {time_us(r, "clock_us", where), time_us(r, "compute_us", where), time_us(r, "comm_us", where)});
+    // The run's time is its last rank's: no rank's clock is later.
+    if (s.ranks_detail.back().clock_us > s.total_us * (1 + 1e-9) + 1e-6)
+      bad("virtual_time_us",
+          "at least every rank's clock_us (" + where + "clock_us is " + fmt("%g", s.ranks_detail.back().clock_us) + ")",
+          root["virtual_time_us"]);
   }
   const nlohmann::json& colls = list(root, "collectives");
   for (std::size_t i = 0; i < colls.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -104,10 +105,25 @@ class Parser {
   void add_row(int line, const std::string& size, const std::string& time) {
     double bytes = 0, us = 0;
     if (!to_double(size, bytes) || bytes < 0) fail(line, "the size '" + size + "' is not a number of bytes");
+    if (bytes != std::floor(bytes)) fail(line, "the size '" + size + "' is not a whole number of bytes");
+    if (bytes > 0x1p50)
+      fail(line, "the size '" + size + "' is more than 1 PiB per rank; nccl-tests sizes are bytes per rank");
     if (!to_double(time, us)) fail(line, "the time '" + time + "' is not a number of microseconds");
     if (bytes == 0) return;
     if (!(us > 0)) fail(line, "the time of size " + size + " is " + time + " us; a measured time must be positive");
+    // A collective runs for more than a nanosecond and less than a quarter of an hour.
+    if (us < 1e-3 || us > 1e9)
+      fail(line, "the time of size " + size + " is " + time +
+                     " us; a measured time lies between 0.001 us and 1e9 us (is the column in microseconds?)");
     t_.rows.push_back({bytes, us * 1e-6});
+  }
+
+  // A `# key: value` given twice with different values: refused (which would be meant?).
+  void once(const std::string& key, const std::string& value, int line) {
+    const auto [it, fresh] = given_.emplace(key, std::make_pair(value, line));
+    if (!fresh && it->second.first != value)
+      fail(line, "'# " + key + ": " + value + "' contradicts '# " + key + ": " + it->second.first + "' on line " +
+                     std::to_string(it->second.second) + "; give it once");
   }
 
   void header_text(const std::string& body, int line) {
@@ -144,7 +160,12 @@ class Parser {
         continue;
       }
       const std::vector<std::string> w = split_ws(s);
-      if (!is_integer(w[0])) continue;  // log lines between the table's rows
+      if (!is_integer(w[0])) {
+        // A row of the table's shape with a negative size is an error, not a log line.
+        if (w.size() >= 8 && w[0].size() > 1 && w[0][0] == '-' && is_integer(w[0].substr(1)))
+          fail(no, "the size '" + w[0] + "' is not a number of bytes");
+        continue;  // log lines between the table's rows
+      }
       if (w.size() < 8)
         fail(no, "a row of the nccl-tests table needs size, count, type, redop, root, time, algbw and busbw; got " +
                      std::to_string(w.size()) + " columns");
@@ -173,6 +194,7 @@ class Parser {
           if (op.empty()) fail(no, "'# op: " + value + "' is not a collective ranksim times");
           set_op(op, no);
         } else if (key == "ranks" || key == "nodes") {
+          once(key, value, no);
           const std::optional<int> n = bounded_integer(value, kMaxRanks);
           if (!n || *n < 1) {
             fail(no, "'# " + key + ": " + value + "' must be a positive whole number (at most " +
@@ -180,7 +202,12 @@ class Parser {
           }
           (key == "ranks" ? t_.ranks : t_.nodes) = *n;
         } else if (key == "algo") {
+          once(key, value, no);
           t_.algorithm = algo_name(value);
+          static const std::set<std::string> known = {"auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "pat"};
+          if (known.count(t_.algorithm) == 0)
+            fail(no, "'# algo: " + value + "': algorithm '" + value +
+                         "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
         } else if (key == "source" || key == "hardware") {
           t_.about.push_back(key + ": " + value);
         } else if (key == "collective test starting") {
@@ -214,6 +241,7 @@ class Parser {
   MeasuredTable& t_;
   std::set<int> ranks_seen_;
   std::set<std::string> hosts_;
+  std::map<std::string, std::pair<std::string, int>> given_;  // `# key:` -> (value, line)
 };
 
 }  // namespace

@@ -72,13 +72,14 @@ class AliasCheck : public YAML::EventHandler {
   void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override {
     leaf(anchor);
   }
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
-    open(anchor);
+    open(mark, anchor);
   }
   void OnSequenceEnd() override { close(); }
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
-    open(anchor);
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open(mark, anchor);
   }
   void OnMapEnd() override { close(); }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
@@ -105,7 +106,15 @@ class AliasCheck : public YAML::EventHandler {
     ++nodes_;
     record(anchor, 1);
   }
-  void open(YAML::anchor_t anchor) { open_.push_back({anchor, nodes_++}); }
+  // yaml-cpp stops at 2,000 levels with "bad file"; ranksim's documents nest a few levels deep.
+  void open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (open_.size() >= kMaxDepth) {
+      throw YAML::ParserException(mark, "lists and mappings nested more than " + std::to_string(kMaxDepth) +
+                                            " deep; ranksim's files nest a few levels");
+    }
+    open_.push_back({anchor, nodes_++});
+  }
+  static constexpr std::size_t kMaxDepth = 256;
   void close() {
     const Open o = open_.back();
     open_.pop_back();
@@ -124,12 +133,37 @@ class AliasCheck : public YAML::EventHandler {
   std::uint64_t max_alias_nodes_;
 };
 
-// YAML::Load, after AliasCheck over the same (first) document.
+// Notes where a document starts, and ignores the rest.
+class DocumentStart : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { mark_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  const YAML::Mark& mark() const { return mark_; }
+
+ private:
+  YAML::Mark mark_ = YAML::Mark::null_mark();
+};
+
+// YAML::Load, after AliasCheck over the same document; a second document (after `---`) is an
+// error (YAML::Load would read the first and drop the rest without a word).
 YAML::Node load_checked(const std::string& text, std::uint64_t max_alias_nodes) {
   std::istringstream in(text);
   YAML::Parser parser(in);
   AliasCheck check(max_alias_nodes);
   parser.HandleNextDocument(check);
+  DocumentStart second;
+  if (parser.HandleNextDocument(second)) {
+    throw YAML::ParserException(second.mark(),
+                                "a second YAML document starts here (after '---'); a file holds one document: "
+                                "remove the second, or give it a file of its own");
+  }
   return YAML::Load(text);
 }
 
@@ -297,8 +331,10 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
       return;
     }
     YAML::Node next = map_entry(cur, part);
+    // A list stays a list when the next part can index it (a list schema, or an open one: a
+    // step's `gemm: [m, n, k]` takes --set ...compute.gemm.1=4096).
     const bool replace = options.replace_plain_values && next.IsDefined() && !next.IsNull() && !next.IsMap() &&
-                         !(child != nullptr && child->items != nullptr && next.IsSequence());
+                         !(child != nullptr && (child->items != nullptr || child->open) && next.IsSequence());
     if (!next.IsDefined() || next.IsNull() || replace) {
       if (child != nullptr && child->items != nullptr)
         fail_at(col, "'" + path + "' is not in " + options.document +
