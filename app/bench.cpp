@@ -155,6 +155,33 @@ void check_host_memory(double need, const std::string& what) {
               "ranks or smaller sizes");
 }
 
+namespace {
+// The process's resident memory (/proc/self/statm), 0 when unknown.
+double resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  double pages = 0, resident = 0;
+  if (!(in >> pages >> resident)) return 0;
+  return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+}  // namespace
+
+std::function<void()> host_memory_guard(double limit) {
+  if (limit <= 0) {
+    const uint64_t available = host_memory_available();
+    if (available == 0) return {};
+    limit = resident_bytes() + 0.95 * static_cast<double>(available);
+  }
+  return [limit] {
+    const double rss = resident_bytes();
+    if (rss <= limit) return;
+    throw Error("out of host memory: the run holds " + sim::units::format_bytes(static_cast<uint64_t>(rss)) +
+                ", nearly all the memory this machine had available when it started (limit " +
+                sim::units::format_bytes(static_cast<uint64_t>(limit)) +
+                "), and was stopped before the system would kill it; time it with fewer ranks or a smaller "
+                "layout, or shape-only (data: shape_only)");
+  };
+}
+
 double collective_host_bytes(int ranks, double bytes) { return 2.0 * ranks * bytes + 4.0 * bytes; }
 
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
@@ -247,6 +274,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     runtime::SpawnOptions so;
     so.topology = &topo;
     so.protocol = protocol;
+    so.guard = host_memory_guard();
     so.engine.trace = false;
     so.engine.stack.size = 64 * 1024;
     // The expected sums, once per size: checking is linear in the data (it re-summed every

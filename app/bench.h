@@ -3,6 +3,8 @@
 // cheap); --check moves real numbers and verifies every rank's result, like nccl-tests' -c.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -43,6 +45,11 @@ void check_host_memory(double need, const std::string& what);
 // The host memory a collective with real data needs: every rank's input and output of `bytes`,
 // and the expected values --check computes once (a double per element: at most 4 bytes per byte).
 double collective_host_bytes(int ranks, double bytes);
+// A guard for long runs (runtime::SpawnOptions::guard): throws an Error saying the host is out of
+// memory when the process's resident memory passes `limit` bytes, so that the run stops with exit
+// 2 before the system kills it. Default limit: what the process held when the guard was made plus
+// 95% of the memory then available.
+std::function<void()> host_memory_guard(double limit = 0);
 
 // The sweep itself, shared with scenario files: one spawn per size on the first `ranks` devices.
 struct SweepRequest {

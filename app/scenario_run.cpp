@@ -43,6 +43,7 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   so.device_collectives = flags.device_collectives;
   so.engine.trace = trace;
   so.count_memory = flags.count_memory;
+  so.guard = host_memory_guard();  // stops a run about to exhaust the host, with exit 2
   // The faults at virtual times (those at a step are the steps runner's).
   for (const ScenarioFault& f : sc.faults) {
     using K = ScenarioFault::Kind;

@@ -112,6 +112,14 @@ void Engine::run(int nranks, std::function<void(int rank)> body) {
   Clock::time_point next_report =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(progress_every_));
   while (!queue_.empty()) {
+    if (guard_ && (stats_.events & 0xFFFF) == 0 && stats_.events > 0) {
+      try {
+        guard_();
+      } catch (...) {
+        abort_unfinished();
+        throw;
+      }
+    }
     if (progress_ && (stats_.events & 0xFFFF) == 0 && Clock::now() >= next_report) {
       progress_(Progress{stats_.events, num_ranks() - unfinished_, num_ranks(), queue_.now()});
       next_report =

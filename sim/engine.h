@@ -178,6 +178,10 @@ class Engine {
     progress_ = std::move(fn);
     progress_every_ = every_seconds;
   }
+  // A check of the process's resources, called on the driver every 64 Ki events (a guard that
+  // reads the resident memory, say). When it throws, the run stops: its ranks are unwound and
+  // run() rethrows. Default: none.
+  void set_guard(std::function<void()> check) { guard_ = std::move(check); }
   const EngineOptions& options() const { return options_; }
   const StackPool& stacks() const { return stacks_; }
   Trace& trace() { return trace_; }
@@ -234,6 +238,7 @@ class Engine {
   bool aborting_ = false;
   void* context_ = nullptr;
   std::function<void(const Progress&)> progress_;
+  std::function<void()> guard_;
   double progress_every_ = 1.0;
 };
 

@@ -91,6 +91,9 @@ struct SpawnOptions {
   DeviceCollectivesFactory device_collectives;
   // Faults to inject (sim backend only). Default: none.
   FaultPlan faults;
+  // Called every 64 Ki events on the sim backend (sim::Engine::set_guard); when it throws, the run
+  // stops and spawn() rethrows. Default: none.
+  std::function<void()> guard;
 };
 
 }  // namespace ranksim::runtime

@@ -4,6 +4,8 @@
 #include "app/cli_run.h"
 
 #include "app/bench.h"
+#include "runtime/distributed/spawn.h"
+#include "sim/engine.h"
 #include "sim/topology.h"
 
 #include <gmock/gmock.h>
@@ -218,6 +220,31 @@ TEST(Cli, RealDataBeyondTheHostsMemoryIsRefusedBeforeTheRun) {
                         "workload.steps.do.2.all_reduce.bytes=64GiB"});
   EXPECT_EQ(s.code, 2) << s.err;
   EXPECT_THAT(s.err, HasSubstr("quickstart.yaml: data: real on 8 ranks at 64 GiB per rank needs about 1.25 TiB"));
+}
+
+// A run about to exhaust the host is stopped by its guard with an Error (exit 2 in the CLI), not
+// killed: here with a limit of one byte, passed at the first check (after 64 Ki events).
+TEST(Cli, AHostMemoryGuardStopsTheRunWithAClearError) {
+  runtime::SpawnOptions so;
+  so.guard = host_memory_guard(1);
+  try {
+    (void)runtime::spawn(
+        [](int) {
+          for (int i = 0; i < 100000; ++i) sim::this_rank::yield();
+        },
+        2, so);
+    FAIL() << "expected the guard to stop the run";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out of host memory: the run holds "));
+    EXPECT_THAT(e.what(), HasSubstr("stopped before the system would kill it"));
+  }
+  // The default limit is far above what a small run holds.
+  so.guard = host_memory_guard();
+  EXPECT_NO_THROW((void)runtime::spawn(
+      [](int) {
+        for (int i = 0; i < 100000; ++i) sim::this_rank::yield();
+      },
+      2, so));
 }
 
 // Inputs a new user gets wrong: zero or negative rank counts, a folder where a file belongs, a

@@ -235,6 +235,28 @@ TEST(Engine, AFailureListsTheRanksItLeftBlockedAndWhatTheyWaitedFor) {
   }
 }
 
+// A guard (a resource check) runs every 64 Ki events; when it throws, the run stops there: its
+// ranks are unwound and run() rethrows the guard's error.
+TEST(Engine, AGuardThatThrowsStopsTheRunAndUnwindsItsRanks) {
+  Engine engine;
+  int checks = 0, unwound = 0;
+  engine.set_guard([&] {
+    if (++checks == 2) throw Error("the host is full");
+  });
+  try {
+    engine.run(2, [&](int) {
+      Guard g{&unwound};
+      for (int i = 0; i < 100000; ++i) this_rank::yield();
+    });
+    FAIL() << "expected the guard's error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the host is full");
+  }
+  EXPECT_EQ(checks, 2);
+  EXPECT_EQ(unwound, 2);
+  EXPECT_EQ(engine.stats().events, 2u * 65536u);
+}
+
 // Injected faults (Engine::inject_fault): the clock at which each fires, by what the rank is doing then.
 TEST(EngineFaults, AFailureCutsAKernelAtItsTime) {
   Engine engine;

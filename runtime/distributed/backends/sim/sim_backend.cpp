@@ -618,6 +618,7 @@ RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const S
                     const sim::Topology& topology) {
   sim::Engine engine(opts.engine);
   if (opts.progress) engine.set_progress(opts.progress);
+  if (opts.guard) engine.set_guard(opts.guard);
   SimBackend backend(engine, topology, opts.algorithm, opts.protocol, nprocs);
   backend.set_faults(opts.faults);
   for (const FaultPlan::RankFault& f : opts.faults.ranks) engine.inject_fault(f.rank, f.at, f.stop, f.what);
