@@ -39,7 +39,10 @@ step "install into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
 "$prefix/bin/ranksim" --version | grep -Eq '^ranksim [0-9]+\.[0-9]+\.[0-9]+$' || fail "ranksim --version"
 version=$("$prefix/bin/ranksim" --version | cut -d' ' -f2)
-(cd / && "$prefix/bin/ranksim" list) | grep -q 'ring4.yaml' || fail "the installed ranksim list does not find share/ranksim"
+# (Outputs are captured before grep -q reads them: grep -q exits at its first match, and a command
+# still writing then dies of SIGPIPE, which pipefail would report as a failure.)
+listed=$(cd / && "$prefix/bin/ranksim" list) || fail "the installed ranksim list"
+grep -q 'ring4.yaml' <<<"$listed" || fail "the installed ranksim list does not find share/ranksim"
 for f in include/ranksim/runtime/distributed/spawn.h include/ranksim/testing/testing.h \
          lib/cmake/ranksim/ranksimConfig.cmake lib/cmake/ranksim/ranksimConfigVersion.cmake \
          lib/cmake/ranksim/ranksimTargets.cmake lib/pkgconfig/ranksim.pc lib/libranksim_sim.a \
@@ -77,7 +80,8 @@ grep -q 'int main' "$work/readme.cpp" || fail "README's first C++ block is not a
 # shellcheck disable=SC2046
 g++ -std=c++20 -O1 "$work/readme.cpp" -o "$work/readme" $(pkg-config --cflags --libs ranksim) ||
   fail "README's example does not build with pkg-config"
-"$work/readme" | grep -q 'rank 0 holds 10' || fail "README's example does not print what it says"
+readme_out=$("$work/readme") || fail "README's example"
+grep -q 'rank 0 holds 10' <<<"$readme_out" || fail "README's example does not print what it says"
 
 for ex in tp_mlp spawn_worker; do
   step "examples/$ex against the installed package"
@@ -116,7 +120,8 @@ for f in usr/bin/ranksim usr/include/ranksim/runtime/distributed/spawn.h usr/inc
 done
 no_tree_paths "$root"
 "$root/usr/bin/ranksim" --version | grep -qx "ranksim $version" || fail "the packaged ranksim --version"
-"$root/usr/bin/ranksim" list | grep -q 'dgx-h100.yaml' || fail "the packaged ranksim list"
+listed=$("$root/usr/bin/ranksim" list) || fail "the packaged ranksim list"
+grep -q 'dgx-h100.yaml' <<<"$listed" || fail "the packaged ranksim list"
 cmake -S examples/spawn_worker -B "$work/deb-config" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" \
   >"$work/deb-config.log" || { cat "$work/deb-config.log"; fail "configure an example against the .deb's tree"; }
 grep -q "$root/usr/share/ranksim" "$work/deb-config/CTestTestfile.cmake" ||
