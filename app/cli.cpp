@@ -287,6 +287,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (*run_cmd) {
       Scenario sc = scenario(run_cmd);
       if (run_flags.backend != "sim") {
+        // Refused before MPI starts (spawn refuses them too, for library users).
+        for (const ScenarioFault& f : sc.faults)
+          if (f.step < 0)
+            throw Error("injected faults at virtual times run on the sim backend only, not on " + run_flags.backend +
+                        "; run without --backend, or drop the faults");
         runtime::mpi::init();
         // Every process runs the scenario as its rank; rank 0 prints and writes the outputs
         // (its report holds every rank's times and trace).

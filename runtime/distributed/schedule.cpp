@@ -502,42 +502,70 @@ Steps barrier(const ScheduleRequest& req) {
 }  // namespace
 
 bool RingSteps::serves(const ScheduleRequest& req) {
-  return req.algorithm == Algorithm::ring &&
-         (req.kind == CollectiveKind::all_reduce || req.kind == CollectiveKind::all_gather ||
-          req.kind == CollectiveKind::reduce_scatter);
+  const bool ring_kind = req.kind == CollectiveKind::all_reduce || req.kind == CollectiveKind::all_gather ||
+                         req.kind == CollectiveKind::reduce_scatter;
+  return (req.algorithm == Algorithm::ring && ring_kind) ||
+         (req.algorithm == Algorithm::hierarchical && req.kind == CollectiveKind::all_reduce);
 }
 
-RingSteps::RingSteps(const ScheduleRequest& req)
-    : kind_(req.kind),
-      n_(req.nranks),
-      total_(req.kind == CollectiveKind::all_reduce ? req.count : req.count * req.nranks),
-      steps_(req.kind == CollectiveKind::all_reduce ? 2 * (req.nranks - 1) : req.nranks - 1) {
-  RANKSIM_CHECK(serves(req) && req.nranks >= 1, "RingSteps of a request that is not a ring");
+int RingSteps::Ring::steps() const {
+  const int k = static_cast<int>(members.size());
+  return (scatter ? k - 1 : 0) + (gather ? k - 1 : 0);
 }
 
-// The pieces as the building blocks' rings move them (ring_reduce_scatter, ring_all_gather):
-// all_reduce is the reduce-scatter with shift 1 then the all-gather with shift 1; all_gather and
-// reduce_scatter are one ring with shift 0.
+// The same rings as the builder's (all_reduce, all_gather, reduce_scatter above, and the
+// building blocks' ring_reduce_scatter / ring_all_gather), described instead of made.
+RingSteps::RingSteps(const ScheduleRequest& req) {
+  RANKSIM_CHECK(serves(req) && req.nranks >= 1, "RingSteps of a request it does not serve");
+  const int n = req.nranks;
+  if (req.algorithm == Algorithm::ring) {
+    Ring r{iota_members(n), 0, req.count, 1, true, true};
+    if (req.kind != CollectiveKind::all_reduce) {
+      r.count = req.count * n;
+      r.shift = 0;
+      r.scatter = req.kind == CollectiveKind::reduce_scatter;
+      r.gather = req.kind == CollectiveKind::all_gather;
+    }
+    phases_.push_back({{std::move(r)}, 0});
+  } else {  // hierarchical all_reduce
+    const auto nodes = node_layout(req);
+    const int L = static_cast<int>(nodes.front().size());
+    const int K = static_cast<int>(nodes.size());
+    const Split local{0, req.count, L};
+    Phase intra, inter, gather;
+    for (const Members& node : nodes) {
+      intra.rings.push_back({node, 0, req.count, 1, true, false});
+      gather.rings.push_back({node, 0, req.count, 1, false, true});
+    }
+    for (int l = 0; l < L; ++l) {
+      Members across;
+      for (int j = 0; j < K; ++j) across.push_back(nodes[static_cast<size_t>(j)][static_cast<size_t>(l)]);
+      const int piece = (l + 1) % L;
+      inter.rings.push_back({std::move(across), local.begin(piece), local.size(piece), 1, true, true});
+    }
+    phases_ = {std::move(intra), std::move(inter), std::move(gather)};
+  }
+  for (Phase& p : phases_) {
+    for (const Ring& r : p.rings) p.steps = std::max(p.steps, r.steps());
+    steps_ += p.steps;
+  }
+}
+
 void RingSteps::step(int s, Step& out) const {
   out.moves.clear();
-  const Split sp{0, total_, n_};
-  bool reduce = false;
-  int back = 0;  // member i sends piece (i - back) mod n
-  switch (kind_) {
-    case CollectiveKind::all_reduce:
-      reduce = s < n_ - 1;
-      back = reduce ? s : s - (n_ - 1) - 1;
-      break;
-    case CollectiveKind::reduce_scatter:
-      reduce = true;
-      back = s + 1;
-      break;
-    default:  // all_gather
-      back = s;
-  }
-  for (int i = 0; i < n_; ++i) {
-    const int piece = mod(i - back, n_);
-    add(out, i, (i + 1) % n_, sp.begin(piece), sp.size(piece), reduce);
+  std::size_t ph = 0;
+  while (s >= phases_[ph].steps) s -= phases_[ph++].steps;
+  for (const Ring& r : phases_[ph].rings) {
+    if (s >= r.steps()) continue;
+    const int k = static_cast<int>(r.members.size());
+    const Split sp{r.off, r.count, k};
+    const bool reduce = r.scatter && s < k - 1;
+    const int t = reduce ? s : s - (r.scatter ? k - 1 : 0);  // the step within its half
+    for (int i = 0; i < k; ++i) {
+      const int piece = reduce ? mod(i - t - 1 + r.shift, k) : mod(i - t + r.shift, k);
+      add(out, r.members[static_cast<size_t>(i)], r.members[static_cast<size_t>((i + 1) % k)], sp.begin(piece),
+          sp.size(piece), reduce);
+    }
   }
 }
 

@@ -48,24 +48,37 @@ struct Schedule {
 // example hierarchical with unequal ranks per node), naming what to change.
 Schedule make_schedule(const ScheduleRequest& req);
 
-// The steps of a ring all_reduce, all_gather or reduce_scatter one at a time, without building the
-// schedule's n^2 moves: what timing a call without data needs, in memory linear in n (a 16,384-rank
-// ring's schedule holds 5e8 moves). Step s equals make_schedule(req).steps[s], move for move.
+// The steps of a ring all_reduce, all_gather or reduce_scatter, or of a hierarchical all_reduce
+// (rings inside the nodes, then across them), one at a time, without building the schedule's
+// moves: what timing a call without data needs, in memory linear in n (a 16,384-rank ring's
+// schedule holds 5e8 moves). Step s equals make_schedule(req).steps[s], move for move.
 class RingSteps {
  public:
-  // Whether the request is one of those rings.
+  // Whether the request is one of those.
   static bool serves(const ScheduleRequest& req);
-  // REQUIRES: serves(req).
+  // REQUIRES: serves(req). Throws Error as make_schedule does (unequal ranks per node).
   explicit RingSteps(const ScheduleRequest& req);
   int size() const { return steps_; }
   // Step s into out (its storage reused). REQUIRES: 0 <= s < size().
   void step(int s, Step& out) const;
 
  private:
-  CollectiveKind kind_;
-  int n_;
-  int64_t total_;  // elements of the buffer the ring splits into n pieces
-  int steps_;
+  // One ring: its members in ring order, the range it splits among them, the building blocks'
+  // shift, and whether it reduce-scatters, all-gathers, or does both in turn.
+  struct Ring {
+    std::vector<int> members;
+    int64_t off, count;
+    int shift;
+    bool scatter, gather;
+    int steps() const;
+  };
+  // Rings that run side by side, step for step.
+  struct Phase {
+    std::vector<Ring> rings;
+    int steps = 0;
+  };
+  std::vector<Phase> phases_;
+  int steps_ = 0;
 };
 
 // The default algorithm for a collective of `bytes` per rank on n ranks spread over `nodes`

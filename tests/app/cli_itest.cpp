@@ -125,6 +125,39 @@ TEST(Cli, BenchCheckTimesTheCollectivesAsShapeOnlyDoes) {
   }
 }
 
+// Shape-only rings and hierarchical all-reduces are timed from steps made one at a time
+// (runtime::RingSteps); with data, from the built schedule. Same times, on two nodes too.
+TEST(Cli, ShapeOnlyRingsTimeAsTheirBuiltSchedulesDo) {
+  for (const char* algo : {"ring", "hierarchical"}) {
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+      if (std::string(algo) == "hierarchical" && std::string(op) != "all_reduce") continue;
+      std::string rows[2];
+      for (int check = 0; check < 2; ++check) {
+        std::vector<std::string> args = {"bench",   "collectives",
+                                         "-t",      topo("h100-cluster.yaml"),
+                                         "--set",   "nodes=2",
+                                         "--set",   "collectives.model=schedule",
+                                         "--op",    op,
+                                         "--algo",  algo,
+                                         "--sizes", "1KiB:256KiB"};
+        if (check) args.emplace_back("--check");
+        const Result r = run(args);
+        ASSERT_EQ(r.code, 0) << algo << " " << op << ": " << r.err;
+        std::istringstream lines(r.out);
+        for (std::string line; std::getline(lines, line);) {
+          if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
+          std::istringstream f(line);
+          std::string size, count, type, name, time_us;
+          f >> size >> count >> type >> name >> time_us;
+          rows[check] += size + " " + name + " " + time_us + "\n";
+        }
+      }
+      EXPECT_NE(rows[0], "") << algo << " " << op;
+      EXPECT_EQ(rows[0], rows[1]) << algo << " " << op;
+    }
+  }
+}
+
 // A long sweep reports as it goes: each row is handed over (and bench prints it) as soon as its
 // size has run, after the size was announced; the rows are those the sweep returns, in order.
 TEST(Cli, ASweepHandsOverEachRowAsItsSizeFinishes) {

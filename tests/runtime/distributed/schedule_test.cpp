@@ -248,7 +248,7 @@ TEST(Schedule, RingAllReduceHasTwoNMinusOneStepsAndMovesTwiceTheData) {
 // The rings made step by step (what a shape-only call is timed from) are the schedule's own
 // steps, move for move, for every ring collective, group size and element count (uneven pieces
 // included).
-TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {
+TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {  // and hierarchical all-reduce's
   for (const CollectiveKind kind :
        {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
     for (int n = 1; n <= 9; ++n) {
@@ -278,6 +278,44 @@ TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {
       }
     }
   }
+  // Hierarchical all-reduce: rings inside the nodes, across them, and inside them again, for
+  // node layouts in order and interleaved.
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 0, 1, 1, 1, 1}, {0, 1, 2, 0, 1, 2, 0, 1, 2},
+      {0, 1, 2, 3}, {0, 0, 0, 0}, {2, 2, 0, 0, 1, 1}};
+  for (const std::vector<int>& node_of : layouts) {
+    for (const int64_t count : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}}) {
+      ScheduleRequest req;
+      req.kind = CollectiveKind::all_reduce;
+      req.algorithm = Algorithm::hierarchical;
+      req.nranks = static_cast<int>(node_of.size());
+      req.count = count;
+      req.node_of = node_of;
+      ASSERT_TRUE(RingSteps::serves(req));
+      const Schedule full = make_schedule(req);
+      const RingSteps ring(req);
+      ASSERT_EQ(static_cast<std::size_t>(ring.size()), full.steps.size()) << "n=" << req.nranks;
+      Step st;
+      for (int k = 0; k < ring.size(); ++k) {
+        ring.step(k, st);
+        const std::vector<Move>& want = full.steps[static_cast<std::size_t>(k)].moves;
+        ASSERT_EQ(st.moves.size(), want.size()) << "n=" << req.nranks << " count=" << count << " step " << k;
+        for (std::size_t m = 0; m < want.size(); ++m) {
+          const Move& a = st.moves[m];
+          const Move& b = want[m];
+          EXPECT_EQ(std::tie(a.src, a.dst, a.src_off, a.dst_off, a.count, a.reduce),
+                    std::tie(b.src, b.dst, b.src_off, b.dst_off, b.count, b.reduce))
+              << "hierarchical n=" << req.nranks << " count=" << count << " step " << k << " move " << m;
+        }
+      }
+    }
+  }
+  ScheduleRequest uneven;
+  uneven.algorithm = Algorithm::hierarchical;
+  uneven.nranks = 3;
+  uneven.count = 8;
+  uneven.node_of = {0, 0, 1};
+  EXPECT_THROW(RingSteps{uneven}, Error);
   ScheduleRequest tree;
   tree.algorithm = Algorithm::tree;
   EXPECT_FALSE(RingSteps::serves(tree));
