@@ -100,28 +100,34 @@ TEST(Cli, BenchBusBandwidthApproachesTheLinkSpeedForLargeMessages) {
   EXPECT_EQ(algo, "ring/Simple/16ch") << nccl.out;
 }
 
+// `bench collectives ARGS` run shape-only and with --check: each run's rows as "size algorithm
+// time_us" lines, both runs' exit codes checked.
+void bench_rows_twice(const std::vector<std::string>& args, std::vector<std::string> (&rows)[2]) {
+  for (int check = 0; check < 2; ++check) {
+    std::vector<std::string> a = args;
+    a.insert(a.begin(), {"bench", "collectives"});
+    if (check) a.emplace_back("--check");
+    const Result r = run(a);
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
+      std::istringstream f(line);
+      std::string size, count, type, algo, time_us;
+      f >> size >> count >> type >> algo >> time_us;
+      if (!time_us.empty()) rows[check].push_back(size + " " + algo + " " + time_us);
+    }
+  }
+}
+
 // The documented contract of --check: the same collective times as shape-only (filling the
 // inputs is not the collective's time).
 TEST(Cli, BenchCheckTimesTheCollectivesAsShapeOnlyDoes) {
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}) {
-    std::vector<std::string> times[2];
-    for (int check = 0; check < 2; ++check) {
-      std::vector<std::string> args = {"bench", "collectives", "-t",       topo("ring4.yaml"), "--op",
-                                       op,      "--sizes",     "1KiB:1MiB"};
-      if (check) args.emplace_back("--check");
-      const Result r = run(args);
-      ASSERT_EQ(r.code, 0) << op << ": " << r.err;
-      std::istringstream lines(r.out);
-      for (std::string line; std::getline(lines, line);) {
-        if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
-        std::istringstream f(line);
-        std::string size, count, type, algo, time_us;
-        f >> size >> count >> type >> algo >> time_us;
-        if (!time_us.empty()) times[check].push_back(size + " " + time_us);
-      }
-    }
-    EXPECT_FALSE(times[0].empty()) << op;
-    EXPECT_EQ(times[0], times[1]) << op;
+    std::vector<std::string> rows[2];
+    bench_rows_twice({"-t", topo("ring4.yaml"), "--op", op, "--sizes", "1KiB:1MiB"}, rows);
+    EXPECT_FALSE(rows[0].empty()) << op;
+    EXPECT_EQ(rows[0], rows[1]) << op;
   }
 }
 
@@ -131,28 +137,11 @@ TEST(Cli, ShapeOnlyRingsTimeAsTheirBuiltSchedulesDo) {
   for (const char* algo : {"ring", "hierarchical"}) {
     for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
       if (std::string(algo) == "hierarchical" && std::string(op) != "all_reduce") continue;
-      std::string rows[2];
-      for (int check = 0; check < 2; ++check) {
-        std::vector<std::string> args = {"bench",   "collectives",
-                                         "-t",      topo("h100-cluster.yaml"),
-                                         "--set",   "nodes=2",
-                                         "--set",   "collectives.model=schedule",
-                                         "--op",    op,
-                                         "--algo",  algo,
-                                         "--sizes", "1KiB:256KiB"};
-        if (check) args.emplace_back("--check");
-        const Result r = run(args);
-        ASSERT_EQ(r.code, 0) << algo << " " << op << ": " << r.err;
-        std::istringstream lines(r.out);
-        for (std::string line; std::getline(lines, line);) {
-          if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
-          std::istringstream f(line);
-          std::string size, count, type, name, time_us;
-          f >> size >> count >> type >> name >> time_us;
-          rows[check] += size + " " + name + " " + time_us + "\n";
-        }
-      }
-      EXPECT_NE(rows[0], "") << algo << " " << op;
+      std::vector<std::string> rows[2];
+      bench_rows_twice({"-t", topo("h100-cluster.yaml"), "--set", "nodes=2", "--set", "collectives.model=schedule",
+                        "--op", op, "--algo", algo, "--sizes", "1KiB:256KiB"},
+                       rows);
+      EXPECT_FALSE(rows[0].empty()) << algo << " " << op;
       EXPECT_EQ(rows[0], rows[1]) << algo << " " << op;
     }
   }
