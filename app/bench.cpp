@@ -264,6 +264,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
   const bool per_rank_share = op.kind == CollectiveKind::all_gather || op.kind == CollectiveKind::reduce_scatter ||
                               op.kind == CollectiveKind::all_to_all;
   std::vector<SweepRow> rows;
+  const std::function<void()> guard = host_memory_guard();  // one limit for the whole sweep
   for (const int64_t size : o.sizes) {
     if (o.on_size) o.on_size(rows.size(), o.sizes.size(), size);
     // Elements per rank: the whole buffer, or one rank's share of it.
@@ -274,7 +275,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     runtime::SpawnOptions so;
     so.topology = &topo;
     so.protocol = protocol;
-    so.guard = host_memory_guard();
+    so.guard = guard;
     so.engine.trace = false;
     so.engine.stack.size = 64 * 1024;
     // The expected sums, once per size: checking is linear in the data (it re-summed every

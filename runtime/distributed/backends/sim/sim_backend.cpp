@@ -21,6 +21,12 @@ sim::Time stretch(sim::Time t, double factor) {
   return sim::Time::ps(std::llround(static_cast<double>(t.picoseconds()) * factor));
 }
 
+// The error every member of a call gets when the network links it needs have failed.
+std::exception_ptr network_failure(const std::string& call, const FaultPlan::NetworkFault& f) {
+  return std::make_exception_ptr(
+      Error(call + ": " + f.what + " (the network links it needs failed at virtual time " + f.at.str() + ")"));
+}
+
 std::string join_ranks(const std::vector<int>& ranks, size_t limit = 16) {
   std::ostringstream os;
   for (size_t i = 0; i < ranks.size() && i < limit; ++i) os << (i ? ", " : "") << ranks[i];
@@ -184,9 +190,8 @@ bool SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
   const sim::Time latest = *std::max_element(start.begin(), start.end());
   const NetworkEffect net = network_effect(g.ranks, latest);
   if (net.failed != nullptr) {
-    const auto error = std::make_exception_ptr(
-        Error(std::string(to_string(sig.kind)) + " on " + g.name + ", call #" + std::to_string(call) + ": " +
-              net.failed->what + " (the network links it needs failed at virtual time " + net.failed->at.str() + ")"));
+    const auto error = network_failure(
+        std::string(to_string(sig.kind)) + " on " + g.name + ", call #" + std::to_string(call), *net.failed);
     for (int i = 0; i < n; ++i) {
       p.arrivals[static_cast<size_t>(i)].work->error = error;
       finish(*p.arrivals[static_cast<size_t>(i)].work, latest);
@@ -482,9 +487,8 @@ void SimBackend::match_p2p(const ChannelKey& key, Channel& ch) {
     const sim::Time start = std::max(s.post, r.post) + topology_.kind_of(src).launch_overhead;
     const NetworkEffect net = network_effect({src, dst}, start);
     if (net.failed != nullptr) {
-      const auto error = std::make_exception_ptr(
-          Error("send from rank " + std::to_string(src) + " to rank " + std::to_string(dst) + ": " + net.failed->what +
-                " (the network links it needs failed at virtual time " + net.failed->at.str() + ")"));
+      const auto error =
+          network_failure("send from rank " + std::to_string(src) + " to rank " + std::to_string(dst), *net.failed);
       s.work->error = error;
       r.work->error = error;
       finish(*s.work, start);
