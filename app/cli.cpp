@@ -18,6 +18,7 @@
 #include "app/megatron_args.h"
 #include "app/scenario.h"
 #include "app/topo.h"
+#include "app/workloads.h"
 #include "models/train.h"
 #include "runtime/distributed/backends/mpi/mpi.h"
 #if RANKSIM_HAVE_NCCL_BACKEND
@@ -288,10 +289,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       Scenario sc = scenario(run_cmd);
       if (run_flags.backend != "sim") {
         // Refused before MPI starts (spawn refuses them too, for library users).
-        for (const ScenarioFault& f : sc.faults)
-          if (f.step < 0)
-            throw Error("injected faults at virtual times run on the sim backend only, not on " + run_flags.backend +
-                        "; run without --backend, or drop the faults");
+        runtime::check_fault_backend(fault_plan(sc), runtime::parse_backend(run_flags.backend));
         runtime::mpi::init();
         // Every process runs the scenario as its rank; rank 0 prints and writes the outputs
         // (its report holds every rank's times and trace).

@@ -823,7 +823,7 @@ Scenario load_megatron_scenario(const std::string& args, const std::string& topo
     const std::string key = s.substr(0, std::min(s.find('='), s.find('.')));
     if (key == "topology" || std::find(root_keys.begin(), root_keys.end(), key) != root_keys.end()) {
       scenario_sets.push_back(s);
-      if (starts_with(s, "topology.")) topology_sets.push_back(s.substr(9));
+      if (starts_with(s, "topology.")) topology_sets.push_back(s);
     } else {
       scenario_sets.push_back("topology." + s);
       topology_sets.push_back(s);

@@ -33,6 +33,20 @@ namespace ranksim::app {
 
 namespace fs = std::filesystem;
 
+runtime::FaultPlan fault_plan(const Scenario& sc) {
+  runtime::FaultPlan plan;
+  for (const ScenarioFault& f : sc.faults) {
+    using K = ScenarioFault::Kind;
+    if ((f.kind == K::rank_fails || f.kind == K::rank_stops) && f.at)
+      plan.ranks.push_back(
+          {f.rank, *f.at, f.kind == K::rank_stops, f.label + (f.kind == K::rank_stops ? ": stopped" : ": failed")});
+    if (f.kind == K::straggler) plan.stragglers.push_back({f.rank, f.slowdown, f.at.value_or(sim::Time::zero())});
+    if (f.kind == K::network_degrades || f.kind == K::network_fails)
+      plan.network.push_back({f.node, f.rank, f.factor, f.at.value_or(sim::Time::zero()), f.label});
+  }
+  return plan;
+}
+
 runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, bool trace,
                                   const std::function<void(int)>& rank) {
   runtime::SpawnOptions so;
@@ -44,16 +58,7 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   so.engine.trace = trace;
   so.count_memory = flags.count_memory;
   so.guard = host_memory_guard();  // stops a run about to exhaust the host, with exit 2
-  // The faults at virtual times (those at a step are the steps runner's).
-  for (const ScenarioFault& f : sc.faults) {
-    using K = ScenarioFault::Kind;
-    if ((f.kind == K::rank_fails || f.kind == K::rank_stops) && f.at)
-      so.faults.ranks.push_back(
-          {f.rank, *f.at, f.kind == K::rank_stops, f.label + (f.kind == K::rank_stops ? ": stopped" : ": failed")});
-    if (f.kind == K::straggler) so.faults.stragglers.push_back({f.rank, f.slowdown, f.at.value_or(sim::Time::zero())});
-    if (f.kind == K::network_degrades || f.kind == K::network_fails)
-      so.faults.network.push_back({f.node, f.rank, f.factor, f.at.value_or(sim::Time::zero()), f.label});
-  }
+  so.faults = fault_plan(sc);
   // Collectives and compute steps need little stack (64 KiB keeps 16k-rank runs small); layers
   // (tp_mlp, cp_attention, the model) call through attention kernels and collectives from deep
   // frames, and AddressSanitizer's frames are several times larger.

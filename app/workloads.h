@@ -19,6 +19,9 @@ namespace ranksim::app {
 // Runs rank(r) on every rank of the scenario's layout on flags.backend, over the scenario's
 // topology; records a trace when `trace`. Shows a progress line on a terminal unless
 // flags.quiet. Shared by the steps and model runners.
+// The scenario's faults at virtual times (those at a step are the steps runner's), as spawn takes
+// them.
+runtime::FaultPlan fault_plan(const Scenario& sc);
 runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, bool trace,
                                   const std::function<void(int)>& rank);
 

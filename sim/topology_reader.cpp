@@ -552,6 +552,7 @@ SetOptions topology_set_options() {
   SetOptions o;
   o.document = "this topology";
   o.example = "nodes=128 or network.nic_bandwidth=200 Gb/s";
+  o.document_prefix = "topology.";  // a scenario's --set topology.nodes=128
   return o;
 }
 

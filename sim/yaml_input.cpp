@@ -63,13 +63,20 @@ constexpr std::uint64_t kMaxOverrideAliasNodes = 10000;
 
 // Reads a document's events and throws YAML::ParserException at an alias that names a node it is
 // inside (a cycle) or that brings the nodes added by aliases past max_alias_nodes.
+// Also throws at a quoted scalar whose closing quote never comes: yaml-cpp reads it to the end of
+// the text as one value, and the error would otherwise be a missing key far from the cause.
 class AliasCheck : public YAML::EventHandler {
  public:
-  explicit AliasCheck(std::uint64_t max_alias_nodes) : max_alias_nodes_(max_alias_nodes) {}
+  AliasCheck(const std::string& text, std::uint64_t max_alias_nodes) : text_(text), max_alias_nodes_(max_alias_nodes) {}
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { leaf(anchor); }
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override {
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor, const std::string&) override {
+    if (tag == "!" && never_closed(mark)) {
+      throw YAML::ParserException(mark, std::string("the quote that opens this value is never closed (YAML read the "
+                                                    "rest of the text into it); add the closing ") +
+                                            text_[static_cast<std::size_t>(mark.pos)]);
+    }
     leaf(anchor);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
@@ -120,12 +127,33 @@ class AliasCheck : public YAML::EventHandler {
     open_.pop_back();
     record(o.anchor, nodes_ - o.nodes_before);
   }
+  // Whether the quoted scalar starting at mark runs to the end of the text: in "..." a backslash
+  // escapes the next character; in '...' a quote is written twice.
+  bool never_closed(const YAML::Mark& mark) const {
+    if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return false;
+    const std::size_t open = static_cast<std::size_t>(mark.pos);
+    const char q = text_[open];
+    if (q != '"' && q != '\'') return false;
+    for (std::size_t i = open + 1; i < text_.size(); ++i) {
+      if (q == '"' && text_[i] == '\\') {
+        ++i;
+      } else if (text_[i] == q) {
+        if (q == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;
+        } else {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
   void record(YAML::anchor_t anchor, std::uint64_t n) {
     if (anchor == 0) return;  // no anchor
     if (sizes_.size() <= anchor) sizes_.resize(anchor + 1, 1);
     sizes_[anchor] = n;
   }
 
+  const std::string& text_;
   std::vector<Open> open_;            // the nodes being read, outermost first
   std::vector<std::uint64_t> sizes_;  // by anchor: the nodes of what it names, aliases expanded
   std::uint64_t nodes_ = 0;           // so far, aliases expanded
@@ -156,7 +184,7 @@ class DocumentStart : public YAML::EventHandler {
 YAML::Node load_checked(const std::string& text, std::uint64_t max_alias_nodes) {
   std::istringstream in(text);
   YAML::Parser parser(in);
-  AliasCheck check(max_alias_nodes);
+  AliasCheck check(text, max_alias_nodes);
   parser.HandleNextDocument(check);
   DocumentStart second;
   if (parser.HandleNextDocument(second)) {
@@ -240,7 +268,11 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
     throw ConfigError(file, 1, static_cast<int>(col0) + 1, what);
   };
   const std::size_t eq = text.find('=');
-  if (eq == std::string::npos || trim_copy(std::string_view(text).substr(0, eq)).empty())
+  const std::size_t key_start = !options.document_prefix.empty() && text.rfind(options.document_prefix, 0) == 0 &&
+                                        eq != std::string::npos && eq > options.document_prefix.size()
+                                    ? options.document_prefix.size()
+                                    : 0;
+  if (eq == std::string::npos || trim_copy(std::string_view(text).substr(key_start, eq - key_start)).empty())
     fail_at(0, "expected key=value, such as " + options.example);
 
   YAML::Node value;
@@ -253,7 +285,7 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
 
   // Split the key at dots, remembering where each component starts.
   std::vector<std::pair<std::string, std::size_t>> parts;
-  for (std::size_t b = 0; b <= eq;) {
+  for (std::size_t b = key_start; b <= eq;) {
     std::size_t e = text.find('.', b);
     if (e == std::string::npos || e > eq) e = eq;
     std::string part = trim_copy(std::string_view(text).substr(b, e - b));

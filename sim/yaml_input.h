@@ -70,7 +70,7 @@ class YamlPositions {
 
 // Parses YAML text. Throws ConfigError "malformed YAML: ..." at source:line:column, also for an
 // alias inside the node it names (a cycle, which yaml-cpp accepts and no walk over the tree
-// finishes). Nesting is bounded by yaml-cpp itself (2,000 levels).
+// finishes), and for a quoted value whose closing quote never comes. Nesting is bounded at 256 levels.
 YAML::Node parse_yaml(const std::string& text, const std::string& source);
 
 // How one document's overrides behave where documents differ.
@@ -89,6 +89,10 @@ struct SetOptions {
   // 'network'") and lists the known keys as "(known keys: ...)"; else "unknown key 'x'" and
   // "(known keys here: ...)". Default: true.
   bool name_parent_of_unknown_key = true;
+  // A prefix the override may start with that names this document inside another one's overrides
+  // (a scenario's `--set topology.nodes=4` reaches the topology as `nodes=4`): skipped before the
+  // key, while errors quote the override as typed and count columns in it. Default: none.
+  std::string document_prefix;
 };
 
 // Applies one override "dotted.key=value" to root, checked against schema; registers the nodes

@@ -43,9 +43,7 @@ RunReport spawn(const std::function<void(int rank)>& fn, int nprocs, const Spawn
                 " devices but topology '" + topo->name() + "' has " + std::to_string(topo->num_devices()) +
                 "; use fewer ranks or a bigger topology (e.g. --set nodes=N)");
   }
-  if (!opts.faults.empty() && opts.backend != BackendKind::sim)
-    throw Error(std::string("injected faults at virtual times run on the sim backend only, not on ") +
-                to_string(opts.backend) + "; run without --backend, or drop the faults");
+  check_fault_backend(opts.faults, opts.backend);
   for (const FaultPlan::RankFault& f : opts.faults.ranks)
     if (f.rank < 0 || f.rank >= nprocs)
       throw Error("spawn: an injected fault names rank " + std::to_string(f.rank) + " of a run of " +

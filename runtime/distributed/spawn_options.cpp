@@ -17,4 +17,10 @@ BackendKind parse_backend(std::string_view name) {
   throw Error("unknown backend '" + std::string(name) + "'; use sim, mpi or nccl");
 }
 
+void check_fault_backend(const FaultPlan& plan, BackendKind backend) {
+  if (!plan.empty() && backend != BackendKind::sim)
+    throw Error(std::string("injected faults at virtual times run on the sim backend only, not on ") +
+                to_string(backend) + "; run without --backend, or drop the faults");
+}
+
 }  // namespace ranksim::runtime

@@ -65,6 +65,10 @@ struct FaultPlan {
   bool empty() const { return ranks.empty() && stragglers.empty() && network.empty(); }
 };
 
+// Throws ranksim::Error when the plan is not empty and the backend is not sim (spawn calls it; a
+// command line can call it before starting MPI).
+void check_fault_backend(const FaultPlan& plan, BackendKind backend);
+
 struct SpawnOptions {
   // The machine. Default: nullptr, an ideal single node of nprocs devices on a switch (100 GB/s
   // per device each way, 1 us latency, 100 TFLOP/s f32, 1 TB/s memory).

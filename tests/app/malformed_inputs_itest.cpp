@@ -4,9 +4,6 @@
 // one command and requires exit 2, a message that names the file (with line:column for YAML,
 // :LINE: for nccl-tests tables where the error is on one line, the field for a summary) and says
 // what is wrong, and no output file where one was asked for.
-//
-// The inputs the program still handles wrongly are in pending_cases(), which is not instantiated:
-// each one says what it does today and what it should do. Move a case into cases() when it is fixed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -368,6 +365,9 @@ std::vector<Case> topology_cases() {
                "{d}/t.yaml:1:", {"nested more than 256 deep"}),
       // YAML::Load read the first document and dropped the rest without a word.
       topology("TwoDocuments", t + "---\n" + t, "{d}/t.yaml:14:1: ", {"a second YAML document starts here"}),
+      // yaml-cpp reads an unterminated quote to the end of the file as one value
+      topology("UnterminatedQuote", edit(t, "name: t", "name: \"t"),
+               "{d}/t.yaml:1:7: ", {"the quote that opens this value is never closed", "add the closing \""}),
       // 1e300 TFLOP/s is finite; scaled by its unit it overflows a double.
       topology("FlopRateOverflowingToInfinity", edit(t, "bf16: 100 TFLOP/s", "bf16: 1e300 TFLOP/s"),
                "{d}/t.yaml:4:24: ", {"'device_kinds.gpu.peak_flops.bf16'", "is too large"}),
@@ -577,6 +577,8 @@ std::vector<Case> scenario_cases() {
       override_case("EmptyKeyComponent", "parallel..tp=2", 10, {"empty key component in 'parallel..tp'"}),
       override_case("EmptyValue", "parallel.tp=", 13, {"parallel.tp must be a single value, got nothing"}),
       override_case("RepeatNotANumber", "workload.steps.repeat=abc", 23, {"steps.repeat must be an integer"}),
+      // a topology override is quoted as typed, its column counted in what was typed
+      override_case("TopologyNodesZero", "topology.nodes=0", 16, {"'nodes' must be between 1 and"}),
       override_case("UnknownTopLevelKey", "nosuch.key=1", 1, {"unknown key 'nosuch'"}),
       override_case("UnknownListElement", "workload.steps.do.x.wait=1", 19, {"has no element named 'x'"}),
       override_case("IndexBeyond64Bits", "workload.steps.do.99999999999999999999.wait=1", 19,
@@ -817,6 +819,11 @@ std::vector<Case> summary_cases() {
       summary("TotalTimeTwice",
               summary_with("\"virtual_time_us\": 25.0", "\"virtual_time_us\": 1, \"virtual_time_us\": 25.0"),
               {"the key \"virtual_time_us\" is given twice in one object"}),
+      summary("TotalTimeBeyondADouble", summary_with("\"virtual_time_us\": 25.0", "\"virtual_time_us\": 1e400"),
+              {"m.json':7:22: \"virtual_time_us\" is 1e400, beyond what a double holds"}),
+      summary("RankClockBeyondADouble",
+              summary_with("{\"rank\": 1, \"clock_us\": 25.0", "{\"rank\": 1, \"clock_us\": -2e999"),
+              {"m.json':10:29: \"ranks_detail.1.clock_us\" is -2e999, beyond what a double holds"}),
       summary("TotalTimeZero", summary_with("\"virtual_time_us\": 25.0", "\"virtual_time_us\": 0"),
               {"virtual_time_us must be at least every rank's clock_us (ranks_detail[0].clock_us is 25), got 0"}),
       summary("EmptyFile", "", {"is not JSON", "line 1, column 1"}),
@@ -989,26 +996,6 @@ TEST(MalformedInputsBase, TheUneditedInputsAreAccepted) {
   scratch.add({"b.safetensors", thd_batch({"cu_seqlens", "I32", {2}, i32s({0, 4})})});
   const Result r = testing::run({"validate", d + "/m.yaml"});
   EXPECT_EQ(r.code, 0) << r.err;
-}
-
-// ---- inputs still handled wrongly ---------------------------------------------------------------
-//
-// Not instantiated: each case states what the program should do; the comment says what it does
-// today (see the report on issue #20).
-[[maybe_unused]] std::vector<Case> pending_cases() {
-  const std::string t = kTopology;
-  return {
-      // Today: exit 2, "t.yaml:1:1: the topology is missing the key 'device_kinds'": yaml-cpp
-      // reads an unterminated quote to the end of the file as one string; the message misleads.
-      topology("UnterminatedQuote", edit(t, "name: t", "name: \"t"), "t.yaml:1:7: ", {"quote"}),
-      // Today: "override 'nodes=0':1:7": the message quotes a rewritten override, not what was typed.
-      override_case("TopologyNodesZero", "topology.nodes=0", 16, {"'nodes' must be between 1 and"}),
-      // Today: exit 2, "compare: 'm.json' is not JSON ranksim can read: [json.exception.out_of_range.406]
-      // number overflow parsing '1e400'": neither the field nor a position (at the start of this
-      // session it was exit 3, "internal error": compare caught parse_error only).
-      summary("TotalTimeBeyondADouble", summary_with("\"virtual_time_us\": 25.0", "\"virtual_time_us\": 1e400"),
-              {"virtual_time_us"}),
-  };
 }
 
 }  // namespace
