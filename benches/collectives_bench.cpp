@@ -6,6 +6,9 @@
 // Issue #20: a shape-only ring all-reduce on 16,384 ranks timed as a schedule on the network
 // (collectives.model: schedule): memory linear in the ranks (< 1 GiB; its schedule would hold
 // 5e8 moves, about 20 GB).
+// Issue #20 too: a shape-only hierarchical all_gather on 16,384 ranks (schedule model; its
+// schedule's moves grow as ranks x nodes) and an even all_to_all on 16,384 ranks (nccl model; its
+// table of split sizes was ranks^2): each < 1 GiB.
 // Issue #16: `ranksim bench collectives` at 1,024 ranks over 128 nodes of h100-cluster (the nccl
 // timing model), shape-only, 64 sizes: < 10 s.
 #include <benchmark/benchmark.h>
@@ -74,6 +77,34 @@ void BM_ShapeOnlyRingAllReduce16384RanksScheduleModel(benchmark::State& state) {
   run_all_reduce(state, 2048, 16384, 256 * 1024, false, runtime::Algorithm::ring, "schedule");
 }
 BENCHMARK(BM_ShapeOnlyRingAllReduce16384RanksScheduleModel)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// One size of `ranksim bench collectives` (shape-only) on 16,384 ranks of 2,048 nodes.
+void run_sweep_16384(benchmark::State& state, const std::string& op, const std::string& algo,
+                     const std::string& model) {
+  const sim::Topology topo = cluster(2048, model);
+  app::SweepRequest req;
+  req.op = op;
+  req.algorithm = algo;
+  req.ranks = 16384;
+  req.sizes = {1 << 20};
+  double peak = 0, virt = 0;
+  for (auto _ : state) {
+    reset_peak_rss();
+    const std::vector<app::SweepRow> rows = app::run_sweep(topo, req);
+    virt = rows.back().seconds * 1e6;
+    peak = peak_rss_mib();
+  }
+  state.counters["peak_rss_MiB"] = peak;
+  state.counters["virtual_us"] = virt;
+}
+
+void BM_ShapeOnlyHierarchicalAllGather16384RanksScheduleModel(benchmark::State& state) {
+  run_sweep_16384(state, "all_gather", "hierarchical", "schedule");
+}
+BENCHMARK(BM_ShapeOnlyHierarchicalAllGather16384RanksScheduleModel)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_ShapeOnlyAllToAll16384Ranks(benchmark::State& state) { run_sweep_16384(state, "all_to_all", "auto", "nccl"); }
+BENCHMARK(BM_ShapeOnlyAllToAll16384Ranks)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // Bytes touched per second by the f32 SUM kernel (reads dst and src, writes dst), against memcpy
 // (reads src, writes dst) on the same 64 MiB buffers.

@@ -201,17 +201,16 @@ Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAll
     throw Error(std::string(op) + ": output and input must both hold data or both be shape-only");
   const auto g = resolve(backend, opts.group);
   const int n = static_cast<int>(g->ranks.size());
-  auto splits = [&](const Tensor& t, const std::vector<int64_t>& sizes, const char* which) {
+  auto splits = [&](const Tensor& t, const std::vector<int64_t>& sizes, const char* which) -> detail::SplitSizes {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
     const int64_t row_elems = rows == 0 ? 0 : t.numel() / rows;
-    std::vector<int64_t> out;
     if (sizes.empty()) {
       if (rows % n != 0)
         throw Error(std::string(op) + ": " + which + " " + t.str() + " has " + std::to_string(rows) +
                     " rows, not divisible by the group size " + std::to_string(n) + "; pass " + which + "_split_sizes");
-      out.assign(static_cast<size_t>(n), rows / n * row_elems);
-      return out;
+      return detail::SplitSizes::even(n, rows / n * row_elems);
     }
+    std::vector<int64_t> out;
     if (static_cast<int>(sizes.size()) != n)
       throw Error(std::string(op) + ": " + which + "_split_sizes has " + std::to_string(sizes.size()) +
                   " entries for a group of " + std::to_string(n));
@@ -224,7 +223,7 @@ Work all_to_all_single(const Tensor& output, const Tensor& input, const AllToAll
     if (total != rows)
       throw Error(std::string(op) + ": " + which + "_split_sizes sum to " + std::to_string(total) + " but the " +
                   which + " " + t.str() + " has " + std::to_string(rows) + " rows");
-    return out;
+    return detail::SplitSizes(std::move(out));
   };
   detail::AllToAllTensors tensors{output, input, splits(input, opts.input_split_sizes, "input"),
                                   splits(output, opts.output_split_sizes, "output")};

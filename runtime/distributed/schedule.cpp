@@ -501,22 +501,27 @@ Steps barrier(const ScheduleRequest& req) {
 
 }  // namespace
 
-bool RingSteps::serves(const ScheduleRequest& req) {
+bool LazySteps::serves(const ScheduleRequest& req) {
   const bool ring_kind = req.kind == CollectiveKind::all_reduce || req.kind == CollectiveKind::all_gather ||
                          req.kind == CollectiveKind::reduce_scatter;
-  return (req.algorithm == Algorithm::ring && ring_kind) ||
-         (req.algorithm == Algorithm::hierarchical && req.kind == CollectiveKind::all_reduce);
+  return (req.algorithm == Algorithm::ring || req.algorithm == Algorithm::hierarchical) && ring_kind;
 }
 
-int RingSteps::Ring::steps() const {
+bool LazySteps::exact(const ScheduleRequest& req) {
+  return serves(req) && (req.algorithm == Algorithm::ring || req.kind == CollectiveKind::all_reduce);
+}
+
+int LazySteps::Ring::steps() const {
   const int k = static_cast<int>(members.size());
+  if (exchange) return k > 1 ? 1 : 0;
   return (scatter ? k - 1 : 0) + (gather ? k - 1 : 0);
 }
 
 // The same rings as the builder's (all_reduce, all_gather, reduce_scatter above, and the
-// building blocks' ring_reduce_scatter / ring_all_gather), described instead of made.
-RingSteps::RingSteps(const ScheduleRequest& req) {
-  RANKSIM_CHECK(serves(req) && req.nranks >= 1, "RingSteps of a request it does not serve");
+// building blocks' ring_reduce_scatter / ring_all_gather), described instead of made; for the
+// hierarchical all_gather and reduce_scatter, their traffic per pair.
+LazySteps::LazySteps(const ScheduleRequest& req) {
+  RANKSIM_CHECK(serves(req) && req.nranks >= 1, "LazySteps of a request it does not serve");
   const int n = req.nranks;
   if (req.algorithm == Algorithm::ring) {
     Ring r{iota_members(n), 0, req.count, 1, true, true};
@@ -527,7 +532,7 @@ RingSteps::RingSteps(const ScheduleRequest& req) {
       r.gather = req.kind == CollectiveKind::all_gather;
     }
     phases_.push_back({{std::move(r)}, 0});
-  } else {  // hierarchical all_reduce
+  } else if (req.kind == CollectiveKind::all_reduce) {  // hierarchical
     const auto nodes = node_layout(req);
     const int L = static_cast<int>(nodes.front().size());
     const int K = static_cast<int>(nodes.size());
@@ -544,6 +549,34 @@ RingSteps::RingSteps(const ScheduleRequest& req) {
       inter.rings.push_back({std::move(across), local.begin(piece), local.size(piece), 1, true, true});
     }
     phases_ = {std::move(intra), std::move(inter), std::move(gather)};
+  } else {
+    // Hierarchical all_gather and reduce_scatter (above): what each (src, dst) pair moves per
+    // step. Every rank's piece is `count` elements; a rail's pieces (one per node) travel
+    // together inside a node, so there each move carries K pieces.
+    const auto nodes = node_layout(req);
+    const int L = static_cast<int>(nodes.front().size());
+    const int K = static_cast<int>(nodes.size());
+    const bool gather = req.kind == CollectiveKind::all_gather;
+    Phase inside, across;
+    for (int l = 0; l < L; ++l) {
+      Members rail;
+      for (int j = 0; j < K; ++j) rail.push_back(nodes[static_cast<size_t>(j)][static_cast<size_t>(l)]);
+      across.rings.push_back({std::move(rail), 0, req.count * K, 0, !gather, gather});
+    }
+    for (const Members& node : nodes) {
+      if (gather) {
+        inside.rings.push_back({node, 0, req.count * K * L, 0, false, true});
+      } else {  // every member sends each node peer the K pieces of the peer's rail, at once
+        Ring r{node, 0, req.count * K, 0, true, false};
+        r.exchange = true;
+        inside.rings.push_back(std::move(r));
+      }
+    }
+    if (gather) {
+      phases_ = {std::move(across), std::move(inside)};
+    } else {
+      phases_ = {std::move(inside), std::move(across)};
+    }
   }
   for (Phase& p : phases_) {
     for (const Ring& r : p.rings) p.steps = std::max(p.steps, r.steps());
@@ -551,13 +584,20 @@ RingSteps::RingSteps(const ScheduleRequest& req) {
   }
 }
 
-void RingSteps::step(int s, Step& out) const {
+void LazySteps::step(int s, Step& out) const {
   out.moves.clear();
   std::size_t ph = 0;
   while (s >= phases_[ph].steps) s -= phases_[ph++].steps;
   for (const Ring& r : phases_[ph].rings) {
     if (s >= r.steps()) continue;
     const int k = static_cast<int>(r.members.size());
+    if (r.exchange) {
+      for (int l = 0; l < k; ++l)
+        for (int src = 0; src < k; ++src)
+          if (src != l)
+            add(out, r.members[static_cast<size_t>(src)], r.members[static_cast<size_t>(l)], r.off, r.count, r.scatter);
+      continue;
+    }
     const Split sp{r.off, r.count, k};
     const bool reduce = r.scatter && s < k - 1;
     const int t = reduce ? s : s - (r.scatter ? k - 1 : 0);  // the step within its half

@@ -48,28 +48,35 @@ struct Schedule {
 // example hierarchical with unequal ranks per node), naming what to change.
 Schedule make_schedule(const ScheduleRequest& req);
 
-// The steps of a ring all_reduce, all_gather or reduce_scatter, or of a hierarchical all_reduce
-// (rings inside the nodes, then across them), one at a time, without building the schedule's
-// moves: what timing a call without data needs, in memory linear in n (a 16,384-rank ring's
-// schedule holds 5e8 moves). Step s equals make_schedule(req).steps[s], move for move.
-class RingSteps {
+// The steps of a ring or hierarchical all_reduce, all_gather or reduce_scatter, one at a time,
+// without building the schedule's moves: what timing a call without data needs, in memory linear
+// in n (a 16,384-rank ring's schedule holds 5e8 moves; a hierarchical all_gather's moves grow as
+// n x nodes). For the rings and the hierarchical all_reduce (exact()), step s equals
+// make_schedule(req).steps[s] move for move. For the hierarchical all_gather and reduce_scatter,
+// step s moves what the schedule's step s moves between each (src, dst) pair, as one move per
+// pair (the elements summed; offsets not the schedule's): all that the network model reads.
+class LazySteps {
  public:
   // Whether the request is one of those.
   static bool serves(const ScheduleRequest& req);
+  // Whether its steps are the schedule's move for move (else pair for pair).
+  static bool exact(const ScheduleRequest& req);
   // REQUIRES: serves(req). Throws Error as make_schedule does (unequal ranks per node).
-  explicit RingSteps(const ScheduleRequest& req);
+  explicit LazySteps(const ScheduleRequest& req);
   int size() const { return steps_; }
   // Step s into out (its storage reused). REQUIRES: 0 <= s < size().
   void step(int s, Step& out) const;
 
  private:
   // One ring: its members in ring order, the range it splits among them, the building blocks'
-  // shift, and whether it reduce-scatters, all-gathers, or does both in turn.
+  // shift, and whether it reduce-scatters, all-gathers, or does both in turn. An exchange is one
+  // step in which every member sends every other `count` elements (reducing when scatter).
   struct Ring {
     std::vector<int> members;
     int64_t off, count;
     int shift;
     bool scatter, gather;
+    bool exchange = false;
     int steps() const;
   };
   // Rings that run side by side, step for step.

@@ -105,11 +105,10 @@ CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Al
   return rec;
 }
 
-void check_splits(const GroupState& g, uint64_t call, const ScheduleRequest& req, int j,
-                  const std::vector<int64_t>& out_splits) {
+void check_splits(const GroupState& g, uint64_t call, const ScheduleRequest& req, int j, const SplitSizes& out_splits) {
   for (size_t i = 0; i < req.splits.size(); ++i) {
     const int64_t sent = req.splits[i][static_cast<size_t>(j)];
-    const int64_t expected = out_splits[i];
+    const int64_t expected = out_splits[static_cast<int>(i)];
     if (sent != expected) {
       throw Error("all_to_all_single on " + g.name + " call #" + std::to_string(call) + ": rank " +
                   std::to_string(g.ranks[i]) + " sends " + std::to_string(sent) + " elements to rank " +
@@ -210,7 +209,7 @@ WorkingBuffer::WorkingBuffer(const Signature& sig, const CollectiveTensors& tens
       // scratch = [input | output].
       const auto& t = std::get<AllToAllTensors>(tensors);
       scratch(buffer_elems);
-      for (int64_t x : t.input_splits) in_total_ += x;
+      in_total_ = t.input_splits.total();
       copy_bytes(data_, bytes_of(t.input), static_cast<size_t>(in_total_) * esize);
       break;
     }
@@ -248,8 +247,7 @@ void WorkingBuffer::finish() {
       break;
     case CollectiveKind::all_to_all: {
       const auto& t = std::get<AllToAllTensors>(tensors_);
-      int64_t out_total = 0;
-      for (int64_t x : t.output_splits) out_total += x;
+      const int64_t out_total = t.output_splits.total();
       copy_bytes(bytes_of(t.output), data_ + static_cast<size_t>(in_total_) * esize,
                  static_cast<size_t>(out_total) * esize);
       break;

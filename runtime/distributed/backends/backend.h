@@ -88,8 +88,7 @@ CollectiveRecord collective_record(const GroupState& g, const Signature& sig, Al
 
 // all_to_all: throws Error unless column j of req.splits (what each rank sends group rank j)
 // equals rank j's output splits.
-void check_splits(const GroupState& g, uint64_t call, const ScheduleRequest& req, int j,
-                  const std::vector<int64_t>& out_splits);
+void check_splits(const GroupState& g, uint64_t call, const ScheduleRequest& req, int j, const SplitSizes& out_splits);
 
 // Schedules by (group, kind, algorithm, count, root, size), so repeated calls skip
 // make_schedule(). Bounded: cleared when it grows past 256 entries (sweeps).

@@ -1,8 +1,29 @@
 #include "runtime/distributed/backends/request.h"
 
 #include <sstream>
+#include <utility>
 
 namespace ranksim::runtime::detail {
+
+SplitSizes SplitSizes::even(int n, int64_t each) {
+  SplitSizes s;
+  s.n_ = n;
+  s.each_ = each;
+  return s;
+}
+
+SplitSizes::SplitSizes(std::vector<int64_t> sizes) : n_(static_cast<int>(sizes.size())), sizes_(std::move(sizes)) {}
+
+int64_t SplitSizes::total() const {
+  if (sizes_.empty()) return each_ * n_;
+  int64_t sum = 0;
+  for (const int64_t x : sizes_) sum += x;
+  return sum;
+}
+
+std::vector<int64_t> SplitSizes::to_vector() const {
+  return sizes_.empty() ? std::vector<int64_t>(static_cast<std::size_t>(n_), each_) : sizes_;
+}
 
 std::string Signature::describe() const {
   std::ostringstream os;

@@ -8,6 +8,7 @@
 // error. Counts are elements; roots are group indices.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -51,11 +52,31 @@ struct AllGatherTensors {
 struct ReduceScatterTensors {
   Tensor output, input;
 };
+// An all_to_all's elements to (or from) each group rank j: n equal sizes, held as one number (a
+// call without split sizes; a 16,384-rank group's calls would otherwise hold 16,384^2 sizes), or
+// the list the caller gave.
+class SplitSizes {
+ public:
+  SplitSizes() = default;
+  static SplitSizes even(int n, int64_t each);
+  explicit SplitSizes(std::vector<int64_t> sizes);
+  int size() const { return n_; }
+  int64_t operator[](int j) const { return sizes_.empty() ? each_ : sizes_[static_cast<std::size_t>(j)]; }
+  bool is_even() const { return sizes_.empty(); }
+  int64_t total() const;
+  std::vector<int64_t> to_vector() const;
+
+ private:
+  int n_ = 0;
+  int64_t each_ = 0;            // when even
+  std::vector<int64_t> sizes_;  // else
+};
+
 // input_splits[j]: elements this rank sends group rank j; output_splits[j]: elements it receives
 // from group rank j (both already checked against the tensors' sizes).
 struct AllToAllTensors {
   Tensor output, input;
-  std::vector<int64_t> input_splits, output_splits;
+  SplitSizes input_splits, output_splits;
 };
 // tensor: this rank's contribution; gather_list: n tensors like it on the root, empty elsewhere.
 struct GatherTensors {

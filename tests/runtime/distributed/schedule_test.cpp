@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -248,7 +249,7 @@ TEST(Schedule, RingAllReduceHasTwoNMinusOneStepsAndMovesTwiceTheData) {
 // The rings made step by step (what a shape-only call is timed from) are the schedule's own
 // steps, move for move, for every ring collective, group size and element count (uneven pieces
 // included).
-TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {  // and hierarchical all-reduce's
+TEST(Schedule, LazyStepsMadeOneAtATimeAreTheSchedulesSteps) {  // and hierarchical all-reduce's
   for (const CollectiveKind kind :
        {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
     for (int n = 1; n <= 9; ++n) {
@@ -258,9 +259,10 @@ TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {  // and hierarchic
         req.algorithm = Algorithm::ring;
         req.nranks = n;
         req.count = count;
-        ASSERT_TRUE(RingSteps::serves(req));
+        ASSERT_TRUE(LazySteps::serves(req));
+        EXPECT_TRUE(LazySteps::exact(req));
         const Schedule full = make_schedule(req);
-        const RingSteps ring(req);
+        const LazySteps ring(req);
         ASSERT_EQ(static_cast<std::size_t>(ring.size()), full.steps.size()) << to_string(kind) << " n=" << n;
         Step st;
         for (int k = 0; k < ring.size(); ++k) {
@@ -291,9 +293,10 @@ TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {  // and hierarchic
       req.nranks = static_cast<int>(node_of.size());
       req.count = count;
       req.node_of = node_of;
-      ASSERT_TRUE(RingSteps::serves(req));
+      ASSERT_TRUE(LazySteps::serves(req));
+      EXPECT_TRUE(LazySteps::exact(req));
       const Schedule full = make_schedule(req);
-      const RingSteps ring(req);
+      const LazySteps ring(req);
       ASSERT_EQ(static_cast<std::size_t>(ring.size()), full.steps.size()) << "n=" << req.nranks;
       Step st;
       for (int k = 0; k < ring.size(); ++k) {
@@ -312,16 +315,62 @@ TEST(Schedule, RingStepsMadeOneAtATimeAreTheSchedulesSteps) {  // and hierarchic
   }
   ScheduleRequest uneven;
   uneven.algorithm = Algorithm::hierarchical;
+  uneven.kind = CollectiveKind::all_gather;
   uneven.nranks = 3;
   uneven.count = 8;
   uneven.node_of = {0, 0, 1};
-  EXPECT_THROW(RingSteps{uneven}, Error);
+  EXPECT_THROW(LazySteps{uneven}, Error);
   ScheduleRequest tree;
   tree.algorithm = Algorithm::tree;
-  EXPECT_FALSE(RingSteps::serves(tree));
+  EXPECT_FALSE(LazySteps::serves(tree));
   ScheduleRequest bcast;
   bcast.kind = CollectiveKind::broadcast;
-  EXPECT_FALSE(RingSteps::serves(bcast));
+  EXPECT_FALSE(LazySteps::serves(bcast));
+}
+
+// Hierarchical all_gather and reduce_scatter made step by step move, in every step, what the
+// schedule's step moves between each pair of ranks (the elements of its moves summed), which is
+// all that timing reads: over node layouts in order and interleaved, and counts with odd pieces.
+TEST(Schedule, LazyHierarchicalGatherAndScatterStepsMoveTheSchedulesTrafficPerPair) {
+  using Traffic = std::map<std::tuple<int, int, bool>, int64_t>;
+  const auto traffic = [](const Step& st) {
+    Traffic t;
+    for (const Move& m : st.moves) t[{m.src, m.dst, m.reduce}] += m.count;
+    return t;
+  };
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 0, 1, 1, 1, 1}, {0, 1, 2, 0, 1, 2, 0, 1, 2},
+      {0, 1, 2, 3}, {0, 0, 0, 0}, {2, 2, 0, 0, 1, 1},       {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3}};
+  for (const CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
+    for (const std::vector<int>& node_of : layouts) {
+      for (const int64_t count : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+        ScheduleRequest req;
+        req.kind = kind;
+        req.algorithm = Algorithm::hierarchical;
+        req.nranks = static_cast<int>(node_of.size());
+        req.count = count;
+        req.node_of = node_of;
+        ASSERT_TRUE(LazySteps::serves(req));
+        EXPECT_FALSE(LazySteps::exact(req));
+        const Schedule full = make_schedule(req);
+        const LazySteps lazy(req);
+        ASSERT_EQ(static_cast<std::size_t>(lazy.size()), full.steps.size())
+            << to_string(kind) << " n=" << req.nranks << " count=" << count;
+        Step st;
+        int64_t moved = 0;
+        for (int k = 0; k < lazy.size(); ++k) {
+          lazy.step(k, st);
+          const Traffic got = traffic(st);
+          EXPECT_EQ(got, traffic(full.steps[static_cast<std::size_t>(k)]))
+              << to_string(kind) << " n=" << req.nranks << " count=" << count << " step " << k;
+          // one move per pair: the steps grow with the group, not with group x nodes
+          EXPECT_EQ(st.moves.size(), got.size());
+          for (const Move& m : st.moves) moved += m.count;
+        }
+        EXPECT_EQ(moved, full.moved_elems());
+      }
+    }
+  }
 }
 
 TEST(Schedule, TreeAllReduceTakesLogarithmicSteps) {

@@ -180,7 +180,7 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
     // The nccl backend: the device library runs it (its own algorithm; `algo` is only recorded).
     device_->run(g.id, sig, tensors, me);
     if (sig.kind == CollectiveKind::all_to_all)
-      req.splits = {std::get<AllToAllTensors>(tensors).input_splits};  // this rank's size
+      req.splits = {std::get<AllToAllTensors>(tensors).input_splits.to_vector()};  // this rank's size
     return finish(g, sig, algo, call, req, begin);
   }
   Schedule local;
@@ -196,11 +196,12 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
     h.step = -1;
     h.call = call;
     const size_t row = static_cast<size_t>(n) * sizeof(int64_t);
+    const std::vector<int64_t> mine = a2a.input_splits.to_vector();
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       auto& out = send_[static_cast<size_t>(p)];
       out.resize(sizeof(Header) + row);
-      std::memcpy(out.data() + sizeof(Header), a2a.input_splits.data(), row);
+      std::memcpy(out.data() + sizeof(Header), mine.data(), row);
       sending_[static_cast<size_t>(p)] = receiving_[static_cast<size_t>(p)] = 1;
       expect_[static_cast<size_t>(p)] = row;
     }
@@ -208,7 +209,7 @@ std::shared_ptr<WorkState> MpiBackend::post(const std::shared_ptr<GroupState>& g
     req.splits.assign(static_cast<size_t>(n), std::vector<int64_t>(static_cast<size_t>(n)));
     for (int p = 0; p < n; ++p) {
       if (p == me)
-        req.splits[static_cast<size_t>(p)] = a2a.input_splits;
+        req.splits[static_cast<size_t>(p)] = mine;
       else
         std::memcpy(req.splits[static_cast<size_t>(p)].data(), recv_[static_cast<size_t>(p)].data() + sizeof(Header),
                     row);

@@ -151,7 +151,8 @@ class NcclCollectives final : public detail::DeviceCollectives {
         const auto& t = std::get<detail::AllToAllTensors>(tensors);
         const DeviceBuffer in = DeviceBuffer::upload(t.input, s);
         DeviceBuffer out(t.output.numel(), t.output.dtype());
-        c.all_to_all_v(out, in, t.input_splits, offsets(t.input_splits), t.output_splits, offsets(t.output_splits));
+        const std::vector<int64_t> ins = t.input_splits.to_vector(), outs = t.output_splits.to_vector();
+        c.all_to_all_v(out, in, ins, offsets(ins), outs, offsets(outs));
         done(c);
         out.download_into(t.output, s);
         break;
@@ -251,7 +252,8 @@ class NcclCollectives final : public detail::DeviceCollectives {
         break;
       case K::all_to_all: {
         const auto& t = std::get<detail::AllToAllTensors>(tensors);
-        c.all_to_all_v(a, b, t.input_splits, offsets(t.input_splits), t.output_splits, offsets(t.output_splits));
+        const std::vector<int64_t> ins = t.input_splits.to_vector(), outs = t.output_splits.to_vector();
+        c.all_to_all_v(a, b, ins, offsets(ins), outs, offsets(outs));
         break;
       }
       case K::gather:

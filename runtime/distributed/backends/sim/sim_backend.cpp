@@ -171,15 +171,25 @@ bool SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
                 "collectives.model: nccl in the topology, or use ring, tree, direct or hierarchical)");
   const Algorithm algo = resolve_algorithm(g, sig, default_algorithm_);
   ScheduleRequest req = schedule_request(g, sig, algo);
+  const bool data = has_data(p.arrivals.front().tensors);
+  int64_t even_all_to_all = -1;  // an all_to_all of even splits timed without its n x n table
   if (sig.kind == CollectiveKind::all_to_all) {
-    req.splits.assign(static_cast<size_t>(n), {});
-    for (int i = 0; i < n; ++i)
-      req.splits[static_cast<size_t>(i)] =
-          std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(i)].tensors).input_splits;
-    // Rank j's output splits must match what every rank sends it.
-    for (int j = 0; j < n; ++j)
-      check_splits(g, call, req, j,
-                   std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(j)].tensors).output_splits);
+    const auto splits = [&](int i) -> const AllToAllTensors& {
+      return std::get<AllToAllTensors>(p.arrivals[static_cast<size_t>(i)].tensors);
+    };
+    bool even = !data && nccl;
+    for (int i = 0; i < n && even; ++i)
+      even = splits(i).input_splits.is_even() && splits(i).output_splits.is_even() &&
+             splits(i).input_splits[0] == splits(0).input_splits[0] &&
+             splits(i).output_splits[0] == splits(0).input_splits[0];
+    if (even) {
+      even_all_to_all = splits(0).input_splits.total();
+    } else {
+      req.splits.assign(static_cast<size_t>(n), {});
+      for (int i = 0; i < n; ++i) req.splits[static_cast<size_t>(i)] = splits(i).input_splits.to_vector();
+      // Rank j's output splits must match what every rank sends it.
+      for (int j = 0; j < n; ++j) check_splits(g, call, req, j, splits(j).output_splits);
+    }
   }
   std::vector<sim::Time> start(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i)
@@ -199,16 +209,19 @@ bool SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     return true;
   }
 
-  const bool data = has_data(p.arrivals.front().tensors);
   Schedule local;
   // The nccl model times shape-only calls without a schedule: none is built for them. A
-  // shape-only ring is timed step by step as its steps are made (RingSteps), in memory linear in
-  // the group, rather than from its n^2 moves.
-  const bool lazy_ring = !data && !nccl && RingSteps::serves(req);
+  // shape-only ring or hierarchical collective is timed step by step as its steps are made
+  // (LazySteps), in memory linear in the group, rather than from its n^2 moves.
+  const bool lazy_ring = !data && !nccl && LazySteps::serves(req);
   const Schedule* sched = (data || !nccl) && !lazy_ring ? &schedules_.get(g.id, req, local) : nullptr;
   if (data) execute_data(g, p, *sched);
 
   CollectiveRecord rec = collective_record(g, sig, algo, call, req);
+  if (even_all_to_all >= 0) {
+    rec.count = even_all_to_all;
+    rec.bytes = rec.count * static_cast<int64_t>(esize);
+  }
   std::vector<sim::Time> done;
   if (nccl) {
     const sim::CollectiveEstimate est = time_nccl(g, sig, requested, rec, net.factor);
@@ -219,7 +232,7 @@ bool SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     done.assign(static_cast<size_t>(n), t0 + sim::Time::from_seconds(est.seconds));
   } else {
     if (lazy_ring) {
-      const RingSteps ring(req);
+      const LazySteps ring(req);
       Step buffer;
       done = time_schedule(
           g, static_cast<std::size_t>(ring.size()),

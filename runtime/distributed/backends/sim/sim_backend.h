@@ -140,7 +140,7 @@ class SimBackend : public Backend, public CostSink {
   NetworkEffect network_effect(const std::vector<int>& ranks, sim::Time at) const;
   double slowdown(int rank, sim::Time at) const;  // a straggler's factor on its kernels
   // Times a schedule's `nsteps` steps, step_at(k) giving step k (a Schedule's, or one made on
-  // demand: RingSteps).
+  // demand: LazySteps).
   std::vector<sim::Time> time_schedule(const GroupState& g, std::size_t nsteps,
                                        const std::function<const Step&(std::size_t)>& step_at,
                                        const std::vector<sim::Time>& start, size_t elem_size);

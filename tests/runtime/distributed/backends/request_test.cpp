@@ -2,7 +2,9 @@
 // launcher registry (runtime/distributed/backends/registry.h).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <variant>
+#include <vector>
 
 #include "runtime/distributed/backends/registry.h"
 #include "runtime/distributed/backends/request.h"
@@ -23,6 +25,25 @@ TEST(CollectiveTensors, EachStructNamesItsKind) {
   EXPECT_EQ(kind_of(ScatterTensors{t, {}}), CollectiveKind::scatter);
   EXPECT_EQ(kind_of(AllToAllTensors{t, t, {}, {}}), CollectiveKind::all_to_all);
   EXPECT_EQ(kind_of(BarrierTensors{}), CollectiveKind::barrier);
+}
+
+// Even split sizes are one number for the whole group; given ones are the list. Both read alike.
+TEST(SplitSizes, EvenSizesReadAsTheListTheyStandFor) {
+  const SplitSizes even = SplitSizes::even(4, 3);
+  EXPECT_TRUE(even.is_even());
+  EXPECT_EQ(even.size(), 4);
+  EXPECT_EQ(even[0], 3);
+  EXPECT_EQ(even[3], 3);
+  EXPECT_EQ(even.total(), 12);
+  EXPECT_EQ(even.to_vector(), (std::vector<int64_t>{3, 3, 3, 3}));
+  const SplitSizes given({5, 0, 2});
+  EXPECT_FALSE(given.is_even());
+  EXPECT_EQ(given.size(), 3);
+  EXPECT_EQ(given[0], 5);
+  EXPECT_EQ(given[1], 0);
+  EXPECT_EQ(given.total(), 7);
+  EXPECT_EQ(given.to_vector(), (std::vector<int64_t>{5, 0, 2}));
+  EXPECT_EQ(SplitSizes().total(), 0);
 }
 
 TEST(CollectiveTensors, HasDataFollowsTheTensorsAndABarrierHasNone) {
