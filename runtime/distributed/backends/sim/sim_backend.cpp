@@ -85,9 +85,24 @@ std::shared_ptr<SimGroup> SimBackend::make_group(std::vector<int> ranks) {
   return g;
 }
 
+std::size_t SimBackend::RankSetHash::operator()(const std::vector<int>& v) const noexcept {
+  uint64_t h = 0xcbf29ce484222325ULL ^ v.size();  // FNV-1a over the ranks
+  for (const int r : v) h = (h ^ static_cast<uint32_t>(r)) * 0x100000001b3ULL;
+  return static_cast<std::size_t>(h);
+}
+
 std::shared_ptr<GroupState> SimBackend::find_or_make_group(const std::vector<int>& ranks) {
-  const int occurrence = creations_[{rank(), ranks}]++;
-  auto& slot = registry_[{ranks, occurrence}];
+  RankSet& set = sets_[ranks];
+  const auto me = static_cast<size_t>(rank());
+  const uint64_t bit = uint64_t{1} << (me % 64);
+  size_t occurrence = 0;
+  while (occurrence < set.created.size() && (set.created[occurrence][me / 64] & bit) != 0) ++occurrence;
+  if (occurrence == set.created.size()) {
+    set.created.emplace_back((static_cast<size_t>(nranks_) + 63) / 64, 0);
+    set.by_occurrence.emplace_back();
+  }
+  set.created[occurrence][me / 64] |= bit;
+  auto& slot = set.by_occurrence[occurrence];
   if (!slot) {
     slot = make_group(ranks);
     if (ranks.size() == static_cast<size_t>(nranks_)) slot->name = "world#" + std::to_string(slot->id);

@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/distributed/backends/backend.h"
@@ -158,9 +159,19 @@ class SimBackend : public Backend, public CostSink {
   std::vector<char> initialized_;
   std::shared_ptr<SimGroup> world_;
   std::vector<std::shared_ptr<SimGroup>> groups_;
-  // (rank set, occurrence) -> group; occurrence counted per creating rank.
-  std::map<std::pair<std::vector<int>, int>, std::shared_ptr<SimGroup>> registry_;
-  std::map<std::pair<int, std::vector<int>>, int> creations_;  // (rank, set) -> times created
+  // Groups by (rank set, occurrence), the occurrence counted per creating rank: the k-th creation
+  // of a set on every rank is the same group. Every rank creates every group of a layout (as
+  // torch's new_group requires), so a run of R ranks and G groups makes R x G creations: the
+  // sets are interned (one copy each), and how often each rank created a set is a bit per (set,
+  // occurrence, rank).
+  struct RankSetHash {
+    std::size_t operator()(const std::vector<int>& v) const noexcept;
+  };
+  struct RankSet {
+    std::vector<std::vector<uint64_t>> created;            // [k] bit r: rank r created it more than k times
+    std::vector<std::shared_ptr<SimGroup>> by_occurrence;  // [k]: the group of the k-th creation
+  };
+  std::unordered_map<std::vector<int>, RankSet, RankSetHash> sets_;
   std::map<ChannelKey, Channel> channels_;
   ScheduleCache schedules_;
   std::vector<CollectiveRecord> records_;
