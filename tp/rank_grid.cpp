@@ -193,17 +193,11 @@ runtime::ProcessGroup RankGrid::create_group(const std::vector<std::string>& nam
   // communication by group say which parallelism a collective served.
   std::string desc;
   for (std::size_t i : key) desc += (desc.empty() ? "" : "-") + dims_[i].name;
-  runtime::ProcessGroup mine;
-  bool found = false;
-  for (const std::vector<int>& members : group_ranks(names)) {
-    runtime::ProcessGroup g = runtime::new_group(members, desc);
-    // A rank outside the grid keeps the first group, which reports is_member() == false.
-    const bool mine_here = !contains(me) || std::find(members.begin(), members.end(), me) != members.end();
-    if (!found && mine_here) {
-      mine = g;
-      found = true;
-    }
-  }
+  // A rank outside the grid gets a handle on the first group (the one holding the grid's first
+  // rank), which reports is_member() == false.
+  const std::vector<int> members =
+      group_of(names, contains(me) ? me : rank_offset_);  // the first group holds the first rank
+  runtime::ProcessGroup mine = runtime::new_group(members, desc);
   groups_.emplace(key, mine);
   return mine;
 }

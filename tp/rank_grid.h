@@ -11,11 +11,15 @@
 // shapes may share one world (an encoder on its own TP/DP grid beside a language model) by
 // covering disjoint ranges.
 //
-// Creating groups: create_group(dims) calls runtime::new_group once for every group of that kind,
-// in enumeration order, so it must run on every rank of the world, in the same order for every
-// kind (torch's rule for new_group). Groups are cached per set of dimensions: asking again returns
-// the same group without creating anything. Ranks outside the grid get a handle whose
-// is_member() is false.
+// Creating groups: create_group(dims) calls runtime::new_group for the calling rank's group of
+// that kind only. Megatron creates every group of a kind on every rank (torch's new_group is
+// collective over the world); ranksim's backends need only the members (the sim backend shares
+// one group per rank set; MPI_Comm_create_group and the NCCL communicator are collective over
+// the members), and R ranks each creating all G groups is R x G creations: at 16,384 ranks the
+// larger part of a shape-only step. It must still run on every rank of the world, in the same
+// order for every kind, so that members create a group together. Groups are cached per set of
+// dimensions: asking again returns the same group without creating anything. Ranks outside the
+// grid get a handle whose is_member() is false.
 //
 // A RankGrid is a plain value owned by whoever built it (a run, a rank's parallel state); there
 // is no global registry. Errors (a layout that does not fit the world, an unknown or repeated
@@ -67,8 +71,8 @@ class RankGrid {
   // The members of global_rank's group over names. REQUIRES: contains(global_rank).
   std::vector<int> group_of(const std::vector<std::string>& names, int global_rank) const;
 
-  // Creates (on first call for this set of names) every group over names with runtime::new_group
-  // and returns the calling rank's. Must be called inside a rank of a run, by every rank of the
+  // Creates (on first call for this set of names) the calling rank's group over names with
+  // runtime::new_group and returns it. Must be called inside a rank of a run, by every rank of the
   // world in the same order (see the header comment).
   runtime::ProcessGroup create_group(const std::vector<std::string>& names);
 

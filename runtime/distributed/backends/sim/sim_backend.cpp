@@ -93,6 +93,13 @@ std::size_t SimBackend::RankSetHash::operator()(const std::vector<int>& v) const
 
 std::shared_ptr<GroupState> SimBackend::find_or_make_group(const std::vector<int>& ranks) {
   RankSet& set = sets_[ranks];
+  // A rank outside the set gets a handle of its own kind: it takes no part in the set's groups,
+  // so which creation it makes cannot depend on what the members made (nor can it name their
+  // group first: a group keeps the description of its first creator).
+  if (!std::binary_search(ranks.begin(), ranks.end(), rank())) {
+    if (!set.outside) set.outside = make_group(ranks);
+    return set.outside;
+  }
   const auto me = static_cast<size_t>(rank());
   const uint64_t bit = uint64_t{1} << (me % 64);
   size_t occurrence = 0;

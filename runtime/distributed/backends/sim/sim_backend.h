@@ -159,17 +159,18 @@ class SimBackend : public Backend, public CostSink {
   std::vector<char> initialized_;
   std::shared_ptr<SimGroup> world_;
   std::vector<std::shared_ptr<SimGroup>> groups_;
-  // Groups by (rank set, occurrence), the occurrence counted per creating rank: the k-th creation
-  // of a set on every rank is the same group. Every rank creates every group of a layout (as
-  // torch's new_group requires), so a run of R ranks and G groups makes R x G creations: the
-  // sets are interned (one copy each), and how often each rank created a set is a bit per (set,
-  // occurrence, rank).
+  // Groups by (rank set, occurrence), the occurrence counted per creating member: the k-th
+  // creation of a set on every member is the same group. A layout's R ranks may each create
+  // all its G groups (torch asks new_group of every rank; new_subgroups_by_enumeration does it),
+  // so the sets are interned (one copy each), how often each member created a set is a bit per
+  // (set, occurrence, rank), and ranks outside a set share one handle that counts nothing.
   struct RankSetHash {
     std::size_t operator()(const std::vector<int>& v) const noexcept;
   };
   struct RankSet {
     std::vector<std::vector<uint64_t>> created;            // [k] bit r: rank r created it more than k times
     std::vector<std::shared_ptr<SimGroup>> by_occurrence;  // [k]: the group of the k-th creation
+    std::shared_ptr<SimGroup> outside;                     // the handle of ranks outside the set
   };
   std::unordered_map<std::vector<int>, RankSet, RankSetHash> sets_;
   std::map<ChannelKey, Channel> channels_;
