@@ -44,11 +44,17 @@ double time_runs(runtime::Device& dev, int reps, const std::function<void()>& fn
   return dt.count() / reps;
 }
 
-// Device memory freed at scope exit.
+// Device memory freed at scope exit: the first `bytes` of host, uploaded, or zeros.
 struct Buffer {
   runtime::Device& dev;
   void* p;
-  Buffer(runtime::Device& d, size_t bytes) : dev(d), p(d.allocate(bytes)) { d.zero(p, bytes); }
+  Buffer(runtime::Device& d, size_t bytes, const void* host = nullptr) : dev(d), p(d.allocate(bytes)) {
+    if (host != nullptr) {
+      d.upload(p, host, bytes);
+    } else {
+      d.zero(p, bytes);
+    }
+  }
   ~Buffer() { dev.release(p); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -105,6 +111,11 @@ int bench_ops(const BenchOpsOptions& o, std::ostream& out) {
       << " runs after a warm-up\n\ngemm:\n";
   std::snprintf(line, sizeof line, "%8s %8s %8s %12s %10s\n", "m", "n", "k", "time(us)", "TFLOP/s");
   out << line;
+  // The operands are random normal values, as a training step's are: a GPU multiplies zeros
+  // faster (on the H100 of docs/data/h100-2026-11-27, 8192^3 bf16: 903 TFLOP/s on zeros, 731 on
+  // random operands). One draw each, as large as the grid's largest operand; a GEMM uses its prefix.
+  const Tensor rand_a = Tensor::randn({m.back() * k.back()}, 1, 0.0, 1.0, DType::bf16);
+  const Tensor rand_b = Tensor::randn({k.back() * n.back()}, 2, 0.0, 1.0, DType::bf16);
   sim::KernelProfile::GemmGrid g;
   for (int64_t v : m) g.m.push_back(static_cast<double>(v));
   for (int64_t v : n) g.n.push_back(static_cast<double>(v));
@@ -113,8 +124,8 @@ int bench_ops(const BenchOpsOptions& o, std::ostream& out) {
     for (int64_t ni : n)
       for (int64_t ki : k) {
         const size_t el = runtime::dtype_size(DType::bf16);
-        Buffer a(*dev, static_cast<size_t>(mi * ki) * el), b(*dev, static_cast<size_t>(ki * ni) * el),
-            c(*dev, static_cast<size_t>(mi * ni) * el);
+        Buffer a(*dev, static_cast<size_t>(mi * ki) * el, rand_a.raw_data()),
+            b(*dev, static_cast<size_t>(ki * ni) * el, rand_b.raw_data()), c(*dev, static_cast<size_t>(mi * ni) * el);
         const runtime::GemmArgs args{a.p, b.p, c.p, DType::bf16, 1, mi, ni, ki, false, false, 0, 0, 0};
         const double s = time_runs(*dev, reps, [&] { dev->gemm(args); });
         const double flops = 2.0 * static_cast<double>(mi) * static_cast<double>(ni) * static_cast<double>(ki);
@@ -145,8 +156,8 @@ int bench_ops(const BenchOpsOptions& o, std::ostream& out) {
           const cp::TokenInfo tokens = packed(batch, s);
           cp::AttentionOptions opts;
           opts.causal = causal;
-          const Tensor q = Tensor::full({batch * s, heads, d}, 0.01, DType::bf16);
-          const Tensor kv = Tensor::full({batch * s, heads, d}, 0.02, DType::bf16);
+          const Tensor q = Tensor::randn({batch * s, heads, d}, 3, 0.0, 1.0, DType::bf16);
+          const Tensor kv = Tensor::randn({batch * s, heads, d}, 4, 0.0, 1.0, DType::bf16);
           const double pairs = static_cast<double>(cp::attention_visible_pairs(tokens, tokens, opts));
           double seconds = 0, flops = 4.0 * pairs * static_cast<double>(heads * d);
           if (!backward) {
