@@ -15,6 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 nlohmann::json run_json(const std::vector<std::string>& extra,
                         const std::string& file = "cp-attention-p2p-dgx-h100.yaml") {
@@ -60,8 +61,9 @@ TEST(ComputeSummary, MeasuredKernelsAreNeverFasterThanTheRoofline) {
   EXPECT_EQ(roof["compute_notes"].size(), 0u);
 }
 
-TEST(ComputeSummary, Fp8TimesOnlyTheBlocksGemmsFasterAndChangesNoNumber) {
-  // Shape-only 1F1B run: the blocks' GEMMs at the FP8 rate, everything else as before.
+TEST(ComputeSummary, Fp8TimesOnlyTheBlocksGemmsAndTheirCastsAndChangesNoNumber) {
+  // Shape-only 1F1B run: the blocks' GEMMs at the FP8 rate, followed by their inputs' casts
+  // (memory-bound); attention as before.
   const nlohmann::json bf16 = run_json({}, "train-pp2-1f1b-dgx-h100.yaml");
   const nlohmann::json fp8 = run_json({"--set", "model.fp8=hybrid"}, "train-pp2-1f1b-dgx-h100.yaml");
   for (size_t r = 0; r < 8; ++r) {
@@ -69,22 +71,20 @@ TEST(ComputeSummary, Fp8TimesOnlyTheBlocksGemmsFasterAndChangesNoNumber) {
     const auto& b = fp8["ranks_detail"][r]["compute_by_kind"];
     EXPECT_LT(b["gemm_us"].get<double>(), a["gemm_us"].get<double>()) << r;
     EXPECT_EQ(b["attention_us"].get<double>(), a["attention_us"].get<double>()) << r;
-    EXPECT_EQ(b["memory_bound_us"].get<double>(), a["memory_bound_us"].get<double>()) << r;
+    EXPECT_GT(b["memory_bound_us"].get<double>(), a["memory_bound_us"].get<double>()) << r;
   }
-  EXPECT_LT(fp8["virtual_time_us"].get<double>(), bf16["virtual_time_us"].get<double>());
-  // The shipped H100 profile has no fp8 grid: the run says the GEMMs are on the fp8 roofline.
-  bool said = false;
+  // The shipped H100 profile has an fp8 grid (measured): no GEMM falls back to the fp8 roofline.
   for (const auto& n : fp8["compute_notes"])
-    said = said || n["note"].get<std::string>() == "gemm fp8: roofline (the kernel profile has no fp8 entry)";
-  EXPECT_TRUE(said) << fp8["compute_notes"].dump();
-  // Real data: two bf16 training steps give the same losses with and without FP8 timing.
+    EXPECT_THAT(n["note"].get<std::string>(), Not(HasSubstr("fp8: roofline"))) << fp8["compute_notes"].dump();
+  // Real data: two bf16 training steps give the same losses with and without FP8 timing; the
+  // time differs (this model is small enough that the casts cost more than the GEMMs save).
   const std::vector<std::string> real{"--set", "model.dtype=bf16", "--set", "train.steps=2"};
   std::vector<std::string> real_fp8 = real;
   real_fp8.insert(real_fp8.end(), {"--set", "model.fp8=e4m3"});
   const nlohmann::json plain = run_json(real, "train-tp2-cp2-dp2-dgx-h100.yaml");
   const nlohmann::json timed = run_json(real_fp8, "train-tp2-cp2-dp2-dgx-h100.yaml");
   EXPECT_EQ(plain["model"]["losses"], timed["model"]["losses"]);
-  EXPECT_LT(timed["virtual_time_us"].get<double>(), plain["virtual_time_us"].get<double>());
+  EXPECT_NE(timed["virtual_time_us"].get<double>(), plain["virtual_time_us"].get<double>());
   // An fp32 model cannot: the error names the key.
   const CliResult bad = run({"run", scenario("train-tp2-cp2-dp2-dgx-h100.yaml"), "--set", "model.fp8=hybrid"});
   EXPECT_EQ(bad.code, 2);

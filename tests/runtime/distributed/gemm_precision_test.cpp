@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/distributed/backends/sim/sim_backend.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"
 #include "runtime/tensor/cost.h"
@@ -94,6 +96,39 @@ TEST(GemmPrecision, ScopesNestAndOnlyGemmsChange) {
   EXPECT_EQ(gemm_s[3], gemm_s[1]);
   EXPECT_EQ(gemm_s[4], gemm_s[0]);
   EXPECT_EQ(add_fp8, add_native);  // a memory-bound kernel is not a GEMM
+}
+
+// Each FP8 GEMM is followed by the quantisation of its input (detail::SimBackend::fp8_quantisation): a
+// memory-bound kernel moving 6 bytes per value of the forward's activation (M x K) or of the
+// backward's incoming gradient (M x N), on the roofline bytes / 3.35 TB/s + the 3 us launch.
+TEST(GemmPrecision, AnFp8GemmQuantisesItsInputAfterwards) {
+  const sim::Topology topo = roofline_h100();
+  SpawnOptions so;
+  so.topology = &topo;
+  constexpr double m = 4096, n = 1024, k = 2048;
+  const RunReport rep = spawn(
+      [&](int rank) {
+        const Tensor a = Tensor::shape_only({4096, 2048}, DType::bf16);
+        const Tensor b = Tensor::shape_only({2048, 1024}, DType::bf16);
+        const Tensor dc = Tensor::shape_only({4096, 1024}, DType::bf16);
+        std::optional<GemmPrecisionScope> fp8;
+        if (rank == 0) fp8.emplace(GemmPrecision::fp8);
+        (void)matmul(a, b);
+        (void)matmul_backward(dc, a, b);
+      },
+      2, so);
+  const auto mem = static_cast<size_t>(sim::KernelClass::memory);
+  EXPECT_EQ(rep.compute_detail[1].time[mem].seconds(), 0);  // bf16: no cast
+  const double cast = 6 * m * k / 3.35e12 + 3e-6, cast_back = 6 * m * n / 3.35e12 + 3e-6;
+  EXPECT_NEAR(rep.compute_detail[0].time[mem].seconds(), cast + cast_back, 1e-12);
+  const OpCost fwd = detail::SimBackend::fp8_quantisation(sim::KernelShape{sim::KernelClass::gemm, 3, 5, 7, 11});
+  EXPECT_STREQ(fwd.op, "fp8_cast");
+  EXPECT_EQ(fwd.bytes, 6.0 * 3 * 5 * 11);
+  EXPECT_EQ(fwd.flops, 0);
+  EXPECT_EQ(fwd.shape.cls, sim::KernelClass::memory);
+  sim::KernelShape back{sim::KernelClass::gemm, 3, 5, 7, 11};
+  back.backward = true;
+  EXPECT_EQ(detail::SimBackend::fp8_quantisation(back).bytes, 6.0 * 3 * 5 * 7);
 }
 
 TEST(GemmPrecision, OutsideARunTheScopeDoesNothing) {

@@ -585,6 +585,16 @@ void SimBackend::charge(const OpCost& cost) {
   if (kt.roofline || kt.outside) ++unmeasured_[{kt.cls, dtype, kt.roofline}];  // dtype: a static name
   if (engine_.options().trace && dt > sim::Time::zero())
     engine_.trace().add(sim::Span{r, sim::SpanKind::compute, begin, begin + dt, cost.op, {}});
+  if (fp8) charge(fp8_quantisation(cost.shape));
+}
+
+OpCost SimBackend::fp8_quantisation(const sim::KernelShape& gemm) {
+  // A forward GEMM casts its activation input (batch x M x K); a backward one its incoming
+  // gradient (batch x M x N). The weights' FP8 copies are cached across micro-batches, and the
+  // activation's transposed copy for the weight gradient is made in forward.
+  const double elements = static_cast<double>(gemm.batch) * static_cast<double>(gemm.m) *
+                          static_cast<double>(gemm.backward ? gemm.n : gemm.k);
+  return OpCost{"fp8_cast", 0.0, kFp8CastBytesPerElement * elements, DType::bf16, sim::KernelShape{}};
 }
 
 void SimBackend::set_faults(const FaultPlan& plan) {

@@ -101,9 +101,16 @@ class SimBackend : public Backend, public CostSink {
   void wait(WorkState& work) override;
   bool poll(WorkState& work) override;
 
-  // CostSink: advances the current rank's clock by the roofline cost of an op.
+  // CostSink: advances the current rank's clock by the cost of an op (sim::ComputeModel). A GEMM
+  // timed in FP8 is followed by its input's quantisation (fp8_quantisation).
   void charge(const OpCost& cost) override;
   GemmPrecision exchange_gemm_precision(GemmPrecision p) override;
+  // The memory-bound kernel that quantises an FP8 GEMM's input under TransformerEngine's current
+  // scaling ("fp8_cast", bf16): the amax pass reads each value (2 bytes), then the cast reads it
+  // again and writes it in FP8 and FP8-transposed (2 + 1 + 1): 6 bytes per value of the forward's
+  // activation or the backward's incoming gradient.
+  static constexpr double kFp8CastBytesPerElement = 6.0;
+  static OpCost fp8_quantisation(const sim::KernelShape& gemm);
   // The ledger that counts the ranks' tensor memory (installed by spawn_sim for the run).
   std::shared_ptr<MemoryLedger> memory() const { return memory_; }
   static std::vector<uint64_t> device_capacities(const sim::Topology& topology, int nranks);
