@@ -622,18 +622,29 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
     throw Error(
         "--megatron-args: give --num-layers-per-virtual-pipeline-stage or "
         "--num-virtual-stages-per-pipeline-rank, not both");
+  // Megatron-LM's TransformerConfig: the embedding (the loss) counts as one more layer of the
+  // first (last) pipeline stage, or model chunk with virtual stages, when the layers are split
+  // over the pipeline; that stage or chunk then holds one decoder layer fewer (Llama 3 405B: 126
+  // layers + 2 over 16 stages, 7 on the first and last).
+  const bool emb = a.has("--account-for-embedding-in-pipeline-split"),
+             loss = a.has("--account-for-loss-in-pipeline-split");
+  const std::int64_t split_layers = layers + (emb ? 1 : 0) + (loss ? 1 : 0);
+  std::int64_t virtual_stages = 1;
   if (a.has("--num-layers-per-virtual-pipeline-stage")) {
     const std::int64_t per = a.integer("--num-layers-per-virtual-pipeline-stage");
-    if (layers % (pp * per) != 0)
+    if (split_layers % (pp * per) != 0)
       throw Error("--megatron-args: " + a.text("--num-layers-per-virtual-pipeline-stage") + ": " +
-                  std::to_string(layers) + " layers do not split into pp=" + std::to_string(pp) +
-                  " stages of chunks of " + std::to_string(per) + " layers");
-    d.line("  virtual_stages: " + std::to_string(layers / (pp * per)),
-           from({"--num-layers-per-virtual-pipeline-stage"}));
+                  std::to_string(layers) + " layers" +
+                  (split_layers != layers ? " and " + std::to_string(split_layers - layers) + " more" : std::string()) +
+                  " do not split into pp=" + std::to_string(pp) + " stages of chunks of " + std::to_string(per) +
+                  " layers");
+    virtual_stages = split_layers / (pp * per);
+    d.line("  virtual_stages: " + std::to_string(virtual_stages), from({"--num-layers-per-virtual-pipeline-stage"}));
   }
-  if (a.has("--num-virtual-stages-per-pipeline-rank"))
-    d.line("  virtual_stages: " + std::to_string(a.integer("--num-virtual-stages-per-pipeline-rank")),
-           from({"--num-virtual-stages-per-pipeline-rank"}));
+  if (a.has("--num-virtual-stages-per-pipeline-rank")) {
+    virtual_stages = a.integer("--num-virtual-stages-per-pipeline-rank");
+    d.line("  virtual_stages: " + std::to_string(virtual_stages), from({"--num-virtual-stages-per-pipeline-rank"}));
+  }
   for (const auto& [key, names] : {std::pair<const char*, std::pair<const char*, const char*>>{
                                        "decoder_first_pipeline_num_layers",
                                        {"--decoder-first-pipeline-num-layers", "--num-layers-in-first-pipeline-stage"}},
@@ -643,11 +654,6 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
     if (given != nullptr)
       d.line(std::string("  ") + key + ": " + std::to_string(a.integer(given)), from({names.first, names.second}));
   }
-  // Megatron-LM's TransformerConfig: the embedding (the loss) counts as one more layer of the
-  // first (last) stage when the layers are split over the pipeline, which then holds one decoder
-  // layer fewer (Llama 3 405B: 126 layers + 2 over 16 stages, 7 on the first and last)
-  const bool emb = a.has("--account-for-embedding-in-pipeline-split"),
-             loss = a.has("--account-for-loss-in-pipeline-split");
   if (emb || loss) {
     const std::string split_args =
         from({"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"});
@@ -655,17 +661,15 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
     for (const char* n : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                           "--num-layers-in-first-pipeline-stage", "--num-layers-in-last-pipeline-stage"})
       if (a.has(n)) throw Error("--megatron-args: give " + split_args + " or " + n + ", not both");
-    if (a.has("--num-layers-per-virtual-pipeline-stage") || a.has("--num-virtual-stages-per-pipeline-rank"))
-      throw Error("--megatron-args: " + split_args +
-                  " with virtual pipeline stages is not modelled (uneven stages take "
-                  "the 1F1B schedule)");
-    const std::int64_t units = layers + (emb ? 1 : 0) + (loss ? 1 : 0);
-    if (units % pp != 0)
+    // With virtual stages: over the pp x v model chunks, the first and the last of which hold
+    // the embedding and the loss.
+    const std::int64_t units = split_layers, chunks = pp * virtual_stages;
+    if (units % chunks != 0)
       throw Error("--megatron-args: " + split_args + ": " + std::to_string(layers) + " layers and " +
                   std::to_string(units - layers) + " more do not split evenly over pp=" + std::to_string(pp) +
-                  " stages");
-    if (emb) d.line("  decoder_first_pipeline_num_layers: " + std::to_string(units / pp - 1), split_args);
-    if (loss) d.line("  decoder_last_pipeline_num_layers: " + std::to_string(units / pp - 1), split_args);
+                  (virtual_stages > 1 ? " x " + std::to_string(virtual_stages) + " virtual stages" : " stages"));
+    if (emb) d.line("  decoder_first_pipeline_num_layers: " + std::to_string(units / chunks - 1), split_args);
+    if (loss) d.line("  decoder_last_pipeline_num_layers: " + std::to_string(units / chunks - 1), split_args);
   }
 
   d.line("model:");

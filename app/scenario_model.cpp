@@ -327,6 +327,21 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       }
     }
     if (m.shape_only && !ts.checkpoint.empty()) r.fail(t, "train.checkpoint needs real data: remove data: shape_only");
+    if (const YAML::Node v = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
+        v.IsDefined()) {
+      ts.virtual_stages = r.positive_int(v, "parallel.virtual_stages");
+      if (ts.virtual_stages > 1 && sc.pp < 2)
+        r.fail(v, "parallel.virtual_stages interleaves the pipeline schedule: it needs pp >= 2");
+      const bool uneven = (par.IsDefined() && entry(par, "decoder_first_pipeline_num_layers").IsDefined()) ||
+                          (par.IsDefined() && entry(par, "decoder_last_pipeline_num_layers").IsDefined());
+      if (!uneven && m.config.layers % (sc.pp * ts.virtual_stages) != 0)
+        r.fail(v, "model.layers " + std::to_string(m.config.layers) + " cannot be split into pp=" +
+                      std::to_string(sc.pp) + " x virtual_stages=" + std::to_string(ts.virtual_stages) +
+                      " chunks; use a layer count that is a multiple of " + std::to_string(sc.pp * ts.virtual_stages));
+      if (ts.virtual_stages > 1 && !ts.micro_batch_size && ts.micro_batches % sc.pp != 0)
+        r.fail(v, "the interleaved schedule runs micro-batches in groups of pp: train.micro_batches " +
+                      std::to_string(ts.micro_batches) + " is not a multiple of pp=" + std::to_string(sc.pp));
+    }
     YAML::Node split_at;    // the last of the two keys given: a bad split is reported there
     std::string split_key;  // empty: neither given
     for (auto [key, field] :
@@ -336,16 +351,17 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       if (!v.IsDefined()) continue;
       *field = non_negative_int(r, v, std::string("parallel.") + key);
       if (sc.pp < 2) r.fail(v, std::string("parallel.") + key + " sets a pipeline stage's layers: it needs pp >= 2");
-      if (par.IsDefined() && entry(par, "virtual_stages").IsDefined())
-        r.fail(v, std::string("parallel.") + key +
-                      " and parallel.virtual_stages cannot be combined; use one or the other");
       split_at = v;
       split_key = key;
     }
     if (!split_key.empty()) {
       try {
-        models::stage_layers(m.config.layers, models::Stage{0, sc.pp, ts.first_stage_layers, ts.last_stage_layers},
-                             "the pipeline");
+        // With virtual stages the counts are the first and last of the pp x v model chunks.
+        models::stage_layers(
+            m.config.layers, models::Stage{0, sc.pp * ts.virtual_stages, ts.first_stage_layers, ts.last_stage_layers},
+            ts.virtual_stages > 1 ? "the pipeline's " + std::to_string(sc.pp) + " x " +
+                                        std::to_string(ts.virtual_stages) + " model chunks (pp x virtual_stages)"
+                                  : std::string("the pipeline"));
       } catch (const Error& e) {
         r.fail(split_at, "parallel." + split_key + ": " + e.what());
       }
@@ -354,19 +370,6 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       layout_error(std::to_string(m.config.layers) + " layers cannot be split evenly over pp=" + std::to_string(sc.pp) +
                    " stages; set model.layers to a multiple of pp, or parallel.decoder_first_pipeline_num_layers / "
                    "decoder_last_pipeline_num_layers");
-    if (const YAML::Node v = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
-        v.IsDefined()) {
-      ts.virtual_stages = r.positive_int(v, "parallel.virtual_stages");
-      if (ts.virtual_stages > 1 && sc.pp < 2)
-        r.fail(v, "parallel.virtual_stages interleaves the pipeline schedule: it needs pp >= 2");
-      if (m.config.layers % (sc.pp * ts.virtual_stages) != 0)
-        r.fail(v, "model.layers " + std::to_string(m.config.layers) + " cannot be split into pp=" +
-                      std::to_string(sc.pp) + " x virtual_stages=" + std::to_string(ts.virtual_stages) +
-                      " chunks; use a layer count that is a multiple of " + std::to_string(sc.pp * ts.virtual_stages));
-      if (ts.virtual_stages > 1 && !ts.micro_batch_size && ts.micro_batches % sc.pp != 0)
-        r.fail(v, "the interleaved schedule runs micro-batches in groups of pp: train.micro_batches " +
-                      std::to_string(ts.micro_batches) + " is not a multiple of pp=" + std::to_string(sc.pp));
-    }
     m.train = ts;
   } else if (par.IsDefined() && entry(par, "virtual_stages").IsDefined()) {
     r.fail(entry(par, "virtual_stages"), "parallel.virtual_stages needs a train: section (a pipeline schedule)");

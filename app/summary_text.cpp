@@ -154,13 +154,19 @@ void print_collectives_table(std::ostream& out, const RunSummary& s) {
   }
 }
 
-// Uneven pipeline stages' blocks, e.g. "stages 3-4-4-1".
+// Uneven pipeline stages' blocks, e.g. "stages 3-4-4-1"; with virtual stages, the model chunks'
+// (pp x v of them), e.g. "chunks 1-2x62-1".
 std::string stage_split(std::int64_t layers, int pp, const TrainSettings& t) {
+  const int n = pp * t.virtual_stages;
+  auto count = [&](int r) {
+    return models::stage_layers(layers, models::Stage{r, n, t.first_stage_layers, t.last_stage_layers}, "pipeline")
+        .count;
+  };
+  if (t.virtual_stages > 1)
+    return "chunks " + std::to_string(count(0)) + "-" + std::to_string(count(1)) + "x" + std::to_string(n - 2) + "-" +
+           std::to_string(count(n - 1));
   std::string out = "stages";
-  for (int r = 0; r < pp; ++r) {
-    const models::Stage st{r, pp, t.first_stage_layers, t.last_stage_layers};
-    out += (r == 0 ? " " : "-") + std::to_string(models::stage_layers(layers, st, "pipeline").count);
-  }
+  for (int r = 0; r < pp; ++r) out += (r == 0 ? " " : "-") + std::to_string(count(r));
   return out;
 }
 

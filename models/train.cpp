@@ -50,21 +50,16 @@ void check_spec(const TrainSpec& s) {
     throw Error("training: zero must be 0, 1 (the distributed optimizer) or 3 (FSDP), got " + str(s.zero));
   }
   const bool uneven = s.first_stage_layers != -1 || s.last_stage_layers != -1;
-  if (uneven && s.virtual_stages != 1) {
-    throw Error(
-        "training: uneven first/last pipeline stages are not supported with virtual_stages (the "
-        "interleaved schedule); use one or the other");
-  }
+  if (s.virtual_stages < 1) throw Error("training: virtual_stages must be >= 1, got " + str(s.virtual_stages));
   if (uneven) {
-    stage_layers(s.config.layers, pipeline_stage(s, 0, 0), "training");
+    stage_layers(s.config.layers, pipeline_stage(s, 0, 0), "training");  // the first and last model chunks
   } else if (s.config.layers % s.pp != 0) {
     throw Error("training: " + str(s.config.layers) + " layers cannot be split evenly over pp=" + str(s.pp) +
                 " stages; use a pp that divides model.layers");
   }
-  if (s.virtual_stages < 1) throw Error("training: virtual_stages must be >= 1, got " + str(s.virtual_stages));
   if (s.virtual_stages > 1) {
     if (s.pp < 2) throw Error("training: virtual_stages (the interleaved schedule) needs pp >= 2");
-    if (s.config.layers % (s.pp * s.virtual_stages) != 0) {
+    if (!uneven && s.config.layers % (s.pp * s.virtual_stages) != 0) {
       throw Error("training: " + str(s.config.layers) + " layers cannot be split into pp=" + str(s.pp) + " x " +
                   str(s.virtual_stages) + " virtual stages; use a layer count that is a multiple of " +
                   str(s.pp * s.virtual_stages));

@@ -45,13 +45,16 @@ struct TrainSpec {
   int micro_batches = 1;  // per DP rank; each takes an equal share of its rows / whole sequences
   // Model chunks per pipeline stage: 1 runs Megatron's 1F1B; v > 1 its interleaved schedule
   // (--num-layers-per-virtual-pipeline-stage = layers / (pp * v)): stage r holds chunks r,
-  // r + pp, ..., each of layers / (pp * v) blocks. REQUIRES: pp >= 2, layers % (pp * v) == 0,
-  // micro_batches % pp == 0. Default: 1.
+  // r + pp, ..., each of layers / (pp * v) blocks. REQUIRES: pp >= 2, layers % (pp * v) == 0
+  // (unless the first and last chunks are uneven, below), micro_batches % pp == 0. Default: 1.
   int virtual_stages = 1;
   // Uneven pipeline stages (Megatron's --decoder-first-pipeline-num-layers /
   // --decoder-last-pipeline-num-layers, models/transformer.h Stage): the blocks of the first and
-  // of the last stage (-1: the even share); the other stages split the rest evenly. REQUIRES:
-  // pp >= 2, virtual_stages == 1. Default: -1 (even).
+  // of the last stage (-1: the even share); the other stages split the rest evenly. With
+  // virtual_stages > 1 they are the first and the last of the pp x v model chunks (pipeline rank
+  // 0's first chunk, rank pp - 1's last), as Megatron's --account-for-embedding-in-pipeline-split
+  // and --account-for-loss-in-pipeline-split give the embedding and the loss a layer's place
+  // there. REQUIRES: pp >= 2. Default: -1 (even).
   std::int64_t first_stage_layers = -1;
   std::int64_t last_stage_layers = -1;
   AdamWOptions optimizer;

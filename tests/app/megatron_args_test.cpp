@@ -361,6 +361,22 @@ TEST(MegatronArgs, EmbeddingAndLossCanCountAsPipelineLayers) {
                              kCluster, {"nodes=2"}),
               HasSubstr("not both"));
   EXPECT_THAT(megatron_error(kGpt + " --account-for-loss-in-pipeline-split"), HasSubstr("needs pp > 1"));
+  // With virtual stages (Megatron-Bridge's 405B: pp 8, chunks of 2): the 128 units make 8 x 8
+  // chunks, the first and last of which hold one decoder layer beside the embedding or the loss.
+  const std::string pp8 =
+      "--num-layers 126 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --vocab-size 50257 "
+      "--max-position-embeddings 512 --pipeline-model-parallel-size 8 --global-batch-size 16 "
+      "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split ";
+  const Scenario chunks =
+      load_megatron_scenario(pp8 + "--num-layers-per-virtual-pipeline-stage 2", kCluster, {"nodes=1"});
+  ASSERT_TRUE(chunks.model && chunks.model->train);
+  EXPECT_EQ(chunks.model->train->virtual_stages, 8);
+  EXPECT_EQ(chunks.model->train->first_stage_layers, 1);
+  EXPECT_EQ(chunks.model->train->last_stage_layers, 1);
+  EXPECT_THAT(megatron_error(pp8 + "--num-layers-per-virtual-pipeline-stage 3", kCluster, {"nodes=1"}),
+              HasSubstr("126 layers and 2 more do not split into pp=8 stages of chunks of 3 layers"));
+  EXPECT_THAT(megatron_error(pp8 + "--num-virtual-stages-per-pipeline-rank 3", kCluster, {"nodes=1"}),
+              HasSubstr("126 layers and 2 more do not split evenly over pp=8 x 3 virtual stages"));
 }
 
 TEST(MegatronArgs, CommonLaunchScriptArgumentsAreSorted) {

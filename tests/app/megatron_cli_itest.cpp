@@ -80,6 +80,43 @@ TEST(MegatronArgsCli, TheShipped405bFileIsMetasLayout) {
   EXPECT_THAT(r.err, Not(HasSubstr("approximated")));
 }
 
+// The shipped Megatron-Bridge files are the DGX-H100 rows of its performance summary (25.11): the
+// layouts as published, each with its figure in its comment.
+TEST(MegatronArgsCli, TheShippedMegatronBridgeFilesAreThePublishedLayouts) {
+  const struct {
+    std::string file, nodes, layout, chunks;
+  } files[] = {
+      {"megatron-bridge-llama3-8b-h100.megatron-args", "", "8 ranks (tp=1 cp=1 dp=8 pp=1)", "zero: 3"},
+      {"megatron-bridge-llama3-70b-h100.megatron-args", "nodes=8", "64 ranks (tp=4 cp=1 dp=2 pp=8)",
+       "virtual_stages: 5"},
+      {"megatron-bridge-llama31-405b-h100.megatron-args", "nodes=128", "1024 ranks (tp=8 cp=2 dp=8 pp=8)",
+       "decoder_last_pipeline_num_layers: 1"},
+  };
+  for (const auto& f : files) {
+    std::vector<std::string> args{"validate", "-t", topo(f.nodes.empty() ? "dgx-h100.yaml" : "h100-cluster.yaml")};
+    if (!f.nodes.empty()) args.insert(args.end(), {"--set", f.nodes});
+    args.push_back("--megatron-args=@" + scenario(f.file));
+    const testing::CliResult r = run(args);
+    ASSERT_EQ(r.code, 0) << f.file << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr(f.layout)) << f.file;
+    EXPECT_THAT(r.out, HasSubstr(f.chunks)) << f.file;
+    EXPECT_THAT(r.out, HasSubstr("fp8: hybrid")) << f.file;
+  }
+}
+
+// The 8B row runs in a second: its prediction is within 10% of the published 14,451 tokens/s/GPU
+// (docs/models.md lists every row and its error).
+TEST(MegatronArgsCli, TheMegatronBridge8bRowIsPredictedWithinTenPercent) {
+  const testing::CliResult r = run({"run", "-t", topo("dgx-h100.yaml"),
+                                    "--megatron-args=@" + scenario("megatron-bridge-llama3-8b-h100.megatron-args")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::size_t at = r.out.find(" tokens/s/GPU");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::size_t from = r.out.rfind(' ', at - 1) + 1;
+  const double tokens = std::stod(r.out.substr(from, at - from));
+  EXPECT_NEAR(tokens / 14451, 1, 0.10) << r.out.substr(from, 80);
+}
+
 TEST(MegatronArgsCli, BadLinesExitWithTwoNamingTheArgument) {
   const std::string base =
       "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --vocab-size 50257 ";

@@ -393,9 +393,20 @@ TEST(ModelScenario, VocabPaddingAndUnevenPipelineStageKeys) {
     return load_error(kHead + "parallel: " + parallel + "\n" + model + "layers: " + std::to_string(layers) + "}\n" +
                       batch + rest);
   };
-  EXPECT_THAT(error("{pp: 2, virtual_stages: 2, decoder_first_pipeline_num_layers: 1}", 4, train),
-              HasSubstr("m.yaml:3:73: parallel.decoder_first_pipeline_num_layers and parallel.virtual_stages cannot "
-                        "be combined; use one or the other"));
+  // With virtual stages the counts are the first and last model chunks' (Megatron's
+  // account-for-embedding/loss split with an interleaved pipeline).
+  const RunResult chunks =
+      run(write_scenario(kHead +
+                         "parallel: {pp: 2, virtual_stages: 2, decoder_first_pipeline_num_layers: 1, "
+                         "decoder_last_pipeline_num_layers: 1}\n" +
+                         model + "layers: 6}\n" + batch + train),
+          {"data=shape_only"});
+  ASSERT_EQ(chunks.code, 0) << chunks.out << chunks.error;
+  EXPECT_THAT(chunks.out, HasSubstr("(chunks 1-2x2-1) x 2 virtual stages"));
+  EXPECT_THAT(error("{pp: 2, virtual_stages: 2, decoder_first_pipeline_num_layers: 2}", 4, train),
+              HasSubstr("m.yaml:3:73: parallel.decoder_first_pipeline_num_layers: the pipeline's 2 x 2 model chunks "
+                        "(pp x virtual_stages): 4 layers cannot be split over pp=4 stages with first stage 2, last "
+                        "stage even layers: the other 3 stages must share the remaining 2 layers evenly"));
   EXPECT_THAT(error("{decoder_last_pipeline_num_layers: 1}", 4, train),
               HasSubstr("m.yaml:3:46: parallel.decoder_last_pipeline_num_layers sets a pipeline stage's layers: it "
                         "needs pp >= 2"));

@@ -566,10 +566,12 @@ TEST(UnevenStages, TrainSpecErrors) {
   s.pp = 2;
   s.micro_batches = 2;
   s.first_stage_layers = 1;
-  s.virtual_stages = 2;
+  s.virtual_stages = 2;  // 4 chunks: 1 + 3 over the other 3
+  EXPECT_EQ(error_of([&] { run_training(s); }), "(no error)");
+  s.first_stage_layers = 2;  // 2 + 2 over 3 chunks
   expect_train_error(s,
-                     "training: uneven first/last pipeline stages are not supported with virtual_stages (the "
-                     "interleaved schedule); use one or the other");
+                     "training: 4 layers cannot be split over pp=4 stages with first stage 2, last stage even layers: "
+                     "the other 3 stages must share the remaining 2 layers evenly");
   s.virtual_stages = 1;
   s.first_stage_layers = -1;
   s.last_stage_layers = 2;
@@ -615,6 +617,23 @@ TrainSpec uneven_spec(const Split& sp, int tp, bool shape_only) {
   s.first_stage_layers = sp.first;
   s.last_stage_layers = sp.last;
   return s;
+}
+
+// Under the interleaved schedule the counts are the first and last of the pp x v model chunks
+// (Megatron's --account-for-embedding/loss-in-pipeline-split with virtual stages): two steps equal
+// the one-stage run bit for bit, at tp 1 and 2.
+TEST(UnevenStages, InterleavedChunksTrainAsOneStageBitForBit) {
+  for (const int tp : {1, 2}) {
+    const Split sp{6, 2, 1, 1, {}};  // 4 chunks: 1, 2, 2, 1
+    TrainSpec one = uneven_spec(sp, tp, false);
+    one.pp = 1;
+    one.first_stage_layers = one.last_stage_layers = -1;
+    const TrainResult want = run_training(one);
+    TrainSpec inter = uneven_spec(sp, tp, false);
+    inter.virtual_stages = 2;
+    const TrainResult got = run_training(inter);
+    expect_bit_identical(got, want, "6 layers pp 2 x 2 chunks 1-2-2-1, tp " + std::to_string(tp));
+  }
 }
 
 // Two steps over uneven stages equal the one-stage run at the same tp bit for bit (a pipeline
