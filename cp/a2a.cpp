@@ -125,7 +125,8 @@ Orders hierarchical_orders(const CpContext& ctx, const CpLayout& lay, const CpLa
 
 Tensor hierarchical_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q, const Tensor& k, const Tensor& v,
                             const AttentionOptions& opts) {
-  const CpLayout lay_p(ctx.layout, ctx.groups.p2p.size());
+  const std::shared_ptr<const CpLayout> shared_lay_p = CpLayout::shared(ctx.layout, ctx.groups.p2p.size());
+  const CpLayout& lay_p = *shared_lay_p;
   const Orders ord = hierarchical_orders(ctx, lay, lay_p);
   const Three x = heads_to_seq(q, k, v, ctx.groups.a2a, ord.to_work);
   RingForward f = ring_forward(x.a, x.b, x.c, lay_p, ctx.groups.p2p, opts);
@@ -140,7 +141,8 @@ Tensor hierarchical_forward(CpContext& ctx, const CpLayout& lay, const Tensor& q
 
 AttentionGrads hierarchical_backward(const CpContext& ctx, const CpLayout& lay, const Tensor& dout,
                                      const AttentionOptions& opts) {
-  const CpLayout lay_p(ctx.layout, ctx.groups.p2p.size());
+  const std::shared_ptr<const CpLayout> shared_lay_p = CpLayout::shared(ctx.layout, ctx.groups.p2p.size());
+  const CpLayout& lay_p = *shared_lay_p;
   const Orders ord = hierarchical_orders(ctx, lay, lay_p);
   const Tensor dn = finish_heads_to_seq(post_heads_to_seq(dout, ctx.groups.a2a), ord.to_work);
   const AttentionGrads g =

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -406,12 +407,16 @@ device::AttentionCall device_call(const Dims& g, const AttentionOptions& opts, c
 
 // The device for an in-place merge: rows distinct (a GPU writes them in parallel), views the
 // device kernels address, every operand with data in a device dtype.
-runtime::Device* merge_device(std::initializer_list<const Tensor*> ts, const std::vector<i64>& rows) {
+// `sel` gets the rows' indices when a device is considered (a shape-only run has none, and only
+// counts the rows).
+runtime::Device* merge_device(std::initializer_list<const Tensor*> ts, const Rows& rows, i64 n, const char* fn,
+                              std::vector<i64>& sel) {
   if (!runtime::compute_device()) return nullptr;
   for (const Tensor* t : ts) {
     if (t->dim() > runtime::kernels::kMaxDims) return nullptr;
   }
-  std::vector<i64> sorted = rows;
+  sel = rows.resolve(n, fn);
+  std::vector<i64> sorted = sel;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return nullptr;
   return runtime::device_for(ts);
@@ -668,28 +673,32 @@ Rows Rows::list(std::vector<i64> indices) {
   return r;
 }
 
-std::vector<i64> Rows::resolve(i64 n, const char* fn) const {
-  std::vector<i64> out;
+std::int64_t Rows::count(i64 n, const char* fn) const {
   switch (kind_) {
     case Kind::all:
-      for (i64 i = 0; i < n; ++i) out.push_back(i);
-      break;
+      return n;
     case Kind::range:
       if (start_ < 0 || length_ < 0 || start_ + length_ > n) {
         fail(fn, "rows [" + std::to_string(start_) + ", " + std::to_string(start_ + length_) +
                      ") are outside the accumulator's " + std::to_string(n) + " rows");
       }
-      for (i64 i = 0; i < length_; ++i) out.push_back(start_ + i);
-      break;
+      return length_;
     case Kind::list:
       for (i64 i : indices_) {
         if (i < 0 || i >= n) {
           fail(fn, "row " + std::to_string(i) + " is outside the accumulator's " + std::to_string(n) + " rows");
         }
       }
-      out = indices_;
-      break;
+      return static_cast<i64>(indices_.size());
   }
+  return 0;
+}
+
+std::vector<i64> Rows::resolve(i64 n, const char* fn) const {
+  const i64 m = count(n, fn);
+  if (kind_ == Kind::list) return indices_;
+  std::vector<i64> out(static_cast<std::size_t>(m));
+  std::iota(out.begin(), out.end(), kind_ == Kind::range ? start_ : 0);
   return out;
 }
 
@@ -699,12 +708,13 @@ void merge_lse_(const Tensor& lse, const Tensor& part_lse, const Rows& rows) {
   require_floating(fn, part_lse, "part_lse");
   if (lse.dim() != 2) fail(fn, "lse " + lse.str() + " must be 2-d [heads, rows]");
   const i64 h = lse.size(0), n = lse.size(1);
-  const std::vector<i64> sel = rows.resolve(n, fn);
-  const i64 m = static_cast<i64>(sel.size());
+  const i64 m = rows.count(n, fn);
   require_shape(fn, part_lse, "part_lse", {h, m});
-  if (runtime::Device* dev = merge_device({&lse, &part_lse}, sel)) {
+  std::vector<i64> sel;
+  if (runtime::Device* dev = merge_device({&lse, &part_lse}, rows, n, fn, sel)) {
     device::merge_lse_(*dev, lse, part_lse, sel);
   } else if (ready({&lse, &part_lse})) {
+    sel = rows.resolve(n, fn);
     with_compute_type(any_f64({&lse, &part_lse}), [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> acc = lse.to_vector<T>();
@@ -732,13 +742,14 @@ void add_corrected_out_(const Tensor& out, const Tensor& lse, const Tensor& part
   if (out.dim() != 3) fail(fn, "out " + out.str() + " must be 3-d [rows, heads, dv]");
   const i64 n = out.size(0), h = out.size(1), dv = out.size(2);
   require_shape(fn, lse, "lse", {h, n});
-  const std::vector<i64> sel = rows.resolve(n, fn);
-  const i64 m = static_cast<i64>(sel.size());
+  const i64 m = rows.count(n, fn);
   require_shape(fn, part_out, "part_out", {m, h, dv});
   require_shape(fn, part_lse, "part_lse", {h, m});
-  if (runtime::Device* dev = merge_device({&out, &lse, &part_out, &part_lse}, sel)) {
+  std::vector<i64> sel;
+  if (runtime::Device* dev = merge_device({&out, &lse, &part_out, &part_lse}, rows, n, fn, sel)) {
     device::add_corrected_out_(*dev, out, lse, part_out, part_lse, sel);
   } else if (ready({&out, &lse, &part_out, &part_lse})) {
+    sel = rows.resolve(n, fn);
     with_compute_type(any_f64({&out, &lse, &part_out, &part_lse}), [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> acc = out.to_vector<T>();
@@ -795,15 +806,16 @@ void add_rows_(const Tensor& acc, const Tensor& part, const Rows& rows) {
   require_floating(fn, part, "part");
   if (acc.dim() < 1) fail(fn, "acc " + acc.str() + " needs a row dimension");
   const i64 n = acc.size(0);
-  const std::vector<i64> sel = rows.resolve(n, fn);
-  const i64 m = static_cast<i64>(sel.size());
+  const i64 m = rows.count(n, fn);
   Shape want = acc.shape();
   want[0] = m;
   require_shape(fn, part, "part", want);
   const i64 inner = n == 0 ? 0 : acc.numel() / n;
-  if (runtime::Device* dev = merge_device({&acc, &part}, sel)) {
+  std::vector<i64> sel;
+  if (runtime::Device* dev = merge_device({&acc, &part}, rows, n, fn, sel)) {
     device::add_rows_(*dev, acc, part, sel);
   } else if (ready({&acc, &part})) {
+    sel = rows.resolve(n, fn);
     with_compute_type(any_f64({&acc, &part}), [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> a = acc.to_vector<T>();

@@ -158,6 +158,8 @@ class Rows {
   // The row indices selected out of n rows. REQUIRES: they lie in [0, n). fn names the caller
   // in the error.
   std::vector<std::int64_t> resolve(std::int64_t n, const char* fn) const;
+  // How many rows, with resolve's checks, without listing them.
+  std::int64_t count(std::int64_t n, const char* fn) const;
 
  private:
   enum class Kind { all, range, list };

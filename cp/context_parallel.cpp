@@ -95,7 +95,8 @@ CpForwardResult attention_with_cp_forward(const Tensor& q, const Tensor& k, cons
     fail(fn, "this rank is not a member of the CP group " + groups.cp.name());
   }
   const i64 n = groups.cp.size();
-  const CpLayout lay(layout, n);
+  const std::shared_ptr<const CpLayout> shared_lay = CpLayout::shared(layout, n);
+  const CpLayout& lay = *shared_lay;
   for (const Tensor* t : {&q, &k, &v}) {
     if (!t->defined() || !runtime::is_floating(t->dtype())) {
       fail(fn, "q, k and v must be floating tensors");
@@ -189,7 +190,8 @@ CpGrads attention_with_cp_backward(const Tensor& dout, const CpContext& ctx) {
     fail(fn, "dout " + (dout.defined() ? dout.str() : std::string("(undefined)")) +
                  " must be a floating tensor of out's shape " + runtime::shape_str(out_shape));
   }
-  const CpLayout lay(ctx.layout, ctx.groups.cp.size());
+  const std::shared_ptr<const CpLayout> shared_lay = CpLayout::shared(ctx.layout, ctx.groups.cp.size());
+  const CpLayout& lay = *shared_lay;
   const i64 rows = lay.local_rows();
   const Tensor df = dout.reshape({rows, ctx.q_shape.end()[-2], ctx.v_shape.back()});
   AttentionOptions inner = ctx.attention;

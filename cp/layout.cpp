@@ -1,5 +1,7 @@
 #include "cp/layout.h"
 
+#include <deque>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -139,6 +141,28 @@ CpLayout::CpLayout(const SequenceLayout& layout, std::int64_t cp) : layout_(layo
     tokens_first_.push_back(tokens_.back().select(first_));
     tokens_second_.push_back(tokens_.back().select(second_));
   }
+}
+
+std::shared_ptr<const CpLayout> CpLayout::shared(const SequenceLayout& layout, std::int64_t cp) {
+  static std::mutex mu;
+  static std::deque<std::shared_ptr<const CpLayout>> recent;  // most recently used first
+  constexpr std::size_t kKept = 16;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    for (auto it = recent.begin(); it != recent.end(); ++it) {
+      if ((*it)->cp() == cp && (*it)->layout() == layout) {
+        std::shared_ptr<const CpLayout> hit = *it;
+        recent.erase(it);
+        recent.push_front(hit);
+        return hit;
+      }
+    }
+  }
+  auto made = std::make_shared<const CpLayout>(layout, cp);  // outside the lock: it may throw
+  const std::lock_guard<std::mutex> lock(mu);
+  recent.push_front(made);
+  if (recent.size() > kKept) recent.pop_back();
+  return made;
 }
 
 const std::vector<std::int64_t>& CpLayout::rows_of(std::int64_t r) const {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,8 @@ struct SequenceLayout {
   std::vector<std::int64_t> cu_seqlens;         // THD: cumulative real lengths, from 0
   std::vector<std::int64_t> cu_seqlens_padded;  // THD: cumulative padded lengths, from 0
 
+  bool operator==(const SequenceLayout&) const = default;
+
   static SequenceLayout bshd(std::int64_t batch, std::int64_t seq_len);
   // REQUIRES (checked when used): the lists as described in cp/partition.h.
   static SequenceLayout thd(std::vector<std::int64_t> cu_seqlens, std::vector<std::int64_t> cu_seqlens_padded);
@@ -56,6 +59,10 @@ class CpLayout {
   // REQUIRES: the layout is valid for cp (S % 2cp == 0; THD cu lists valid, each padded length a
   // multiple of 2cp and at least the real one); cp >= 1. Otherwise an Error naming the values.
   CpLayout(const SequenceLayout& layout, std::int64_t cp);
+  // The same, shared: every layer's attention, forward and backward, asks for the layout of its
+  // micro-batch, so the last few built are kept (a process-wide cache of 16, safe across threads)
+  // and their TokenInfo keep the runs attention_visible_pairs counted. Equal to a new CpLayout.
+  static std::shared_ptr<const CpLayout> shared(const SequenceLayout& layout, std::int64_t cp);
 
   const SequenceLayout& layout() const { return layout_; }
   std::int64_t cp() const { return cp_; }

@@ -118,7 +118,8 @@ LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
       lb.labels = flat_labels.clone();
       return lb;
     }
-    const cp::CpLayout layout(lb.layout, cp);
+    const std::shared_ptr<const cp::CpLayout> shared_layout = cp::CpLayout::shared(lb.layout, cp);
+    const cp::CpLayout& layout = *shared_layout;
     lb.global_rows = layout.rows_of(rank);
     lb.token_info = std::make_shared<const cp::TokenInfo>(layout.tokens_of(rank));
     lb.ids = cp::index_select(flat_ids, 0, lb.global_rows);
@@ -143,7 +144,8 @@ LocalBatch shard_batch(const Batch& b, i64 cp, i64 rank) {
   for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
     for (i64 t = 0; t < cu[s + 1] - cu[s]; ++t) lb.real_rows.push_back(padded.cu_seqlens_padded[s] + t);
   }
-  const cp::CpLayout layout(lb.layout, cp);
+  const std::shared_ptr<const cp::CpLayout> shared_layout = cp::CpLayout::shared(lb.layout, cp);
+  const cp::CpLayout& layout = *shared_layout;
   lb.global_rows = layout.rows_of(rank);
   lb.token_info = std::make_shared<const cp::TokenInfo>(layout.tokens_of(rank));
   lb.ids = cp::index_select(padded.input_ids.to(DType::i64), 0, lb.global_rows);

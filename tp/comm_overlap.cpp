@@ -45,6 +45,12 @@ std::vector<Tensor> chunk_blocks(const Tensor& full, int p, i64 k, i64 c) {
 Tensor reorder(const std::vector<Tensor>& piece, int p) {
   const auto k = static_cast<i64>(piece.size());
   if (k == 1) return piece.front();
+  // Shape-only pieces (a shape-only run: every tensor is): nothing to put in order.
+  if (std::none_of(piece.begin(), piece.end(), [](const Tensor& t) { return t.has_data(); })) {
+    runtime::Shape shape = piece.front().shape();
+    shape[0] *= k;
+    return Tensor::shape_only(shape, piece.front().dtype());
+  }
   const i64 len = piece.front().size(0) / p;
   std::vector<Tensor> blocks;
   for (int j = 0; j < p; ++j) {

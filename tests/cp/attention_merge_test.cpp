@@ -99,6 +99,18 @@ TEST(Merge, CorrectedOutIntoBf16AccumulatorRoundsOnce) {
   EXPECT_EQ(out.at({0, 0, 1}), 0.75);
 }
 
+// Rows::count is the size of Rows::resolve, with its checks, without the list.
+TEST(Merge, RowsCountIsTheResolvedSize) {
+  EXPECT_EQ(Rows::all().count(5, "t"), 5);
+  EXPECT_EQ(Rows::all().resolve(3, "t"), (std::vector<std::int64_t>{0, 1, 2}));
+  EXPECT_EQ(Rows::range(2, 3).count(5, "t"), 3);
+  EXPECT_EQ(Rows::range(2, 3).resolve(5, "t"), (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_EQ(Rows::list({4, 0}).count(5, "t"), 2);
+  EXPECT_EQ(Rows::list({4, 0}).resolve(5, "t"), (std::vector<std::int64_t>{4, 0}));
+  EXPECT_THAT(error_of([] { (void)Rows::range(3, 3).count(5, "t"); }), HasSubstr("rows [3, 6)"));
+  EXPECT_THAT(error_of([] { (void)Rows::list({5}).count(5, "t"); }), HasSubstr("row 5"));
+}
+
 TEST(Merge, Errors) {
   const Tensor lse = Tensor::zeros({2, 4});
   EXPECT_THAT(error_of([&] { merge_lse_(lse, Tensor::zeros({2, 3})); }), HasSubstr("part_lse"));

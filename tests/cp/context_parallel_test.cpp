@@ -310,6 +310,31 @@ TEST(CpThd, LengthSevenAtCp2KeepsEveryRealToken) {
   }
 }
 
+// CpLayout::shared hands out one layout per (layout, cp) while it is among the last 16 asked
+// for, equal to a new one; another cp or another layout is another object.
+TEST(CpLayoutShared, EqualsANewLayoutAndIsReusedForTheSameKey) {
+  const SequenceLayout thd = SequenceLayout::thd({0, 5, 12}, {0, 8, 16});
+  const std::shared_ptr<const CpLayout> a = CpLayout::shared(thd, 2);
+  const CpLayout fresh(thd, 2);
+  EXPECT_EQ(a->local_rows(), fresh.local_rows());
+  for (i64 r = 0; r < 2; ++r) {
+    EXPECT_EQ(a->rows_of(r), fresh.rows_of(r));
+    EXPECT_EQ(a->tokens_of(r).position, fresh.tokens_of(r).position);
+    EXPECT_EQ(a->tokens_of(r).segment, fresh.tokens_of(r).segment);
+  }
+  EXPECT_EQ(a->half_rows(Half::second), fresh.half_rows(Half::second));
+  EXPECT_EQ(CpLayout::shared(SequenceLayout::thd({0, 5, 12}, {0, 8, 16}), 2).get(), a.get());
+  EXPECT_NE(CpLayout::shared(thd, 4).get(), a.get());
+  EXPECT_NE(CpLayout::shared(SequenceLayout::thd({0, 6, 12}, {0, 8, 16}), 2).get(), a.get());
+  // Sixteen other layouts push it out: a new object, still equal.
+  for (i64 s = 1; s <= 16; ++s) (void)CpLayout::shared(SequenceLayout::bshd(1, 8 * s), 2);
+  const std::shared_ptr<const CpLayout> again = CpLayout::shared(thd, 2);
+  EXPECT_NE(again.get(), a.get());
+  EXPECT_EQ(again->rows_of(1), fresh.rows_of(1));
+  // A bad layout is the constructor's error, and nothing is kept.
+  EXPECT_THAT(error_of([] { (void)CpLayout::shared(SequenceLayout::bshd(1, 6), 2); }), HasSubstr("6"));
+}
+
 // --- The p2p sections --------------------------------------------------------------------------
 
 TEST(CpP2pStep, CausalIsTransformerEnginesHalvingAndWindowsSkipSteps) {

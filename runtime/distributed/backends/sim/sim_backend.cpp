@@ -155,10 +155,10 @@ std::shared_ptr<WorkState> SimBackend::post(const std::shared_ptr<GroupState>& g
   work->group = g.id;
   work->posted = engine_.now();
   std::weak_ptr<SimGroup> weak = std::static_pointer_cast<SimGroup>(gp);
-  const std::string what = sig.describe();
-  work->describe = [weak, call, what, n] {
+  // Described only if asked (a deadlock report): posting is on every collective's path.
+  work->describe = [weak, call, sig, n] {
     std::ostringstream os;
-    os << what;
+    os << sig.describe();
     auto g2 = weak.lock();
     if (!g2) return os.str();
     os << " on " << g2->name << ", call #" << call;
