@@ -16,8 +16,13 @@
 //   DP rank, shape-only, built from Megatron-LM arguments on h100-cluster.yaml with `nodes` nodes
 //   of 8 GPUs, through the command's own path (load_megatron_scenario, run_scenario): wall time
 //   and peak resident memory (the issue's target at 128 nodes, 1,024 ranks: under 30 s, 4 GiB).
+// - BM_ShapeOnlyOp/<op> (issue #19): what one shape-only op costs the simulator (checks, the
+//   result's shape, the charge through the kernel profile, the rank's clock), on one rank of
+//   dgx-h100: a bf16 matmul [8192, 4096] x [4096, 4096], an add of [8192, 4096], a matmul
+//   followed by its FP8 cast (inside an FP8 scope). The issue's target: under 1 us per op.
 #include <benchmark/benchmark.h>
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -29,6 +34,9 @@
 #include "models/multimodal.h"
 #include "models/train.h"
 #include "runtime/distributed/spawn.h"
+#include "runtime/tensor/cost.h"
+#include "runtime/tensor/ops.h"
+#include "runtime/tensor/tensor.h"
 #include "sim/topology.h"
 
 namespace {
@@ -145,6 +153,32 @@ void BM_Llama70bStep(benchmark::State& state) {
   state.counters["peak_rss_mib"] = bench::peak_rss_mib();
 }
 BENCHMARK(BM_Llama70bStep)->Arg(4)->Arg(32)->Arg(128)->Iterations(1)->Unit(benchmark::kSecond);
+
+// Shape-only ops, 100,000 per rank run; items_per_second is ops per second of CPU time.
+void BM_ShapeOnlyOp(benchmark::State& state) {
+  const sim::Topology topo = dgx();
+  runtime::SpawnOptions so;
+  so.topology = &topo;
+  so.engine.trace = false;
+  const int op = static_cast<int>(state.range(0));
+  constexpr int kOps = 100'000;
+  for (auto _ : state) {
+    runtime::spawn(
+        [&](int) {
+          const runtime::Tensor x = runtime::Tensor::shape_only({8192, 4096}, runtime::DType::bf16);
+          const runtime::Tensor w = runtime::Tensor::shape_only({4096, 4096}, runtime::DType::bf16);
+          std::optional<runtime::GemmPrecisionScope> fp8;
+          if (op == 2) fp8.emplace(runtime::GemmPrecision::fp8);
+          for (int i = 0; i < kOps; ++i) {
+            benchmark::DoNotOptimize(op == 1 ? runtime::add(x, x) : runtime::matmul(x, w));
+          }
+        },
+        1, so);
+  }
+  state.SetItemsProcessed(state.iterations() * kOps);  // items_per_second: ops per CPU second
+  state.SetLabel(op == 0 ? "matmul" : op == 1 ? "add" : "fp8 matmul + cast");
+}
+BENCHMARK(BM_ShapeOnlyOp)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
