@@ -109,7 +109,9 @@ const std::vector<Spec>& mapped() {
        "the next forward"},
       {"--overlap-param-gather-with-optimizer-step", Kind::approximated,
        "ranksim all-gathers the distributed optimizer's parameters after the optimizer step, not overlapped"},
-      {"--fp8-recipe", Kind::approximated, "every FP8 recipe runs its GEMMs at the same FP8 rate in ranksim"},
+      {"--fp8-recipe", Kind::approximated,
+       "ranksim times every FP8 recipe as tensorwise current scaling: one FP8 GEMM rate, and a per-tensor cast of each "
+       "GEMM input"},
       {"--fp8-param-gather", Kind::approximated, "ranksim gathers parameters in the model's 16-bit dtype"},
       {"--no-overlap-p2p-communication", Kind::approximated,
        "ranksim's pipeline sends and receives are the same whether or not Megatron overlaps them"},
