@@ -665,13 +665,13 @@ MegatronScenario megatron_scenario(const std::string& args, const std::string& t
       if (a.has(n)) throw Error("--megatron-args: give " + split_args + " or " + n + ", not both");
     // With virtual stages: over the pp x v model chunks, the first and the last of which hold
     // the embedding and the loss.
-    const std::int64_t units = split_layers, chunks = pp * virtual_stages;
-    if (units % chunks != 0)
+    const std::int64_t chunks = pp * virtual_stages;
+    if (split_layers % chunks != 0)
       throw Error("--megatron-args: " + split_args + ": " + std::to_string(layers) + " layers and " +
-                  std::to_string(units - layers) + " more do not split evenly over pp=" + std::to_string(pp) +
+                  std::to_string(split_layers - layers) + " more do not split evenly over pp=" + std::to_string(pp) +
                   (virtual_stages > 1 ? " x " + std::to_string(virtual_stages) + " virtual stages" : " stages"));
-    if (emb) d.line("  decoder_first_pipeline_num_layers: " + std::to_string(units / chunks - 1), split_args);
-    if (loss) d.line("  decoder_last_pipeline_num_layers: " + std::to_string(units / chunks - 1), split_args);
+    if (emb) d.line("  decoder_first_pipeline_num_layers: " + std::to_string(split_layers / chunks - 1), split_args);
+    if (loss) d.line("  decoder_last_pipeline_num_layers: " + std::to_string(split_layers / chunks - 1), split_args);
   }
 
   d.line("model:");
