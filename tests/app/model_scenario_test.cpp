@@ -403,6 +403,10 @@ TEST(ModelScenario, VocabPaddingAndUnevenPipelineStageKeys) {
           {"data=shape_only"});
   ASSERT_EQ(chunks.code, 0) << chunks.out << chunks.error;
   EXPECT_THAT(chunks.out, HasSubstr("(chunks 1-2x2-1) x 2 virtual stages"));
+  // even chunks must divide the layers
+  EXPECT_THAT(error("{pp: 2, virtual_stages: 3}", 4, train),
+              HasSubstr("m.yaml:3:35: model.layers 4 cannot be split into pp=2 x virtual_stages=3 chunks; use a layer "
+                        "count that is a multiple of 6"));
   EXPECT_THAT(error("{pp: 2, virtual_stages: 2, decoder_first_pipeline_num_layers: 2}", 4, train),
               HasSubstr("m.yaml:3:73: parallel.decoder_first_pipeline_num_layers: the pipeline's 2 x 2 model chunks "
                         "(pp x virtual_stages): 4 layers cannot be split over pp=4 stages with first stage 2, last "
