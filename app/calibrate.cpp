@@ -196,15 +196,18 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     const bool direct = c.shape.op == sim::CollOp::all_to_all;
     ring_intra = ring_intra || (!direct && c.shape.ranks_per_node > 1);
     ring_inter = ring_inter || (!direct && c.shape.nodes > 1);
-    a2a = a2a || direct;
+    // All-to-all's own efficiency is the fabric's: only a table inside one node informs it
+    // (across nodes the NICs bound it, at network_efficiency).
+    a2a = a2a || (direct && c.shape.nodes == 1);
     nvls = nvls || (start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
                     (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree));
   }
   std::vector<Param> params;
   if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
   if (intra) params.push_back(latency_param("intra_latency", &sim::CollectiveTiming::intra_latency));
-  if (ring_inter) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
+  if (inter) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
   if (inter) params.push_back(latency_param("inter_latency", &sim::CollectiveTiming::inter_latency));
+  if (ring_inter) params.push_back(latency_param("net_overhead", &sim::CollectiveTiming::net_overhead));
   if (nvls) {
     params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
     params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
@@ -212,14 +215,15 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   if (!only.empty()) {
-    static const char* const kAll[] = {"fabric_efficiency", "intra_latency", "network_efficiency",  "inter_latency",
-                                       "nvls_efficiency",   "nvls_latency",  "alltoall_efficiency", "call_overhead"};
+    static const char* const kAll[] = {"fabric_efficiency", "intra_latency",       "network_efficiency",
+                                       "inter_latency",     "net_overhead",        "nvls_efficiency",
+                                       "nvls_latency",      "alltoall_efficiency", "call_overhead"};
     std::vector<Param> chosen;
     for (const std::string& name : only) {
       if (std::find(std::begin(kAll), std::end(kAll), name) == std::end(kAll))
         throw Error("--fit " + name +
                     ": not a constant calibrate fits; expected some of fabric_efficiency, "
-                    "intra_latency, network_efficiency, inter_latency, nvls_efficiency, nvls_latency, "
+                    "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, nvls_latency, "
                     "alltoall_efficiency, call_overhead");
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
       if (it == params.end())
@@ -242,9 +246,21 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     for (const FitCase& c : cases) sum += case_error(m, c, launch);
     return sum / static_cast<double>(cases.size());
   };
-  std::vector<double> x0;
-  for (const Param& p : params) x0.push_back(to_x(p, std::clamp(p.get(start), 1e-6, 1.0 - 1e-6)));
-  const std::vector<double> x = nelder_mead(objective, x0, 600 * static_cast<int>(params.size() + 1));
+  // The objective has several minima (the choice of algorithm and protocol switches with the
+  // constants), so the search starts from the topology's constants and from the defaults (NCCL's
+  // published figures) and keeps the better end.
+  std::vector<double> x;
+  double best = 0;
+  for (const sim::CollectiveTiming& from : {start, sim::CollectiveTiming{}}) {
+    std::vector<double> x0;
+    for (const Param& p : params) x0.push_back(to_x(p, std::clamp(p.get(from), 1e-6, 1.0 - 1e-6)));
+    std::vector<double> end = nelder_mead(objective, x0, 600 * static_cast<int>(params.size() + 1));
+    const double f = objective(end);
+    if (x.empty() || f < best) {
+      x = std::move(end);
+      best = f;
+    }
+  }
   FitResult r;
   r.constants = constants_at(x);
   for (const Param& p : params) r.fitted.emplace_back(p.name);
@@ -280,10 +296,21 @@ std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& 
     FitCase c;
     c.name = path;
     c.shape = sim::first_devices_shape(topo, coll_op(op), n);
-    if (t.nodes > 0 && t.nodes != c.shape.nodes)
-      throw Error(path + ": the table ran on " + std::to_string(t.nodes) + " node(s), but " + std::to_string(n) +
-                  " ranks fill " + std::to_string(c.shape.nodes) + " node(s) of topology '" + topo.name() + "' (" +
-                  std::to_string(dpn) + " devices per node); use a topology with that many devices per node");
+    // A table that names its nodes ran the same number of ranks on each (nccl-tests' -g or MPI's
+    // ranks per host): the ranks go on the first devices of that many nodes.
+    if (t.nodes > 0) {
+      const std::string ran =
+          path + ": the table ran " + std::to_string(n) + " ranks on " + std::to_string(t.nodes) + " node(s)";
+      if (n % t.nodes != 0) throw Error(ran + ", not the same number on each node; ranksim places as many on each");
+      if (t.nodes > topo.num_nodes())
+        throw Error(ran + ", but topology '" + topo.name() + "' has " + std::to_string(topo.num_nodes()) +
+                    "; add nodes with --set nodes=" + std::to_string(t.nodes));
+      if (n / t.nodes > dpn)
+        throw Error(ran + ", " + std::to_string(n / t.nodes) + " per node, but topology '" + topo.name() + "' has " +
+                    std::to_string(dpn) + " devices per node; use a topology with that many");
+      c.shape.nodes = t.nodes;
+      c.shape.ranks_per_node = n / t.nodes;
+    }
     if (!o.algorithm.empty() && !t.algorithm.empty() && t.algorithm != o.algorithm)
       throw Error(path + ": the file says the run used algorithm " + t.algorithm + " but --algo says " + o.algorithm);
     const std::string algo = !t.algorithm.empty() ? t.algorithm : o.algorithm;

@@ -34,6 +34,13 @@ constexpr double kNetNvlsTree = 20.9;
 constexpr double kNvlRef = 3.4, kNetRef = 14.0;
 // Bytes of S per channel below which NCCL drops a channel: threads per channel x bytes per thread.
 constexpr std::array<double, 3> kChannelBytes{512.0 * 8, 640.0 * 8, 512.0 * 64};
+// Data bytes of one pipeline step per channel (NCCL's default buffers split in NCCL_STEPS = 8):
+// LL 512 KiB of 16-byte lines, half of them flags; LL128 4.6875 MiB, 120 of every 128 bytes
+// data; Simple 4 MiB (NCCL_BUFFSIZE).
+constexpr std::array<double, 3> kStepBytes{32768.0, 576000.0, 524288.0};
+// A ring moves a chunk of this many steps per step of its loop (NCCL: Simple all_reduce,
+// all_gather and reduce_scatter chunks are NCCL_STEPS / 2 steps; LL and LL128 one).
+constexpr std::array<double, 3> kRingChunkSteps{1, 1, 4};
 
 size_t pi(Protocol p) { return static_cast<size_t>(p); }
 
@@ -47,6 +54,28 @@ int log2_floor(int v) {
 }
 
 bool is_reduce_gather(CollOp op) { return op == CollOp::all_gather || op == CollOp::reduce_scatter; }
+
+int log2_ceil(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  return r;
+}
+
+// The chunks of a tree's pipeline that wait on the network. NCCL cuts a channel's share of S into
+// chunks of one step (LL128: halved, down to 128 and then 32 KiB, while a channel would hold
+// fewer than 64 and 16 chunks per (1 + log2 N + ppn / 10) / ppn, ppn the ranks per node). Each
+// level of the tree holds NCCL_STEPS (8) chunks in flight: until the pipeline is that full, each
+// chunk waits on the proxy; after that the waits overlap the transfers.
+double tree_waits(double bytes, int channels, int depth, Protocol proto, int nodes, int ppn) {
+  double chunk = kStepBytes[pi(proto)];
+  const double per_channel = bytes / channels;
+  if (proto == Protocol::ll128) {
+    const double steps = (1 + log2_floor(nodes) + 0.1 * ppn) / ppn;
+    while (per_channel / chunk < steps * 64 && chunk > 131072) chunk /= 2;
+    while (per_channel / chunk < steps * 16 && chunk > 32768) chunk /= 2;
+  }
+  return std::clamp(std::ceil(per_channel / chunk), 1.0, 8.0 * depth);
+}
 
 }  // namespace
 
@@ -196,10 +225,18 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       algbw = bus / bus_factor(s.op, n);
       const int nsteps = all_reduce ? 2 * (n - 1) : n - 1;
       const int inter = N == 1 ? 0 : all_reduce ? 2 * (N - 1) : N - 1;
-      // A ring through the network launches every step through the host proxy.
-      const double step =
-          N == 1 ? intra_hop : std::max(intra_hop, c_.net_overhead.seconds() * (proto == Protocol::simple ? 3 : 1));
-      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * step + inter * inter_hop;
+      // NCCL's latency: the first chunk's path round the ring.
+      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * intra_hop + inter * inter_hop;
+      // Across nodes, every step of every loop also waits for its chunk to come through the
+      // network's host proxy at the ranks that receive from another node; each rank runs its
+      // steps in order, so the ring is paced by them. A loop moves one chunk per rank and
+      // channel (all_reduce, all_gather, reduce_scatter) or one chunk per channel (broadcast).
+      if (N > 1) {
+        const double chunk = kStepBytes[pi(proto)] * kRingChunkSteps[pi(proto)];
+        const double loop = used * chunk * (all_reduce || is_reduce_gather(s.op) ? n : 1);
+        const double loops = std::max(1.0, std::ceil(s.bytes / loop));
+        e.latency += nsteps * loops * c_.net_overhead.seconds();
+      }
       break;
     }
     case CollAlgo::tree: {
@@ -209,6 +246,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (proto == Protocol::ll128) bus *= N == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
       algbw = bus * 0.5;
       e.latency = kBaseTree[pi(proto)] * kUs + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
+      // Across nodes, each chunk waits for the network's host proxy, as a ring's steps do.
+      if (N > 1) e.latency += tree_waits(s.bytes, used, p - 1 + log2_ceil(N), proto, N, p) * c_.net_overhead.seconds();
       break;
     }
     case CollAlgo::nvls:
@@ -226,6 +265,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (tree) algbw = std::min(algbw, nic_node * c_.network_efficiency * (N <= 2 ? 1.0 : 0.5));
       algbw *= share;
       e.latency = c_.nvls_latency.seconds() + (tree ? 2 * log2_floor(N) * kNetNvlsTree * inter_scale * kUs : 0.0);
+      if (tree) e.latency += tree_waits(s.bytes, used, log2_ceil(N), proto, N, p) * c_.net_overhead.seconds();
       break;
     }
     case CollAlgo::collnet: {

@@ -39,9 +39,17 @@
 // 2((p-1) intra hops + log2(N) inter hops). The Simple protocol's hop latencies are the
 // topology's intra_latency and inter_latency; LL and LL128 scale them by NCCL's published
 // per-protocol ratios (NVLink ring 0.6 / 1.9 / 3.4 us, network ring 2.7 / 4 / 14 us, network tree
-// 5 / 8.5 / 14 us for LL / LL128 / Simple); a ring that spans nodes pays at least net_overhead
-// per step (3x for Simple; NCCL's host proxy overhead). Every call adds call_overhead. Base latencies are NCCL's
-// published ones (ring 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us).
+// 5 / 8.5 / 14 us for LL / LL128 / Simple). Every call adds call_overhead. Base latencies are
+// NCCL's published ones (ring 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us).
+//
+// Pipelining across nodes. NCCL's latency is the first chunk's path; what it leaves out is the
+// host proxy that moves every chunk through the network. A ring runs in loops of one chunk per
+// rank and channel (NCCL's chunk: a Simple step of 512 KiB x 4, an LL128 step of 576,000 bytes,
+// an LL step of 32 KiB) and each rank runs its steps in order, so across nodes every step of
+// every loop waits net_overhead on the ranks that receive from the network: nsteps x loops x
+// net_overhead more. A tree's chunks (one step each; LL128 halves them for small calls as NCCL
+// does) wait net_overhead each until its pipeline holds NCCL_STEPS (8) chunks per level of its
+// depth, after which the waits overlap the transfers.
 //
 // Selection: the (algorithm, protocol) with the least predicted time among those that apply
 // (ties to the earlier in enum order); a forced algorithm or protocol (NCCL_ALGO / NCCL_PROTO)

@@ -66,6 +66,7 @@ sim::CollectiveTiming truth(const sim::Topology& t) {
   c.call_overhead = sim::Time::us(20);
   c.network_efficiency = 0.9;
   c.inter_latency = sim::Time::us(9);
+  c.net_overhead = sim::Time::us(4);
   return c;
 }
 
@@ -109,15 +110,17 @@ TEST(CalibrateFit, RecoversTheConstantsTheTablesWereMadeWith) {
   start.intra_latency = sim::Time::us(5);
   start.inter_latency = sim::Time::us(5);
   start.call_overhead = sim::Time::us(1);
+  start.net_overhead = sim::Time::us(1);
   const FitResult fit = fit_collectives(t, start, cases);
 
   EXPECT_THAT(fit.fitted, UnorderedElementsAre("fabric_efficiency", "intra_latency", "network_efficiency",
-                                               "inter_latency", "call_overhead"));
+                                               "inter_latency", "net_overhead", "call_overhead"));
   expect_within(fit.constants.fabric_efficiency, 0.83, 0.01, "fabric_efficiency");
   expect_within(fit.constants.network_efficiency, 0.9, 0.01, "network_efficiency");
   expect_within(fit.constants.intra_latency.seconds(), 2.1e-6, 0.01, "intra_latency");
   expect_within(fit.constants.inter_latency.seconds(), 9e-6, 0.01, "inter_latency");
   expect_within(fit.constants.call_overhead.seconds(), 20e-6, 0.01, "call_overhead");
+  expect_within(fit.constants.net_overhead.seconds(), 4e-6, 0.01, "net_overhead");
   EXPECT_LT(fit.rms_log_error, 1e-3);
   // What is not fitted stays as it started.
   EXPECT_EQ(fit.constants.channels, start.channels);
@@ -373,10 +376,35 @@ TEST_F(CalibrateCommand, RefusesMoreRanksThanTheTopologyHas) {
                  "the table ran on 16 ranks but topology 'cal' has 8 devices");
 }
 
-TEST_F(CalibrateCommand, RefusesANodeCountThatDisagreesWithTheTopology) {
-  // 8 ranks on two hosts, but 8 ranks fill one node of 8 devices.
+TEST_F(CalibrateCommand, RefusesMoreNodesThanTheTopologyHas) {
+  // 8 ranks on two hosts, 4 on each; the topology has one node of 8 devices.
   expect_refused(options({table(nccl_text("all_reduce_perf", hosts(8, 4), kRows))}),
-                 "the table ran on 2 node(s), but 8 ranks fill 1 node(s)");
+                 "the table ran 8 ranks on 2 node(s), but topology 'cal' has 1; add nodes with --set nodes=2");
+}
+
+TEST_F(CalibrateCommand, RefusesMoreRanksPerNodeThanTheTopologyHasDevices) {
+  const std::string csv =
+      "# op: all_reduce\n# ranks: 16\n# nodes: 1\nsize_bytes,time_us,algbw_GBps,busbw_GBps\n1024,30.5,0.03,0.06\n";
+  CalibrateOptions o = options({table(csv, ".csv")});
+  o.sets = {"nodes=2"};
+  expect_refused(o, "the table ran 16 ranks on 1 node(s), 16 per node, but topology 'cal' has 8 devices per node");
+}
+
+TEST_F(CalibrateCommand, PlacesTheTablesRanksEvenlyOnItsNodes) {
+  // One rank on each of 4 hosts (a ring through the network only), on a topology of 8-device
+  // nodes: the shape is 4 nodes of one rank, not the first 4 devices of one node.
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(4, 1), kRows));
+  CalibrateOptions o = options({file});
+  o.sets = {"nodes=4"};
+  o.check_only = true;
+  std::ostringstream printed;
+  EXPECT_EQ(calibrate(o, printed), 0);
+  EXPECT_THAT(printed.str(), HasSubstr("4 ranks on 4 node(s)"));
+  const std::string uneven =
+      "# op: all_reduce\n# ranks: 8\n# nodes: 3\nsize_bytes,time_us,algbw_GBps,busbw_GBps\n1024,30.5,0.03,0.06\n";
+  o = options({table(uneven, ".csv")});
+  o.sets = {"nodes=4"};
+  expect_refused(o, "the table ran 8 ranks on 3 node(s), not the same number on each node");
 }
 
 TEST_F(CalibrateCommand, RefusesACsvWithoutItsCollective) {

@@ -783,7 +783,7 @@ std::vector<Case> nccl_tests_cases() {
       csv("NodesNotANumber", edit(c, "# nodes: 1", "# nodes: abc"), 3, {"'# nodes: abc' must be a positive whole"}),
       csv("NodesZero", edit(c, "# nodes: 1", "# nodes: 0"), 3, {"'# nodes: 0' must be a positive whole number"}),
       csv("NodesDisagreeWithTheTopology", edit(c, "# nodes: 1", "# nodes: 3"), 0,
-          {"the table ran on 3 node(s), but 8 ranks fill 1 node(s) of topology 't'"}),
+          {"the table ran 8 ranks on 3 node(s), not the same number on each node"}),
       csv("CsvUnknownCollective", edit(c, "# op: all_reduce", "# op: gather"), 1,
           {"'# op: gather' is not a collective ranksim times"}),
       csv("CsvTwoCollectives", edit(c, "# op: all_reduce\n", "# op: all_reduce\n# op: all_gather\n"), 2,

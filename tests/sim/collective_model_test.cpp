@@ -20,6 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr double kUs = 1e-6;
+constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kKiB = 1024.0;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -95,7 +96,8 @@ Topology cluster(int nodes, int nics, double fabric_efficiency) {
       "\n"
       "  network_efficiency: 0.9\n"
       "  intra_latency: 4 us\n"
-      "  inter_latency: 7 us\n";
+      "  inter_latency: 7 us\n"
+      "  net_overhead: 2 us\n";
   return Topology::parse(text, "two.yaml");
 }
 
@@ -231,8 +233,10 @@ TEST(CollectiveModelMultiNode, RingIsLimitedByTheNics) {
   const CollectiveModel m(cluster(2, 4, 0.8));
   const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
   expect_close(e.algbw, 4 * 50e9 * 0.9 / (2.0 * 15 / 16));
-  // 30 steps, 2 of them between the nodes (7 us each), the rest 4 us NVLink hops.
-  expect_close(e.latency, 8.4 * kUs + 28 * 4 * kUs + 2 * 7 * kUs);
+  // 30 steps, 2 of them between the nodes (7 us each), the rest 4 us NVLink hops; and each of
+  // the 30 steps of each of the 2 loops (16 channels x 16 ranks x 2 MiB chunks = 512 MiB a loop)
+  // waits 2 us on the proxy.
+  expect_close(e.latency, 8.4 * kUs + 28 * 4 * kUs + 2 * 7 * kUs + 30 * 2 * 2 * kUs);
 }
 
 TEST(CollectiveModelMultiNode, RingIsLimitedByTheFabric) {
@@ -240,7 +244,48 @@ TEST(CollectiveModelMultiNode, RingIsLimitedByTheFabric) {
   const CollectiveModel m(cluster(2, 8, 0.7));
   const CollectiveEstimate e = est(m, shape(CollOp::all_gather, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
   expect_close(e.algbw, 450e9 * 0.7 / (15.0 / 16));
-  expect_close(e.latency, 8.4 * kUs + 14 * 4 * kUs + 1 * 7 * kUs);
+  expect_close(e.latency, 8.4 * kUs + 14 * 4 * kUs + 1 * 7 * kUs + 15 * 2 * 2 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, EveryRingStepOfEveryLoopWaitsOnTheProxy) {
+  // all_gather on 16 ranks of 2 nodes, Simple: a loop moves 16 channels x 16 ranks x 2 MiB =
+  // 512 MiB. Up to one loop the wait is 15 steps x 2 us; each further loop adds as much again.
+  const CollectiveModel m(cluster(2, 8, 0.7));
+  auto latency = [&](double bytes) {
+    return est(m, shape(CollOp::all_gather, bytes, 16, 2), CollAlgo::ring, Protocol::simple).latency;
+  };
+  const double fill = 8.4 * kUs + 14 * 4 * kUs + 1 * 7 * kUs;
+  expect_close(latency(64 * kMiB), fill + 15 * 2 * kUs);
+  expect_close(latency(512 * kMiB), fill + 15 * 2 * kUs);
+  expect_close(latency(512 * kMiB + 1), fill + 2 * 15 * 2 * kUs);
+  expect_close(latency(4 * kGiB), fill + 8 * 15 * 2 * kUs);
+  // LL128 moves one 576,000-byte step a chunk: 16 x 16 x 576,000 bytes a loop.
+  const double ll128_fill = 14 * kUs + 14 * 4 * kUs * 1.9 / 3.4 + 1 * 7 * kUs * 4 / 14;
+  expect_close(est(m, shape(CollOp::all_gather, 1 * kGiB, 16, 2), CollAlgo::ring, Protocol::ll128).latency,
+               ll128_fill + std::ceil(kGiB / (16 * 16 * 576000.0)) * 15 * 2 * kUs);
+  // Inside one node no step waits on the proxy.
+  const CollectiveModel one(cluster(1, 8, 0.7));
+  expect_close(est(one, shape(CollOp::all_gather, 4 * kGiB, 8), CollAlgo::ring, Protocol::simple).latency,
+               8.4 * kUs + 7 * 4 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, TreeChunksWaitOnTheProxyUntilThePipelineFills) {
+  // Tree all_reduce, Simple, 16 ranks on 2 nodes: depth 7 + 1 = 8. A channel's share goes in
+  // 512 KiB chunks; each waits 2 us on the proxy until 64 (8 a level) fill the pipeline.
+  const CollectiveModel m(cluster(2, 8, 0.8));
+  auto latency = [&](double bytes, Protocol p = Protocol::simple) {
+    return est(m, shape(CollOp::all_reduce, bytes, 16, 2), CollAlgo::tree, p).latency;
+  };
+  const double fill = 8.4 * kUs + 2 * (7 * 4 * kUs * 4.0 / 3.4 + 1 * 7 * kUs);
+  // 16 MiB: 1 MiB a channel, 2 chunks.
+  expect_close(latency(16 * kMiB), fill + 2 * 2 * kUs);
+  // 1 GiB: 64 MiB a channel, 128 chunks; the waits stop at 64.
+  expect_close(latency(kGiB), fill + 64 * 2 * kUs);
+  // LL128 at 16 MiB: 576,000-byte chunks halved while a channel holds fewer than
+  // 64 x (1 + 1 + 0.8) / 8 = 22.4 of them and larger than 128 KiB (down to 72,000 bytes: 14.6 ->
+  // 15 chunks), then while fewer than 5.6 (already more).
+  const double ll128_fill = 14 * kUs + 2 * (7 * 4 * kUs * 1.25 / 3.4 + 1 * 7 * kUs * 8.5 / 14);
+  expect_close(latency(16 * kMiB, Protocol::ll128), ll128_fill + 15 * 2 * kUs);
 }
 
 TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {
