@@ -6,7 +6,7 @@
 // is a ConfigError naming file:line:column (or the --set override it came from) and what was
 // expected. `--set a.b=value` overrides any key by its dotted path before validation (a list
 // element by its index: workload.steps.do.1.all_reduce.bytes=4MiB, checks.0.max_time=2ms);
-// `--set topology.<key>=value` overrides a key of the topology file instead.
+// `--set topology.<key>=value` (or `topology_set.<key>=value`) overrides a key of the topology file.
 //
 // Workloads (this version): `collectives` — an nccl-tests sweep of one collective; `steps` — a
 // sequence of compute kernels and collectives over the layout's groups (tp, cp, dp, pp, dp_cp,

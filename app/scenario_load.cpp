@@ -123,11 +123,11 @@ const ScenarioSchema& schema() {
   return s;
 }
 
-// One --set: `topology.<key>=value` overrides the topology file (applied when it is loaded, as
-// typed: the topology skips the prefix and quotes the whole override in errors); any other key
-// overrides the scenario's tree.
+// One --set: `topology.<key>=value` (or `topology_set.<key>=value`, after the file's key)
+// overrides the topology file (applied when it is loaded, as typed: the topology skips the prefix
+// and quotes the whole override in errors); any other key overrides the scenario's tree.
 void apply_override(YAML::Node& root, const std::string& text, sim::YamlPositions& positions, Scenario& sc) {
-  if (text.find('=') != std::string::npos && text.rfind("topology.", 0) == 0) {
+  if (text.find('=') != std::string::npos && (text.rfind("topology.", 0) == 0 || text.rfind("topology_set.", 0) == 0)) {
     sc.topology_sets.push_back(text);
     return;
   }

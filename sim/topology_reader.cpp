@@ -552,7 +552,8 @@ SetOptions topology_set_options() {
   SetOptions o;
   o.document = "this topology";
   o.example = "nodes=128 or network.nic_bandwidth=200 Gb/s";
-  o.document_prefix = "topology.";  // a scenario's --set topology.nodes=128
+  // A scenario's --set topology.nodes=128, or topology_set.nodes=128 as its file's key is named.
+  o.document_prefixes = {"topology.", "topology_set."};
   return o;
 }
 

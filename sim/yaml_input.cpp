@@ -268,10 +268,9 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
     throw ConfigError(file, 1, static_cast<int>(col0) + 1, what);
   };
   const std::size_t eq = text.find('=');
-  const std::size_t key_start = !options.document_prefix.empty() && text.rfind(options.document_prefix, 0) == 0 &&
-                                        eq != std::string::npos && eq > options.document_prefix.size()
-                                    ? options.document_prefix.size()
-                                    : 0;
+  std::size_t key_start = 0;
+  for (const std::string& prefix : options.document_prefixes)
+    if (text.rfind(prefix, 0) == 0 && eq != std::string::npos && eq > prefix.size()) key_start = prefix.size();
   if (eq == std::string::npos || trim_copy(std::string_view(text).substr(key_start, eq - key_start)).empty())
     fail_at(0, "expected key=value, such as " + options.example);
 

@@ -89,10 +89,11 @@ struct SetOptions {
   // 'network'") and lists the known keys as "(known keys: ...)"; else "unknown key 'x'" and
   // "(known keys here: ...)". Default: true.
   bool name_parent_of_unknown_key = true;
-  // A prefix the override may start with that names this document inside another one's overrides
-  // (a scenario's `--set topology.nodes=4` reaches the topology as `nodes=4`): skipped before the
-  // key, while errors quote the override as typed and count columns in it. Default: none.
-  std::string document_prefix;
+  // Prefixes the override may start with that name this document inside another one's overrides
+  // (a scenario's `--set topology.nodes=4` or `--set topology_set.nodes=4` reaches the topology as
+  // `nodes=4`): skipped before the key, while errors quote the override as typed and count columns
+  // in it. Default: none.
+  std::vector<std::string> document_prefixes;
 };
 
 // Applies one override "dotted.key=value" to root, checked against schema; registers the nodes

@@ -579,6 +579,8 @@ std::vector<Case> scenario_cases() {
       override_case("RepeatNotANumber", "workload.steps.repeat=abc", 23, {"steps.repeat must be an integer"}),
       // a topology override is quoted as typed, its column counted in what was typed
       override_case("TopologyNodesZero", "topology.nodes=0", 16, {"'nodes' must be between 1 and"}),
+      // topology_set, the scenario file's key for topology overrides, reaches the topology too
+      override_case("TopologySetNodesZero", "topology_set.nodes=0", 20, {"'nodes' must be between 1 and"}),
       override_case("UnknownTopLevelKey", "nosuch.key=1", 1, {"unknown key 'nosuch'"}),
       override_case("UnknownListElement", "workload.steps.do.x.wait=1", 19, {"has no element named 'x'"}),
       override_case("IndexBeyond64Bits", "workload.steps.do.99999999999999999999.wait=1", 19,

@@ -112,6 +112,12 @@ TEST(Scenario, OverridesChangeKeysByDottedPath) {
   EXPECT_EQ(sc.repeat, 3);
   const Scenario big = load_scenario(kRoot + "/scenarios/tp-dp-cluster.yaml", {"topology.nodes=4", "parallel.dp=4"});
   EXPECT_EQ(big.ranks, 32);
+  // topology_set.<key>, as the file names its topology overrides, does the same and wins over the
+  // file's topology_set.
+  const Scenario also =
+      load_scenario(kRoot + "/scenarios/tp-dp-cluster.yaml", {"topology_set.nodes=4", "parallel.dp=4"});
+  EXPECT_EQ(also.ranks, 32);
+  EXPECT_EQ(also.topology->num_nodes(), 4);
 }
 
 TEST(Scenario, DpAutoIsWhatTheLayoutLeavesOfTheWorld) {
