@@ -146,13 +146,27 @@ uint64_t host_memory_available() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
-void check_host_memory(double need, const std::string& what) {
+void check_host_memory(double need, const std::string& what, const std::string& advice) {
   const uint64_t have = host_memory_available();
   if (have == 0 || need <= static_cast<double>(have)) return;
   throw Error(what + " needs about " + sim::units::format_bytes(static_cast<uint64_t>(std::min(need, 0x1p63))) +
-              " of host memory, more than the " + sim::units::format_bytes(have) +
-              " this machine has available; time it shape-only (no --check, data: shape_only), or use fewer "
-              "ranks or smaller sizes");
+              " of host memory, more than the " + sim::units::format_bytes(have) + " this machine has available; " +
+              (advice.empty() ? "time it shape-only (no --check, data: shape_only), or use fewer ranks or smaller sizes"
+                              : advice));
+}
+
+void check_direct_schedule(const sim::Topology& topo, int nranks, const std::string& algorithm,
+                           const std::string& what) {
+  if (algorithm != "direct" || topo.collectives().model != sim::CollectiveTimingModel::schedule) return;
+  // Measured here: 230-300 bytes a transfer (its move, its flow on the network, its routes) at
+  // 1,024-2,048 ranks; 320 leaves a margin.
+  constexpr double kBytesPerTransfer = 320;
+  const double transfers = static_cast<double>(nranks) * (nranks - 1);
+  check_host_memory(transfers * kBytesPerTransfer,
+                    what + ": the direct schedule of " + std::to_string(nranks) + " ranks moves all " +
+                        std::to_string(static_cast<long long>(transfers)) + " of its transfers at once, and",
+                    "use another algorithm (ring, tree, hierarchical; auto never picks direct above 64 ranks) "
+                    "or the nccl timing model (collectives: {model: nccl} in the topology)");
 }
 
 namespace {
@@ -206,6 +220,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
                 "); use fewer ranks or more nodes (--set nodes=N)");
   check_nccl_choice(topo, op, n, req.sizes, o.algorithm, o.protocol);
   check_sizes_fit(topo, n, req.sizes, "--sizes " + o.sizes);
+  check_direct_schedule(topo, n, o.algorithm, "--algo direct");
   if (o.check) {
     const int64_t largest = *std::max_element(req.sizes.begin(), req.sizes.end());
     check_host_memory(

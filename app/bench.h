@@ -40,8 +40,14 @@ int bench_collectives(const BenchOptions& options, std::ostream& out);
 // memory); 0 when unknown.
 uint64_t host_memory_available();
 // Refuses (Error) a run whose estimated host memory, `need` bytes, exceeds what the machine has
-// available, before it starts: `what` says what needs it ("--check on 1024 ranks at 1 GiB").
-void check_host_memory(double need, const std::string& what);
+// available, before it starts: `what` says what needs it ("--check on 1024 ranks at 1 GiB"),
+// `advice` what to do instead (default: time it shape-only, fewer ranks or smaller sizes).
+void check_host_memory(double need, const std::string& what, const std::string& advice = "");
+// A forced direct schedule (every rank to every other at once) on the schedule timing model holds
+// all n(n-1) of its transfers: refused before the run when they would not fit in host memory.
+// Every other algorithm, and the nccl timing model, costs memory linear in the ranks.
+void check_direct_schedule(const sim::Topology& topo, int nranks, const std::string& algorithm,
+                           const std::string& what);
 // The host memory a collective with real data needs: every rank's input and output of `bytes`,
 // and the expected values --check computes once (a double per element: at most 4 bytes per byte).
 double collective_host_bytes(int ranks, double bytes);

@@ -171,6 +171,7 @@ int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
                       sc.file + ": data: real on " + std::to_string(sc.ranks) + " ranks at " +
                           sim::units::format_bytes(static_cast<uint64_t>(largest)) + " per rank");
   }
+  check_direct_schedule(topo, sc.ranks, sc.algorithm, sc.file + ": algorithm: direct");
   RunSummary s;
   s.backend = flags.backend;
   s.device_kind = !flags.device.empty() ? flags.device : flags.backend == "nccl" ? "gpu" : "cpu";

@@ -254,6 +254,31 @@ TEST(Cli, RealDataBeyondTheHostsMemoryIsRefusedBeforeTheRun) {
   EXPECT_THAT(s.err, HasSubstr("quickstart.yaml: data: real on 8 ranks at 64 GiB per rank needs about 1.25 TiB"));
 }
 
+// A forced direct schedule on the schedule timing model holds all n(n-1) transfers: at 65,536
+// ranks, 4.3e9 of them (about 1.25 TiB) are refused before the run with what to use instead; the
+// same ranks with the nccl model, or a ring, need no such memory.
+TEST(Cli, ADirectScheduleBeyondTheHostsMemoryIsRefusedBeforeTheRun) {
+  if (host_memory_available() == 0 || host_memory_available() > (uint64_t{1} << 40))
+    GTEST_SKIP() << "this machine's available memory is unknown or above 1 TiB";
+  const std::vector<std::string> big = {"bench", "collectives", "-t",      topo("h100-cluster.yaml"),
+                                        "--set", "nodes=8192",  "--set",   "collectives.model=schedule",
+                                        "--op",  "all_gather",  "--sizes", "1MiB:1MiB"};
+  std::vector<std::string> args = big;
+  args.insert(args.end(), {"--algo", "direct"});
+  const Result r = run(args);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--algo direct: the direct schedule of 65536 ranks moves all 4294901760 of its "
+                               "transfers at once, and needs about 1.25 TiB of host memory, more than the "));
+  EXPECT_THAT(r.err, HasSubstr("use another algorithm (ring, tree, hierarchical"));
+  EXPECT_EQ(r.out, "");
+  // A scenario that forces it: refused the same way, naming its file.
+  const Result s =
+      run({"run", testing::scenario("tp-dp-cluster.yaml"), "--set", "topology.nodes=8192", "--set",
+           "topology.collectives.model=schedule", "--set", "parallel.dp=8192", "--set", "algorithm=direct"});
+  EXPECT_EQ(s.code, 2) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("tp-dp-cluster.yaml: algorithm: direct: the direct schedule of 65536 ranks"));
+}
+
 // A run about to exhaust the host is stopped by its guard with an Error (exit 2 in the CLI), not
 // killed: here with a limit of one byte, passed at the first check (after 64 Ki events).
 TEST(Cli, AHostMemoryGuardStopsTheRunWithAClearError) {
