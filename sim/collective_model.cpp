@@ -38,8 +38,9 @@ constexpr std::array<double, 3> kChannelBytes{512.0 * 8, 640.0 * 8, 512.0 * 64};
 // LL 512 KiB of 16-byte lines, half of them flags; LL128 4.6875 MiB, 120 of every 128 bytes
 // data; Simple 4 MiB (NCCL_BUFFSIZE).
 constexpr std::array<double, 3> kStepBytes{32768.0, 576000.0, 524288.0};
-// A ring moves a chunk of this many steps per step of its loop (NCCL: Simple all_reduce,
-// all_gather and reduce_scatter chunks are NCCL_STEPS / 2 steps; LL and LL128 one).
+// A ring all_reduce, all_gather or reduce_scatter moves a chunk of this many steps per step of its
+// loop (NCCL: Simple chunks are NCCL_STEPS / 2 steps; LL and LL128 one); broadcast and reduce
+// move one step.
 constexpr std::array<double, 3> kRingChunkSteps{1, 1, 4};
 
 size_t pi(Protocol p) { return static_cast<size_t>(p); }
@@ -232,8 +233,9 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // steps in order, so the ring is paced by them. A loop moves one chunk per rank and
       // channel (all_reduce, all_gather, reduce_scatter) or one chunk per channel (broadcast).
       if (N > 1) {
-        const double chunk = kStepBytes[pi(proto)] * kRingChunkSteps[pi(proto)];
-        const double loop = used * chunk * (all_reduce || is_reduce_gather(s.op) ? n : 1);
+        const bool per_rank = all_reduce || is_reduce_gather(s.op);
+        const double chunk = kStepBytes[pi(proto)] * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
+        const double loop = used * chunk * (per_rank ? n : 1);
         const double loops = std::max(1.0, std::ceil(s.bytes / loop));
         e.latency += nsteps * loops * c_.net_overhead.seconds();
       }

@@ -263,6 +263,9 @@ TEST(CollectiveModelMultiNode, EveryRingStepOfEveryLoopWaitsOnTheProxy) {
   const double ll128_fill = 14 * kUs + 14 * 4 * kUs * 1.9 / 3.4 + 1 * 7 * kUs * 4 / 14;
   expect_close(est(m, shape(CollOp::all_gather, 1 * kGiB, 16, 2), CollAlgo::ring, Protocol::ll128).latency,
                ll128_fill + std::ceil(kGiB / (16 * 16 * 576000.0)) * 15 * 2 * kUs);
+  // A broadcast's loop moves one 512 KiB step per channel: 1 GiB is 128 loops of its 15 steps.
+  expect_close(est(m, shape(CollOp::broadcast, kGiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
+               fill + 128 * 15 * 2 * kUs);
   // Inside one node no step waits on the proxy.
   const CollectiveModel one(cluster(1, 8, 0.7));
   expect_close(est(one, shape(CollOp::all_gather, 4 * kGiB, 8), CollAlgo::ring, Protocol::simple).latency,
