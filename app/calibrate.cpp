@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "app/bench.h"
+#include "app/workloads.h"
 #include "runtime/distributed/nccl_names.h"
 #include "sim/error.h"
 #include "sim/io.h"
@@ -122,12 +123,6 @@ std::vector<double> nelder_mead(const std::function<double(const std::vector<dou
     x0 = s[best];
   }
   return x0;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
 }
 
 std::optional<sim::CollAlgo> parse_nccl_algo(const std::string& name, const std::string& where) {
@@ -409,6 +404,12 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
 int calibrate(const CalibrateOptions& o, std::ostream& out) {
   if (o.files.empty()) throw Error("calibrate needs at least one nccl-tests output file");
   if (!o.check_only && o.output.empty()) throw Error("calibrate needs -o OUT.yaml (or --check to compare only)");
+  // The output is checked before the fit: its folder exists, and it is none of the inputs.
+  if (!o.check_only) {
+    std::vector<NamedPath> ins = {{"the topology", o.topology}};
+    for (const std::string& f : o.files) ins.push_back({"a measured table", f});
+    check_output_paths({{"-o", o.output}}, ins);
+  }
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   std::vector<MeasuredTable> tables;
   const std::vector<FitCase> cases = load_cases(o, topo, tables);

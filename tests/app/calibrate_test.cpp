@@ -440,6 +440,43 @@ TEST_F(CalibrateCommand, RefusesToRunWithoutAnOutput) {
   expect_refused(o, "calibrate needs -o");
 }
 
+TEST_F(CalibrateCommand, RefusesAnOutputInAMissingFolderBeforeFitting) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.output = (scratch() / "no_such_folder" / "out.yaml").string();
+  std::ostringstream printed;
+  try {
+    calibrate(o, printed);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("-o '" + o.output + "': the folder '"));
+    EXPECT_THAT(e.what(), HasSubstr("does not exist; create it first"));
+  }
+  EXPECT_EQ(printed.str(), "");  // nothing fitted or printed
+}
+
+TEST_F(CalibrateCommand, RefusesAnOutputOnOneOfItsInputs) {
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), kRows));
+  CalibrateOptions o = options({file});
+  o.output = topo_;
+  const std::string before = read(topo_);
+  try {
+    std::ostringstream printed;
+    calibrate(o, printed);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is the topology, which the run reads: writing it would destroy the input"));
+  }
+  EXPECT_EQ(read(topo_), before);
+  o.output = file;
+  try {
+    std::ostringstream printed;
+    calibrate(o, printed);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is a measured table, which the run reads"));
+  }
+}
+
 TEST_F(CalibrateCommand, RefusesToRunWithoutFiles) { expect_refused(options({}), "at least one nccl-tests output"); }
 
 // ---- reading
