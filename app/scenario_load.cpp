@@ -18,6 +18,7 @@
 #include "sim/io.h"
 #include "sim/suggest.h"
 #include "sim/topology.h"
+#include "sim/topology_reader.h"
 #include "sim/units.h"
 
 namespace ranksim::app {
@@ -127,9 +128,13 @@ const ScenarioSchema& schema() {
 // overrides the topology file (applied when it is loaded, as typed: the topology skips the prefix
 // and quotes the whole override in errors); any other key overrides the scenario's tree.
 void apply_override(YAML::Node& root, const std::string& text, sim::YamlPositions& positions, Scenario& sc) {
-  if (text.find('=') != std::string::npos && (text.rfind("topology.", 0) == 0 || text.rfind("topology_set.", 0) == 0)) {
-    sc.topology_sets.push_back(text);
-    return;
+  if (text.find('=') != std::string::npos) {
+    for (const std::string& prefix : sim::topology_set_options().document_prefixes) {
+      if (text.rfind(prefix, 0) == 0) {
+        sc.topology_sets.push_back(text);
+        return;
+      }
+    }
   }
   sim::SetOptions o;
   o.document = "this scenario";

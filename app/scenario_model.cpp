@@ -327,14 +327,14 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       }
     }
     if (m.shape_only && !ts.checkpoint.empty()) r.fail(t, "train.checkpoint needs real data: remove data: shape_only");
-    if (const YAML::Node v = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
-        v.IsDefined()) {
-      ts.virtual_stages = r.positive_int(v, "parallel.virtual_stages");
+    const YAML::Node vs = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
+    if (vs.IsDefined()) {
+      ts.virtual_stages = r.positive_int(vs, "parallel.virtual_stages");
       if (ts.virtual_stages > 1 && sc.pp < 2)
-        r.fail(v, "parallel.virtual_stages interleaves the pipeline schedule: it needs pp >= 2");
+        r.fail(vs, "parallel.virtual_stages interleaves the pipeline schedule: it needs pp >= 2");
       if (ts.virtual_stages > 1 && !ts.micro_batch_size && ts.micro_batches % sc.pp != 0)
-        r.fail(v, "the interleaved schedule runs micro-batches in groups of pp: train.micro_batches " +
-                      std::to_string(ts.micro_batches) + " is not a multiple of pp=" + std::to_string(sc.pp));
+        r.fail(vs, "the interleaved schedule runs micro-batches in groups of pp: train.micro_batches " +
+                       std::to_string(ts.micro_batches) + " is not a multiple of pp=" + std::to_string(sc.pp));
     }
     YAML::Node split_at;    // the last of the two keys given: a bad split is reported there
     std::string split_key;  // empty: neither given
@@ -361,11 +361,10 @@ ModelWorkload read_model(const YAML::Node& root, const YAML::Node& n, const Scen
       }
     }
     // Even chunks (no first/last counts) must divide the layers; uneven ones were checked above.
-    if (const YAML::Node v = par.IsDefined() ? entry(par, "virtual_stages") : YAML::Node(YAML::NodeType::Undefined);
-        v.IsDefined() && split_key.empty() && m.config.layers % (sc.pp * ts.virtual_stages) != 0)
-      r.fail(v, "model.layers " + std::to_string(m.config.layers) + " cannot be split into pp=" +
-                    std::to_string(sc.pp) + " x virtual_stages=" + std::to_string(ts.virtual_stages) +
-                    " chunks; use a layer count that is a multiple of " + std::to_string(sc.pp * ts.virtual_stages));
+    if (vs.IsDefined() && split_key.empty() && m.config.layers % (sc.pp * ts.virtual_stages) != 0)
+      r.fail(vs, "model.layers " + std::to_string(m.config.layers) + " cannot be split into pp=" +
+                     std::to_string(sc.pp) + " x virtual_stages=" + std::to_string(ts.virtual_stages) +
+                     " chunks; use a layer count that is a multiple of " + std::to_string(sc.pp * ts.virtual_stages));
     if (ts.first_stage_layers < 0 && ts.last_stage_layers < 0 && m.config.layers % sc.pp != 0)
       layout_error(std::to_string(m.config.layers) + " layers cannot be split evenly over pp=" + std::to_string(sc.pp) +
                    " stages; set model.layers to a multiple of pp, or parallel.decoder_first_pipeline_num_layers / "
