@@ -59,21 +59,29 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
   for (size_t k = 0; k < from.size(); ++k) {
     const int p = from[k];
     const size_t expected = sizeof(Header) + expect_[static_cast<size_t>(p)];
+    // A larger message than expected is truncated: its header (the first bytes, which MPI
+    // delivers) still says what the peer called, so the report names the difference whichever
+    // rank reports first; without a readable header it says only that the message was larger.
+    bool truncated = false;
     if (rc == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) {
       int cls = 0;
       MPI_Error_class(st[k].MPI_ERROR, &cls);
-      if (cls == MPI_ERR_TRUNCATE)
-        mismatch(g, call, sig, p,
-                 "sent a larger message than this collective expects (" + std::to_string(expected) + " bytes)");
-      check_mpi(st[k].MPI_ERROR, "receiving a collective message");
+      truncated = cls == MPI_ERR_TRUNCATE;
+      if (!truncated) check_mpi(st[k].MPI_ERROR, "receiving a collective message");
     }
+    const std::string larger =
+        "sent a larger message than this collective expects (" + std::to_string(expected) + " bytes)";
     int got = 0;
-    MPI_Get_count(&st[k], MPI_BYTE, &got);
+    if (truncated) {
+      got = static_cast<int>(expected);
+    } else {
+      MPI_Get_count(&st[k], MPI_BYTE, &got);
+    }
     Header their{};
     if (static_cast<size_t>(got) >= sizeof(Header))
       std::memcpy(&their, recv_[static_cast<size_t>(p)].data(), sizeof their);
     if (static_cast<size_t>(got) < sizeof(Header) || their.magic != kMagic)
-      mismatch(g, call, sig, p, "sent a message that is not a ranksim collective message");
+      mismatch(g, call, sig, p, truncated ? larger : "sent a message that is not a ranksim collective message");
     if (their.call != h.call) mismatch(g, call, sig, p, "is at call #" + std::to_string(their.call) + " of the group");
     Signature other;
     other.kind = static_cast<CollectiveKind>(their.kind);
@@ -88,6 +96,7 @@ void MpiBackend::exchange(MpiGroup& g, const Header& h, const Signature& sig, ui
       diff = "different algorithms resolved (" + std::string(to_string(static_cast<Algorithm>(their.resolved))) +
              " vs " + to_string(static_cast<Algorithm>(h.resolved)) +
              "); set the same ProcessGroup::set_algorithm on every member";
+    if (diff.empty() && truncated) mismatch(g, call, sig, p, larger);
     if (diff.empty() && static_cast<size_t>(got) != expected)
       diff = "a message of " + std::to_string(got) + " bytes where " + std::to_string(expected) + " were expected";
     if (!diff.empty()) mismatch(g, call, sig, p, "called " + other.describe() + " (" + diff + ")");
