@@ -184,11 +184,18 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   bool ring_intra = false, ring_inter = false, nvls = false, a2a = false;
   // Hop latencies are told apart from the fixed overhead by the hop counts of the tables and by
   // the protocols' different latencies within one table.
-  bool intra = false, inter = false;
+  bool intra = false, net = false, inter = false;
   for (const FitCase& c : cases) {
     intra = intra || c.shape.ranks_per_node > 1;
-    inter = inter || c.shape.nodes > 1;
+    net = net || c.shape.nodes > 1;
     const bool direct = c.shape.op == sim::CollOp::all_to_all;
+    // Rings across nodes are paced by net_overhead; the network's hop latency is that of the
+    // other algorithms: trees and NVLS trees (all_reduce), PAT (one rank a node), point-to-point.
+    const bool only_ring = (c.algorithm && *c.algorithm == sim::CollAlgo::ring) ||
+                           (c.shape.op != sim::CollOp::all_reduce && !direct &&
+                            !(c.shape.ranks_per_node == 1 &&
+                              (c.shape.op == sim::CollOp::all_gather || c.shape.op == sim::CollOp::reduce_scatter)));
+    inter = inter || (c.shape.nodes > 1 && !only_ring);
     ring_intra = ring_intra || (!direct && c.shape.ranks_per_node > 1);
     ring_inter = ring_inter || (!direct && c.shape.nodes > 1);
     // All-to-all's own efficiency is the fabric's: only a table inside one node informs it
@@ -200,7 +207,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   std::vector<Param> params;
   if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
   if (intra) params.push_back(latency_param("intra_latency", &sim::CollectiveTiming::intra_latency));
-  if (inter) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
+  if (net) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
   if (inter) params.push_back(latency_param("inter_latency", &sim::CollectiveTiming::inter_latency));
   if (ring_inter) params.push_back(latency_param("net_overhead", &sim::CollectiveTiming::net_overhead));
   if (nvls) {
@@ -223,8 +230,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
       if (it == params.end())
         throw Error("--fit " + name +
-                    ": the tables do not inform it (e.g. no table spans nodes, or none runs "
-                    "NVLS or all_to_all)");
+                    ": the tables do not inform it (e.g. no table spans nodes, none runs an "
+                    "algorithm other than ring across nodes, or none runs NVLS or all_to_all)");
       chosen.push_back(*it);
     }
     params = std::move(chosen);

@@ -214,7 +214,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   if (p > 1) ring_bus = std::min(ring_bus, fabric * c_.fabric_efficiency);
   if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency);
   const double intra_hop = (algo == CollAlgo::tree ? kNvlTree : kNvlRing)[pi(proto)] * intra_scale * kUs;
-  const double inter_hop = (algo == CollAlgo::tree || p == 1 ? kNetTree : kNetRing)[pi(proto)] * inter_scale * kUs;
+  const double inter_hop = kNetTree[pi(proto)] * inter_scale * kUs;  // a tree's network hop
 
   double algbw = 0;
   switch (algo) {
@@ -226,18 +226,21 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       algbw = bus / bus_factor(s.op, n);
       const int nsteps = all_reduce ? 2 * (n - 1) : n - 1;
       const int inter = N == 1 ? 0 : all_reduce ? 2 * (N - 1) : N - 1;
-      // NCCL's latency: the first chunk's path round the ring.
-      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * intra_hop + inter * inter_hop;
-      // Across nodes, every step of every loop also waits for its chunk to come through the
-      // network's host proxy at the ranks that receive from another node; each rank runs its
-      // steps in order, so the ring is paced by them. A loop moves one chunk per rank and
-      // channel (all_reduce, all_gather, reduce_scatter) or one chunk per channel (broadcast).
+      // NCCL's latency: the first chunk's path round the ring, its NVLink hops. The steps that
+      // cross the network are paced by the waits below, as every step across nodes is.
+      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * intra_hop;
+      // Across nodes, every step of every loop waits for its chunk to come through the network's
+      // host proxy; each rank runs its steps in order, so the ring is paced by them. With two or
+      // more ranks on a node a rank's step passes one proxy (the rank that receives from the
+      // network, or the one that sends to it); with one rank a node it passes two, its own
+      // receive and its own send. A loop moves one chunk per rank and channel (all_reduce,
+      // all_gather, reduce_scatter) or one chunk per channel (broadcast).
       if (N > 1) {
         const bool per_rank = all_reduce || is_reduce_gather(s.op);
         const double chunk = kStepBytes[pi(proto)] * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
         const double loop = used * chunk * (per_rank ? n : 1);
         const double loops = std::max(1.0, std::ceil(s.bytes / loop));
-        e.latency += nsteps * loops * c_.net_overhead.seconds();
+        e.latency += nsteps * loops * (p == 1 ? 2 : 1) * c_.net_overhead.seconds();
       }
       break;
     }

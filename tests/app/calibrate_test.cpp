@@ -76,14 +76,15 @@ std::vector<double> sizes_1k_to_4g() {
   return out;
 }
 
-FitCase ring_case(const sim::CollectiveModel& m, double launch, int nranks, int nodes) {
+FitCase ring_case(const sim::CollectiveModel& m, double launch, int nranks, int nodes,
+                  sim::CollAlgo algorithm = sim::CollAlgo::ring) {
   FitCase c;
   c.name = std::to_string(nranks) + " ranks on " + std::to_string(nodes);
   c.shape.op = sim::CollOp::all_reduce;
   c.shape.nranks = nranks;
   c.shape.nodes = nodes;
   c.shape.ranks_per_node = nranks / nodes;
-  c.algorithm = sim::CollAlgo::ring;
+  c.algorithm = algorithm;
   for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch)});
   return c;
 }
@@ -103,6 +104,8 @@ TEST(CalibrateFit, RecoversTheConstantsTheTablesWereMadeWith) {
   std::vector<FitCase> cases;
   for (auto [nranks, nodes] : {std::pair{8, 1}, {4, 1}, {2, 1}, {16, 2}, {32, 4}})
     cases.push_back(ring_case(m, launch, nranks, nodes));
+  // Rings across nodes are paced by net_overhead; a tree's network hops inform inter_latency.
+  cases.push_back(ring_case(m, launch, 32, 4, sim::CollAlgo::tree));
 
   sim::CollectiveTiming start = real;
   start.fabric_efficiency = 0.6;
@@ -140,6 +143,27 @@ TEST(CalibrateFit, OneNodeTablesDoNotFitTheNetwork) {
   EXPECT_THAT(fit.fitted, UnorderedElementsAre("fabric_efficiency", "intra_latency", "call_overhead"));
   EXPECT_EQ(fit.constants.network_efficiency, 0.5);
   EXPECT_EQ(fit.constants.inter_latency, sim::Time::us(50));
+}
+
+TEST(CalibrateFit, RingsAcrossNodesDoNotFitTheHopLatency) {
+  // A ring across nodes is paced by the proxy's waits (net_overhead), not by the network's hop
+  // latency: ring tables alone leave inter_latency as it was, and asking for it is an error.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  const sim::CollectiveModel m(t, truth(t));
+  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2), ring_case(m, launch, 32, 4)};
+  sim::CollectiveTiming start = truth(t);
+  start.inter_latency = sim::Time::us(50);
+  const FitResult fit = fit_collectives(t, start, cases);
+  EXPECT_THAT(fit.fitted, UnorderedElementsAre("fabric_efficiency", "intra_latency", "network_efficiency",
+                                               "net_overhead", "call_overhead"));
+  EXPECT_EQ(fit.constants.inter_latency, sim::Time::us(50));
+  try {
+    fit_collectives(t, start, cases, {"inter_latency"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--fit inter_latency: the tables do not inform it"));
+  }
 }
 
 TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {

@@ -233,10 +233,10 @@ TEST(CollectiveModelMultiNode, RingIsLimitedByTheNics) {
   const CollectiveModel m(cluster(2, 4, 0.8));
   const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
   expect_close(e.algbw, 4 * 50e9 * 0.9 / (2.0 * 15 / 16));
-  // 30 steps, 2 of them between the nodes (7 us each), the rest 4 us NVLink hops; and each of
-  // the 30 steps of each of the 2 loops (16 channels x 16 ranks x 2 MiB chunks = 512 MiB a loop)
-  // waits 2 us on the proxy.
-  expect_close(e.latency, 8.4 * kUs + 28 * 4 * kUs + 2 * 7 * kUs + 30 * 2 * 2 * kUs);
+  // 30 steps, 28 of them 4 us NVLink hops; the 2 between the nodes are paced by the proxy, as
+  // every step is: each of the 30 steps of each of the 2 loops (16 channels x 16 ranks x 2 MiB
+  // chunks = 512 MiB a loop) waits 2 us on it, and the 7 us network hop adds nothing.
+  expect_close(e.latency, 8.4 * kUs + 28 * 4 * kUs + 30 * 2 * 2 * kUs);
 }
 
 TEST(CollectiveModelMultiNode, RingIsLimitedByTheFabric) {
@@ -244,7 +244,7 @@ TEST(CollectiveModelMultiNode, RingIsLimitedByTheFabric) {
   const CollectiveModel m(cluster(2, 8, 0.7));
   const CollectiveEstimate e = est(m, shape(CollOp::all_gather, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
   expect_close(e.algbw, 450e9 * 0.7 / (15.0 / 16));
-  expect_close(e.latency, 8.4 * kUs + 14 * 4 * kUs + 1 * 7 * kUs + 15 * 2 * 2 * kUs);
+  expect_close(e.latency, 8.4 * kUs + 14 * 4 * kUs + 15 * 2 * 2 * kUs);
 }
 
 TEST(CollectiveModelMultiNode, EveryRingStepOfEveryLoopWaitsOnTheProxy) {
@@ -254,22 +254,34 @@ TEST(CollectiveModelMultiNode, EveryRingStepOfEveryLoopWaitsOnTheProxy) {
   auto latency = [&](double bytes) {
     return est(m, shape(CollOp::all_gather, bytes, 16, 2), CollAlgo::ring, Protocol::simple).latency;
   };
-  const double fill = 8.4 * kUs + 14 * 4 * kUs + 1 * 7 * kUs;
+  const double fill = 8.4 * kUs + 14 * 4 * kUs;
   expect_close(latency(64 * kMiB), fill + 15 * 2 * kUs);
   expect_close(latency(512 * kMiB), fill + 15 * 2 * kUs);
   expect_close(latency(512 * kMiB + 1), fill + 2 * 15 * 2 * kUs);
   expect_close(latency(4 * kGiB), fill + 8 * 15 * 2 * kUs);
   // LL128 moves one 576,000-byte step a chunk: 16 x 16 x 576,000 bytes a loop.
-  const double ll128_fill = 14 * kUs + 14 * 4 * kUs * 1.9 / 3.4 + 1 * 7 * kUs * 4 / 14;
+  const double ll128_fill = 14 * kUs + 14 * 4 * kUs * 1.9 / 3.4;
   expect_close(est(m, shape(CollOp::all_gather, 1 * kGiB, 16, 2), CollAlgo::ring, Protocol::ll128).latency,
                ll128_fill + std::ceil(kGiB / (16 * 16 * 576000.0)) * 15 * 2 * kUs);
   // A broadcast's loop moves one 512 KiB step per channel: 1 GiB is 128 loops of its 15 steps.
   expect_close(est(m, shape(CollOp::broadcast, kGiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
                fill + 128 * 15 * 2 * kUs);
-  // Inside one node no step waits on the proxy.
+  // Inside one node no step waits on the proxy, and the hops are NVLink's.
   const CollectiveModel one(cluster(1, 8, 0.7));
   expect_close(est(one, shape(CollOp::all_gather, 4 * kGiB, 8), CollAlgo::ring, Protocol::simple).latency,
                8.4 * kUs + 7 * 4 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, OneRankANodeWaitsTwiceAStep) {
+  // One rank on each of 4 nodes: every step's chunk comes in through the network and goes out
+  // through it, and both pass the rank's proxy: 3 steps x 2 waits x 2 us, and no NVLink hop.
+  const CollectiveModel m(cluster(4, 8, 0.7));
+  expect_close(est(m, shape(CollOp::all_gather, 64 * kMiB, 4, 4), CollAlgo::ring, Protocol::simple).latency,
+               8.4 * kUs + 3 * 2 * 2 * kUs);
+  // Two ranks a node: one wait a step, at the rank that receives from the network or the one
+  // that sends to it; 7 steps, 4 of them NVLink hops.
+  expect_close(est(m, shape(CollOp::all_gather, 64 * kMiB, 8, 4), CollAlgo::ring, Protocol::simple).latency,
+               8.4 * kUs + 4 * 4 * kUs + 7 * 2 * kUs);
 }
 
 TEST(CollectiveModelMultiNode, TreeChunksWaitOnTheProxyUntilThePipelineFills) {
