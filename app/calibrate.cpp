@@ -181,14 +181,16 @@ double geomean_error(const std::vector<std::pair<double, double>>& pm) {
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
                           const std::vector<FitCase>& cases, const std::vector<std::string>& only) {
   const double launch = topology.kind_of(0).launch_overhead.seconds();
-  bool ring_intra = false, ring_inter = false, nvls = false, a2a = false;
+  bool ring_intra = false, ring_inter = false, nvls = false, a2a = false, a2a_net = false;
   // Hop latencies are told apart from the fixed overhead by the hop counts of the tables and by
   // the protocols' different latencies within one table.
   bool intra = false, net = false, inter = false;
   for (const FitCase& c : cases) {
     intra = intra || c.shape.ranks_per_node > 1;
-    net = net || c.shape.nodes > 1;
     const bool direct = c.shape.op == sim::CollOp::all_to_all;
+    // The NICs' efficiency for rings and trees; all-to-all's own between nodes.
+    net = net || (!direct && c.shape.nodes > 1);
+    a2a_net = a2a_net || (direct && c.shape.nodes > 1);
     // Rings across nodes are paced by net_overhead; the network's hop latency is that of the
     // other algorithms: trees and NVLS trees (all_reduce), PAT (one rank a node), point-to-point.
     const bool only_ring = (c.algorithm && *c.algorithm == sim::CollAlgo::ring) ||
@@ -198,8 +200,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     inter = inter || (c.shape.nodes > 1 && !only_ring);
     ring_intra = ring_intra || (!direct && c.shape.ranks_per_node > 1);
     ring_inter = ring_inter || (!direct && c.shape.nodes > 1);
-    // All-to-all's own efficiency is the fabric's: only a table inside one node informs it
-    // (across nodes the NICs bound it, at network_efficiency).
+    // All-to-all's efficiency in a node is the fabric's: only a table inside one node informs it
+    // (across nodes the NICs bound it, at alltoall_network_efficiency).
     a2a = a2a || (direct && c.shape.nodes == 1);
     nvls = nvls || (start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
                     (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree));
@@ -215,18 +217,24 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
   }
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
+  // Unset (0), it is network_efficiency's: the fit starts there.
+  if (a2a_net)
+    params.push_back({"alltoall_network_efficiency", true,
+                      [](const sim::CollectiveTiming& c) { return c.network_p2p_efficiency(); },
+                      [](sim::CollectiveTiming& c, double v) { c.alltoall_network_efficiency = v; }});
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   if (!only.empty()) {
     static const char* const kAll[] = {"fabric_efficiency", "intra_latency",       "network_efficiency",
                                        "inter_latency",     "net_overhead",        "nvls_efficiency",
-                                       "nvls_latency",      "alltoall_efficiency", "call_overhead"};
+                                       "nvls_latency",      "alltoall_efficiency", "alltoall_network_efficiency",
+                                       "call_overhead"};
     std::vector<Param> chosen;
     for (const std::string& name : only) {
       if (std::find(std::begin(kAll), std::end(kAll), name) == std::end(kAll))
         throw Error("--fit " + name +
                     ": not a constant calibrate fits; expected some of fabric_efficiency, "
                     "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, nvls_latency, "
-                    "alltoall_efficiency, call_overhead");
+                    "alltoall_efficiency, alltoall_network_efficiency, call_overhead");
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
       if (it == params.end())
         throw Error("--fit " + name +
@@ -394,6 +402,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["fabric_efficiency"] = fmt("%.4f", c.fabric_efficiency);
   n["network_efficiency"] = fmt("%.4f", c.network_efficiency);
   n["alltoall_efficiency"] = fmt("%.4f", c.alltoall_efficiency);
+  if (c.alltoall_network_efficiency > 0) n["alltoall_network_efficiency"] = fmt("%.4f", c.alltoall_network_efficiency);
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
   for (const double b : c.ll_max_bandwidth) n["ll_max_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));

@@ -26,6 +26,7 @@ FITTED = {
     "h100sxm_2node16gpu_ibndr_all_reduce_user2.csv",
     "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
     "h100sxm_10node80gpu_all_gather_xxrjun.csv",
+    "h100sxm_10node20gpu_all_to_all_xxrjun.csv",
     "a100sxm4_2node16gpu_all_reduce_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_gather_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_to_all_alcf_sophia.csv",

@@ -83,8 +83,14 @@ struct CollectiveTiming {
   double fabric_efficiency = 0.80;    // share of the fabric bandwidth a ring's bus bandwidth reaches
   double network_efficiency = 0.95;   // share of the NICs' bandwidth a ring's bus bandwidth reaches
   double alltoall_efficiency = 0.80;  // share of the fabric bandwidth all-to-all reaches in a node
-  bool nvls = false;                  // NVLink SHARP: reductions inside the NVSwitch
-  double nvls_efficiency = 0.60;      // NVLS all_reduce algorithm bandwidth / fabric bandwidth
+  // Share of the NICs' bandwidth all-to-all (NCCL's point-to-point) reaches between nodes; 0 (the
+  // default) means network_efficiency. See network_p2p_efficiency().
+  double alltoall_network_efficiency = 0;
+  double network_p2p_efficiency() const {
+    return alltoall_network_efficiency > 0 ? alltoall_network_efficiency : network_efficiency;
+  }
+  bool nvls = false;              // NVLink SHARP: reductions inside the NVSwitch
+  double nvls_efficiency = 0.60;  // NVLS all_reduce algorithm bandwidth / fabric bandwidth
   // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:
   // 141, 45, 35 GB/s; Ampere's: 87.7, 22.5, 19 GB/s).
   std::array<double, 3> ll_max_bandwidth{141e9, 45e9, 35e9};

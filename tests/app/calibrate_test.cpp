@@ -166,6 +166,35 @@ TEST(CalibrateFit, RingsAcrossNodesDoNotFitTheHopLatency) {
   }
 }
 
+TEST(CalibrateFit, AllToAllAcrossNodesFitsItsOwnShareOfTheNics) {
+  // Tables made with all-to-all at 0.7 of the NICs (the rings' share 0.9): fitted from the rings'
+  // share, it comes back; network_efficiency, which no all-to-all informs, is not fitted.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  sim::CollectiveTiming real = truth(t);
+  real.alltoall_network_efficiency = 0.7;
+  const sim::CollectiveModel m(t, real);
+  std::vector<FitCase> cases;
+  for (auto [nranks, nodes] : {std::pair{16, 2}, {32, 4}}) {
+    FitCase c;
+    c.name = std::to_string(nranks) + " ranks on " + std::to_string(nodes);
+    c.shape.op = sim::CollOp::all_to_all;
+    c.shape.nranks = nranks;
+    c.shape.nodes = nodes;
+    c.shape.ranks_per_node = nranks / nodes;
+    for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch)});
+    cases.push_back(c);
+  }
+  sim::CollectiveTiming start = real;
+  start.alltoall_network_efficiency = 0;
+  const FitResult fit = fit_collectives(t, start, cases, {"alltoall_network_efficiency"});
+  expect_within(fit.constants.alltoall_network_efficiency, 0.7, 0.01, "alltoall_network_efficiency");
+  EXPECT_EQ(fit.constants.network_efficiency, 0.9);
+  const FitResult all = fit_collectives(t, start, cases);
+  EXPECT_THAT(all.fitted, Not(testing::Contains("network_efficiency")));
+  EXPECT_THAT(all.fitted, testing::Contains("alltoall_network_efficiency"));
+}
+
 TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {
   const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
   const sim::CollectiveModel m(t, truth(t));

@@ -62,7 +62,7 @@ Topology dgx_like(const std::string& extra = "") {
 }
 
 // `nodes` nodes of 8 devices on a 450 GB/s switch; 400 Gb/s (50 GB/s) NICs, `nics` per node.
-Topology cluster(int nodes, int nics, double fabric_efficiency) {
+Topology cluster(int nodes, int nics, double fabric_efficiency, const std::string& extra = "") {
   const std::string text =
       "name: two\n"
       "nodes: " +
@@ -97,7 +97,8 @@ Topology cluster(int nodes, int nics, double fabric_efficiency) {
       "  network_efficiency: 0.9\n"
       "  intra_latency: 4 us\n"
       "  inter_latency: 7 us\n"
-      "  net_overhead: 2 us\n";
+      "  net_overhead: 2 us\n" +
+      extra;
   return Topology::parse(text, "two.yaml");
 }
 
@@ -301,6 +302,21 @@ TEST(CollectiveModelMultiNode, TreeChunksWaitOnTheProxyUntilThePipelineFills) {
   // 15 chunks), then while fewer than 5.6 (already more).
   const double ll128_fill = 14 * kUs + 2 * (7 * 4 * kUs * 1.25 / 3.4 + 1 * 7 * kUs * 8.5 / 14);
   expect_close(latency(16 * kMiB, Protocol::ll128), ll128_fill + 15 * 2 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, AllToAllAcrossNodesRunsAtItsOwnShareOfTheNics) {
+  // 16 ranks on 2 nodes of 8 NICs: a rank sends 8/16 of S through its NIC (50 GB/s) and 7/16 of
+  // it over the fabric (450 GB/s x 0.8); the NIC bounds it. Unset, all-to-all's share of the NICs
+  // is network_efficiency's (0.9); set, its own.
+  const CollectiveShape s = shape(CollOp::all_to_all, kBig, 16, 2);
+  const CollectiveModel same(cluster(2, 8, 0.8));
+  expect_close(est(same, s, CollAlgo::direct, Protocol::simple).algbw, 50e9 * 0.9 / (8.0 / 16));
+  const CollectiveModel own(cluster(2, 8, 0.8, "  alltoall_network_efficiency: 0.6\n"));
+  const CollectiveEstimate e = est(own, s, CollAlgo::direct, Protocol::simple);
+  expect_close(e.algbw, 50e9 * 0.6 / (8.0 / 16));
+  // The rings keep network_efficiency.
+  expect_close(est(own, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::ring, Protocol::simple).algbw,
+               std::min(450e9 * 0.8, 8 * 50e9 * 0.9) / (2.0 * 15 / 16));
 }
 
 TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {

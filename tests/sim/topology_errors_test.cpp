@@ -479,6 +479,13 @@ std::vector<Case> collective_cases() {
        15,
        23,
        {"'collectives.network_efficiency' must be positive"}},
+      {"CollectivesAllToAllNetworkEfficiencyAboveOne",
+       base({}, {"collectives:", "  alltoall_network_efficiency: 1.2"}),
+       {},
+       "bad.yaml",
+       15,
+       32,
+       {"'collectives.alltoall_network_efficiency' must be at most 1", "got 1.2"}},
       {"CollectivesNvlsOnARing",
        base({{11, "    type: ring"}}, {"collectives:", "  nvls: true"}),
        {},
@@ -562,6 +569,8 @@ TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
   EXPECT_EQ(t.collectives().channels, defaults.channels);
   EXPECT_EQ(t.collectives().fabric_efficiency, defaults.fabric_efficiency);
   EXPECT_EQ(t.collectives().intra_latency, defaults.intra_latency);
+  // All-to-all's share of the NICs is the rings' unless set.
+  EXPECT_EQ(t.collectives().network_p2p_efficiency(), defaults.network_efficiency);
   EXPECT_FALSE(t.collectives().nvls);
   // One NIC per device, InfiniBand, no SHARP.
   EXPECT_EQ(t.nics_per_node(), 4);
@@ -576,8 +585,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                      "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
                      "  sharp: true"}},
                    {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
-                    "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  nvls: true",
-                    "  nvls_efficiency: 0.4", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
+                    "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
+                    "  nvls: true", "  nvls_efficiency: 0.4", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
                     "  inter_latency: 9 us", "  sharp_latency: 11 us", "  call_overhead: 20 us"}),
       "ok.yaml");
   const CollectiveTiming& c = t.collectives();
@@ -586,6 +595,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.fabric_efficiency, 0.7);
   EXPECT_EQ(c.network_efficiency, 0.85);
   EXPECT_EQ(c.alltoall_efficiency, 0.5);
+  EXPECT_EQ(c.alltoall_network_efficiency, 0.65);
+  EXPECT_EQ(c.network_p2p_efficiency(), 0.65);
   EXPECT_TRUE(c.nvls);
   EXPECT_EQ(c.nvls_efficiency, 0.4);
   EXPECT_DOUBLE_EQ(c.ll_max_bandwidth[0], 100e9);
