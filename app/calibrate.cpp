@@ -28,18 +28,20 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // A constant the fit may move, in an unbounded coordinate: fractions through the logistic
-// function (they stay in (0, 1)), latencies through exp (they stay positive).
+// function (they stay in (0, 1)), latencies and bandwidths through exp (they stay positive, and
+// below `most`).
 struct Param {
   const char* name;
   bool fraction;
   std::function<double(const sim::CollectiveTiming&)> get;
   std::function<void(sim::CollectiveTiming&, double)> set;
+  double most = 0.1;  // seconds, for a latency
 };
 
 double to_x(const Param& p, double v) { return p.fraction ? std::log(v / (1 - v)) : std::log(v); }
 double from_x(const Param& p, double x) {
   if (p.fraction) return std::clamp(1 / (1 + std::exp(-x)), 1e-4, 1.0 - 1e-9);
-  return std::clamp(std::exp(x), 1e-9, 0.1);
+  return std::clamp(std::exp(x), 1e-9, p.most);
 }
 
 Param fraction_param(const char* name, double sim::CollectiveTiming::*field) {
@@ -217,6 +219,18 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
   }
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
+  // The channels' cap on network traffic: only when named (--fit), since it binds only where a
+  // node's NICs outrun its channels. Unset (0, no cap), the fit starts where it binds: 0.8 of the
+  // NICs' line rate shared by the channels.
+  if (net && std::find(only.begin(), only.end(), "channel_network_bandwidth") != only.end()) {
+    const double nics = topology.nics_per_node() * topology.network().nic_bandwidth;
+    const int channels = std::max(1, start.channels);
+    params.push_back({"channel_network_bandwidth", false,
+                      [nics, channels](const sim::CollectiveTiming& c) {
+                        return c.channel_network_bandwidth > 0 ? c.channel_network_bandwidth : 0.8 * nics / channels;
+                      },
+                      [](sim::CollectiveTiming& c, double v) { c.channel_network_bandwidth = v; }, 1e13});
+  }
   // Unset (0), it is network_efficiency's: the fit starts there.
   if (a2a_net)
     params.push_back({"alltoall_network_efficiency", true,
@@ -224,9 +238,16 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                       [](sim::CollectiveTiming& c, double v) { c.alltoall_network_efficiency = v; }});
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   if (!only.empty()) {
-    static const char* const kAll[] = {"fabric_efficiency", "intra_latency",       "network_efficiency",
-                                       "inter_latency",     "net_overhead",        "nvls_efficiency",
-                                       "nvls_latency",      "alltoall_efficiency", "alltoall_network_efficiency",
+    static const char* const kAll[] = {"fabric_efficiency",
+                                       "intra_latency",
+                                       "network_efficiency",
+                                       "inter_latency",
+                                       "net_overhead",
+                                       "nvls_efficiency",
+                                       "nvls_latency",
+                                       "alltoall_efficiency",
+                                       "alltoall_network_efficiency",
+                                       "channel_network_bandwidth",
                                        "call_overhead"};
     std::vector<Param> chosen;
     for (const std::string& name : only) {
@@ -234,7 +255,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
         throw Error("--fit " + name +
                     ": not a constant calibrate fits; expected some of fabric_efficiency, "
                     "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, nvls_latency, "
-                    "alltoall_efficiency, alltoall_network_efficiency, call_overhead");
+                    "alltoall_efficiency, alltoall_network_efficiency, channel_network_bandwidth, call_overhead");
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
       if (it == params.end())
         throw Error("--fit " + name +
@@ -263,7 +284,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   double best = 0;
   for (const sim::CollectiveTiming& from : {start, sim::CollectiveTiming{}}) {
     std::vector<double> x0;
-    for (const Param& p : params) x0.push_back(to_x(p, std::clamp(p.get(from), 1e-6, 1.0 - 1e-6)));
+    for (const Param& p : params)
+      x0.push_back(to_x(p, std::clamp(p.get(from), 1e-6, p.fraction ? 1.0 - 1e-6 : p.most)));
     std::vector<double> end = nelder_mead(objective, x0, 600 * static_cast<int>(params.size() + 1));
     const double f = objective(end);
     if (x.empty() || f < best) {
@@ -403,6 +425,8 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["network_efficiency"] = fmt("%.4f", c.network_efficiency);
   n["alltoall_efficiency"] = fmt("%.4f", c.alltoall_efficiency);
   if (c.alltoall_network_efficiency > 0) n["alltoall_network_efficiency"] = fmt("%.4f", c.alltoall_network_efficiency);
+  if (c.channel_network_bandwidth > 0)
+    n["channel_network_bandwidth"] = fmt("%.4g GB/s", c.channel_network_bandwidth / 1e9);
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
   for (const double b : c.ll_max_bandwidth) n["ll_max_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));

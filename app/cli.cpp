@@ -243,7 +243,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->add_option("--fit", cal_opts.fit,
                    "Fit only these constants (default: all the tables inform): fabric_efficiency, "
                    "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, nvls_latency, "
-                   "alltoall_efficiency, alltoall_network_efficiency, call_overhead")
+                   "alltoall_efficiency, alltoall_network_efficiency, channel_network_bandwidth (only when named), "
+                   "call_overhead")
       ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
   cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, or CSV)")

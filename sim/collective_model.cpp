@@ -199,11 +199,13 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   double oversubscription = 1;
   for (const auto& [nodes_below, over] : levels_)
     if (N > nodes_below) oversubscription = std::max(oversubscription, over);
-  // A node's NICs as the group uses them.
-  const double nic_node = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
+  // A node's NICs as the group uses them; a ring's or tree's channels move at most
+  // channel_network_bandwidth each through them.
+  const int C = std::max(1, c_.channels);
+  double nic_node = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
+  if (N > 1 && c_.channel_network_bandwidth > 0) nic_node = std::min(nic_node, C * c_.channel_network_bandwidth);
   // Inside a node: the fabric, or the NICs when the node has none.
   const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
-  const int C = std::max(1, c_.channels);
   const int used = std::clamp(static_cast<int>(s.bytes / kChannelBytes[pi(proto)]), 1, C);
   e.channels = used;
   // Each channel carries a sixteenth of the links' bandwidth: 16 channels fill them (NCCL's ring

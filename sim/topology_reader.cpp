@@ -48,9 +48,10 @@ struct Schemas {
     levels.items = &level;
     network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr}, {"levels", &levels},
                     {"nics_per_node", nullptr}, {"transport", nullptr},   {"sharp", nullptr}};
-    for (const char* k : {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency",
-                          "alltoall_network_efficiency", "nvls", "nvls_efficiency", "ll_max_bandwidth", "intra_latency",
-                          "inter_latency", "net_overhead", "nvls_latency", "sharp_latency", "call_overhead"})
+    for (const char* k :
+         {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency",
+          "alltoall_network_efficiency", "channel_network_bandwidth", "nvls", "nvls_efficiency", "ll_max_bandwidth",
+          "intra_latency", "inter_latency", "net_overhead", "nvls_latency", "sharp_latency", "call_overhead"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -533,6 +534,7 @@ class TopologyReader {
                          "'" + k->path + "' must be at most 100 ms per hop, got '" + rd_.scalar(*k, "") + "'");
       }
     };
+    if (const Field* k = cv.find("channel_network_bandwidth")) c.channel_network_bandwidth = rd_.bandwidth(*k);
     latency("intra_latency", c.intra_latency);
     latency("inter_latency", c.inter_latency);
     latency("net_overhead", c.net_overhead);

@@ -89,6 +89,9 @@ struct CollectiveTiming {
   double network_p2p_efficiency() const {
     return alltoall_network_efficiency > 0 ? alltoall_network_efficiency : network_efficiency;
   }
+  // The most network traffic one channel of a ring or tree moves (bytes/s, each direction): a
+  // node's NICs carry at most channels x this. 0 (the default): no such limit.
+  double channel_network_bandwidth = 0;
   bool nvls = false;              // NVLink SHARP: reductions inside the NVSwitch
   double nvls_efficiency = 0.60;  // NVLS all_reduce algorithm bandwidth / fabric bandwidth
   // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:

@@ -319,6 +319,26 @@ TEST(CollectiveModelMultiNode, AllToAllAcrossNodesRunsAtItsOwnShareOfTheNics) {
                std::min(450e9 * 0.8, 8 * 50e9 * 0.9) / (2.0 * 15 / 16));
 }
 
+TEST(CollectiveModelMultiNode, ChannelsCapWhatTheNicsCarry) {
+  // 16 channels of at most 20 GB/s each move 320 GB/s: less than 8 NICs x 50 GB/s, more than
+  // 4 NICs' 200. The cap binds rings and trees; not all-to-all.
+  const std::string cap = "  channel_network_bandwidth: 20 GB/s\n";
+  const CollectiveModel eight(cluster(2, 8, 0.9, cap));
+  expect_close(est(eight, shape(CollOp::all_gather, kBig, 16, 2), CollAlgo::ring, Protocol::simple).algbw,
+               16 * 20e9 * 0.9 / (15.0 / 16));
+  expect_close(est(eight, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::simple).algbw,
+               16 * 20e9 * 0.9 * 0.92 * 0.5);
+  expect_close(est(eight, shape(CollOp::all_to_all, kBig, 16, 2), CollAlgo::direct, Protocol::simple).algbw,
+               50e9 * 0.9 / (8.0 / 16));
+  const CollectiveModel four(cluster(2, 4, 0.9, cap));
+  expect_close(est(four, shape(CollOp::all_gather, kBig, 16, 2), CollAlgo::ring, Protocol::simple).algbw,
+               4 * 50e9 * 0.9 / (15.0 / 16));
+  // Inside one node the NICs carry nothing.
+  const CollectiveModel one(cluster(1, 8, 0.9, cap));
+  expect_close(est(one, shape(CollOp::all_gather, kBig, 8), CollAlgo::ring, Protocol::simple).algbw,
+               450e9 * 0.9 / (7.0 / 8));
+}
+
 TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {
   // 2 ranks per node on 4 nodes: min(2, 4 NICs) = 2 NICs: 2 x 50 GB/s x 0.9 = 90 GB/s.
   const CollectiveModel m(cluster(4, 4, 0.8));
