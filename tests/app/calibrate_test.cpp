@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -77,10 +78,11 @@ std::vector<double> sizes_1k_to_4g() {
 }
 
 FitCase ring_case(const sim::CollectiveModel& m, double launch, int nranks, int nodes,
-                  sim::CollAlgo algorithm = sim::CollAlgo::ring) {
+                  std::optional<sim::CollAlgo> algorithm = sim::CollAlgo::ring,
+                  sim::CollOp op = sim::CollOp::all_reduce) {
   FitCase c;
   c.name = std::to_string(nranks) + " ranks on " + std::to_string(nodes);
-  c.shape.op = sim::CollOp::all_reduce;
+  c.shape.op = op;
   c.shape.nranks = nranks;
   c.shape.nodes = nodes;
   c.shape.ranks_per_node = nranks / nodes;
@@ -174,17 +176,8 @@ TEST(CalibrateFit, AllToAllAcrossNodesFitsItsOwnShareOfTheNics) {
   sim::CollectiveTiming real = truth(t);
   real.alltoall_network_efficiency = 0.7;
   const sim::CollectiveModel m(t, real);
-  std::vector<FitCase> cases;
-  for (auto [nranks, nodes] : {std::pair{16, 2}, {32, 4}}) {
-    FitCase c;
-    c.name = std::to_string(nranks) + " ranks on " + std::to_string(nodes);
-    c.shape.op = sim::CollOp::all_to_all;
-    c.shape.nranks = nranks;
-    c.shape.nodes = nodes;
-    c.shape.ranks_per_node = nranks / nodes;
-    for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch)});
-    cases.push_back(c);
-  }
+  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2, std::nullopt, sim::CollOp::all_to_all),
+                                      ring_case(m, launch, 32, 4, std::nullopt, sim::CollOp::all_to_all)};
   sim::CollectiveTiming start = real;
   start.alltoall_network_efficiency = 0;
   const FitResult fit = fit_collectives(t, start, cases, {"alltoall_network_efficiency"});
