@@ -92,8 +92,10 @@ struct CollectiveTiming {
   // The most network traffic one channel of a ring or tree moves (bytes/s, each direction): a
   // node's NICs carry at most channels x this. 0 (the default): no such limit.
   double channel_network_bandwidth = 0;
-  bool nvls = false;              // NVLink SHARP: reductions inside the NVSwitch
-  double nvls_efficiency = 0.60;  // NVLS all_reduce algorithm bandwidth / fabric bandwidth
+  bool nvls = false;  // NVLink SHARP: reductions inside the NVSwitch
+  // NVLS's share of the fabric bandwidth; an all_reduce of S moves S (1 + 1/p) on each GPU's link
+  // (0.675: algorithm bandwidth 0.6 of the fabric's on 8 GPUs).
+  double nvls_efficiency = 0.675;
   // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:
   // 141, 45, 35 GB/s; Ampere's: 87.7, 22.5, 19 GB/s).
   std::array<double, 3> ll_max_bandwidth{141e9, 45e9, 35e9};

@@ -557,7 +557,12 @@ TEST(CollectiveModelForcing, NvlsNeedsTheTopologyToSayNvls) {
   const CollectiveEstimate e = with.choose(shape(CollOp::all_reduce, kGiB, 8), CollAlgo::nvls);
   EXPECT_EQ(e.algorithm, CollAlgo::nvls);
   EXPECT_EQ(e.protocol, Protocol::simple);
-  expect_close(e.algbw, kB * 0.6);
+  // Each GPU's link carries S (1 + 1/8).
+  expect_close(e.algbw, kB * 0.6 / (1 + 1.0 / 8));
+  // On 4 GPUs, S (1 + 1/4): a ninth less than on 8.
+  const CollectiveModel four(
+      Topology::parse(one_node(4, std::string(kNcclSection) + "  nvls: true\n  nvls_efficiency: 0.6\n"), "four.yaml"));
+  expect_close(four.choose(shape(CollOp::all_reduce, kGiB, 4), CollAlgo::nvls).algbw, kB * 0.6 / (1 + 1.0 / 4));
 }
 
 TEST(CollectiveModelForcing, ForcedProtocolThatCannotServeIsNamed) {
