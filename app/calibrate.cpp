@@ -183,7 +183,7 @@ double geomean_error(const std::vector<std::pair<double, double>>& pm) {
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
                           const std::vector<FitCase>& cases, const std::vector<std::string>& only) {
   const double launch = topology.kind_of(0).launch_overhead.seconds();
-  bool ring_intra = false, ring_inter = false, nvls = false, a2a = false, a2a_net = false;
+  bool ring_intra = false, ring_inter = false, nvls = false, nvls_tree = false, a2a = false, a2a_net = false;
   // Hop latencies are told apart from the fixed overhead by the hop counts of the tables and by
   // the protocols' different latencies within one table.
   bool intra = false, net = false, inter = false;
@@ -205,8 +205,12 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     // All-to-all's efficiency in a node is the fabric's: only a table inside one node informs it
     // (across nodes the NICs bound it, at alltoall_network_efficiency).
     a2a = a2a || (direct && c.shape.nodes == 1);
-    nvls = nvls || (start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
-                    (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree));
+    // NVLS in one node informs nvls_efficiency; an NVLS tree across nodes nvls_tree_efficiency.
+    const bool can_nvls =
+        start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
+        (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree);
+    nvls = nvls || (can_nvls && c.shape.nodes == 1);
+    nvls_tree = nvls_tree || (can_nvls && c.shape.nodes > 1);
   }
   std::vector<Param> params;
   if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
@@ -214,10 +218,12 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (net) params.push_back(fraction_param("network_efficiency", &sim::CollectiveTiming::network_efficiency));
   if (inter) params.push_back(latency_param("inter_latency", &sim::CollectiveTiming::inter_latency));
   if (ring_inter) params.push_back(latency_param("net_overhead", &sim::CollectiveTiming::net_overhead));
-  if (nvls) {
-    params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
-    params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
-  }
+  if (nvls) params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
+  // Unset (0), it is nvls_efficiency's: the fit starts there.
+  if (nvls_tree)
+    params.push_back({"nvls_tree_efficiency", true, [](const sim::CollectiveTiming& c) { return c.nvls_tree_share(); },
+                      [](sim::CollectiveTiming& c, double v) { c.nvls_tree_efficiency = v; }});
+  if (nvls || nvls_tree) params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
   // The channels' cap on network traffic: only when named (--fit), since it binds only where a
   // node's NICs outrun its channels. Unset (0, no cap), the fit starts where it binds: 0.8 of the
@@ -244,6 +250,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                                        "inter_latency",
                                        "net_overhead",
                                        "nvls_efficiency",
+                                       "nvls_tree_efficiency",
                                        "nvls_latency",
                                        "alltoall_efficiency",
                                        "alltoall_network_efficiency",
@@ -254,7 +261,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
       if (std::find(std::begin(kAll), std::end(kAll), name) == std::end(kAll))
         throw Error("--fit " + name +
                     ": not a constant calibrate fits; expected some of fabric_efficiency, "
-                    "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, nvls_latency, "
+                    "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, "
+                    "nvls_tree_efficiency, nvls_latency, "
                     "alltoall_efficiency, alltoall_network_efficiency, channel_network_bandwidth, call_overhead");
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
       if (it == params.end())
@@ -429,6 +437,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
     n["channel_network_bandwidth"] = fmt("%.4g GB/s", c.channel_network_bandwidth / 1e9);
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
+  if (c.nvls_tree_efficiency > 0) n["nvls_tree_efficiency"] = fmt("%.4f", c.nvls_tree_efficiency);
   for (const double b : c.ll_max_bandwidth) n["ll_max_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
   n["intra_latency"] = latency_text(c.intra_latency);
   n["inter_latency"] = latency_text(c.inter_latency);

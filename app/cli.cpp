@@ -242,7 +242,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cal_cmd
       ->add_option("--fit", cal_opts.fit,
                    "Fit only these constants (default: all the tables inform): fabric_efficiency, "
-                   "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, nvls_latency, "
+                   "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, "
+                   "nvls_tree_efficiency, nvls_latency, "
                    "alltoall_efficiency, alltoall_network_efficiency, channel_network_bandwidth (only when named), "
                    "call_overhead")
       ->delimiter(',');

@@ -33,8 +33,8 @@ FITTED = {
 }
 
 
-def machine(name):
-    """(topology, overrides, what the overrides say) for a data file."""
+def machine(name, header=""):
+    """(topology, overrides, what the overrides say) for a data file and its header lines."""
     m = re.search(r"_(\d+)node(\d+)gpu_", name)
     nodes = int(m.group(1)) if m else 1
     gpus = int(m.group(2)) if m else 8
@@ -56,6 +56,10 @@ def machine(name):
     # than the node has need no override.
     per_node = gpus // nodes
     note = f"{per_node} of each node's 8 GPUs" if per_node != 8 else ""
+    ctas = re.search(r"NCCL_MIN_CTAS=(\d+)", header)
+    if ctas:  # at least that many channels
+        return ("h100-cluster.yaml", [f"nodes={nodes}", f"collectives.channels={ctas.group(1)}"],
+                f"NCCL_MIN_CTAS={ctas.group(1)}: as many channels")
     return ("h100-cluster.yaml", [f"nodes={nodes}"], note)
 
 
@@ -73,7 +77,9 @@ def main():
     details = []
     for path in sorted(glob.glob(os.path.join(ROOT, DATA, "*.csv"))):
         name = os.path.basename(path)
-        topo, sets, note = machine(name)
+        with open(path) as f:
+            header = "".join(line for line in f if line.startswith("#"))
+        topo, sets, note = machine(name, header)
         cmd = [binary, "calibrate", "--check", "-t", "topologies/" + topo]
         for s in sets:
             cmd += ["--set", s]

@@ -268,7 +268,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (tree && N == 1) return no("nvls_tree joins several nodes; within one node NCCL uses nvls");
       // Each GPU's link carries S (1 + 1/p) of an all_reduce of S: its S into the switch's
       // reductions, the S/p it reduces back, and out again as S/p multicast, the others' (p-1)S/p in.
-      algbw = fabric_bw_ * c_.nvls_efficiency / (1.0 + 1.0 / p);
+      algbw = fabric_bw_ * (tree ? c_.nvls_tree_share() : c_.nvls_efficiency) / (1.0 + 1.0 / p);
       // Between nodes, NVLS trees move each rank's data once in each direction (twice as much
       // per byte as a ring for more than two nodes, as NCCL's model has it).
       if (tree) algbw = std::min(algbw, nic_node * c_.network_efficiency * (N <= 2 ? 1.0 : 0.5));

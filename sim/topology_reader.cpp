@@ -48,10 +48,10 @@ struct Schemas {
     levels.items = &level;
     network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr}, {"levels", &levels},
                     {"nics_per_node", nullptr}, {"transport", nullptr},   {"sharp", nullptr}};
-    for (const char* k :
-         {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency",
-          "alltoall_network_efficiency", "channel_network_bandwidth", "nvls", "nvls_efficiency", "ll_max_bandwidth",
-          "intra_latency", "inter_latency", "net_overhead", "nvls_latency", "sharp_latency", "call_overhead"})
+    for (const char* k : {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency",
+                          "alltoall_network_efficiency", "channel_network_bandwidth", "nvls", "nvls_efficiency",
+                          "nvls_tree_efficiency", "ll_max_bandwidth", "intra_latency", "inter_latency", "net_overhead",
+                          "nvls_latency", "sharp_latency", "call_overhead"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -506,6 +506,7 @@ class TopologyReader {
     fraction("alltoall_efficiency", c.alltoall_efficiency);
     fraction("alltoall_network_efficiency", c.alltoall_network_efficiency);
     fraction("nvls_efficiency", c.nvls_efficiency);
+    fraction("nvls_tree_efficiency", c.nvls_tree_efficiency);
     if (const Field* k = cv.find("nvls")) {
       c.nvls = rd_.boolean(*k);
       if (c.nvls && s_.fabric.type != FabricType::switched)

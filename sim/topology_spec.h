@@ -96,6 +96,10 @@ struct CollectiveTiming {
   // NVLS's share of the fabric bandwidth; an all_reduce of S moves S (1 + 1/p) on each GPU's link
   // (0.675: algorithm bandwidth 0.6 of the fabric's on 8 GPUs).
   double nvls_efficiency = 0.675;
+  // The same inside an NVLS tree (its reduce-scatter and all-gather halves, the network between
+  // them); 0 (the default) means nvls_efficiency. See nvls_tree_share().
+  double nvls_tree_efficiency = 0;
+  double nvls_tree_share() const { return nvls_tree_efficiency > 0 ? nvls_tree_efficiency : nvls_efficiency; }
   // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:
   // 141, 45, 35 GB/s; Ampere's: 87.7, 22.5, 19 GB/s).
   std::array<double, 3> ll_max_bandwidth{141e9, 45e9, 35e9};

@@ -205,6 +205,30 @@ TEST(CalibrateFit, TheChannelsCapIsFittedWhenNamed) {
   EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("channel_network_bandwidth")));
 }
 
+TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
+  // Tables made on an NVLS node whose NVLS trees run at 0.3 of the fabric (NVLS alone at 0.45):
+  // on two nodes the tree is NVLS-bound (100 GB/s x 0.3 / (1 + 1/8) = 26.7 GB/s, the NICs 45),
+  // and so is the fit's start (40 GB/s). Fitted from nvls_efficiency, it comes back;
+  // nvls_efficiency, which no table in one node informs, is not fitted.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  sim::CollectiveTiming real = truth(t);
+  real.nvls = true;
+  real.nvls_efficiency = 0.45;
+  real.nvls_tree_efficiency = 0.3;
+  const sim::CollectiveModel m(t, real);
+  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2, std::nullopt),
+                                      ring_case(m, launch, 32, 4, std::nullopt)};
+  sim::CollectiveTiming start = real;
+  start.nvls_tree_efficiency = 0;
+  const FitResult fit = fit_collectives(t, start, cases, {"nvls_tree_efficiency"});
+  expect_within(fit.constants.nvls_tree_efficiency, 0.3, 0.01, "nvls_tree_efficiency");
+  EXPECT_EQ(fit.constants.nvls_efficiency, 0.45);
+  const FitResult all = fit_collectives(t, start, cases);
+  EXPECT_THAT(all.fitted, testing::Contains("nvls_tree_efficiency"));
+  EXPECT_THAT(all.fitted, Not(testing::Contains("nvls_efficiency")));
+}
+
 TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {
   const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
   const sim::CollectiveModel m(t, truth(t));

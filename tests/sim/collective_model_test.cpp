@@ -339,6 +339,24 @@ TEST(CollectiveModelMultiNode, ChannelsCapWhatTheNicsCarry) {
                450e9 * 0.9 / (7.0 / 8));
 }
 
+TEST(CollectiveModelMultiNode, NvlsTreesRunAtTheirOwnShareOfTheFabric) {
+  // 8 GPUs a node on a 450 GB/s switch: NVLS moves S (1 + 1/8) on each link at 0.72 of it, 288 GB/s
+  // of algorithm bandwidth; inside an NVLS tree at nvls_tree_efficiency when set. Between two
+  // nodes the NICs carry S once (400 GB/s x 0.9); beyond two, twice (180 GB/s).
+  const std::string nvls = "  nvls: true\n  nvls_efficiency: 0.72\n";
+  const CollectiveModel same(cluster(4, 8, 0.9, nvls));
+  expect_close(est(same, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::nvls_tree, Protocol::simple).algbw,
+               450e9 * 0.72 / (1 + 1.0 / 8));
+  expect_close(est(same, shape(CollOp::all_reduce, kBig, 32, 4), CollAlgo::nvls_tree, Protocol::simple).algbw,
+               8 * 50e9 * 0.9 * 0.5);
+  const CollectiveModel own(cluster(4, 8, 0.9, nvls + "  nvls_tree_efficiency: 0.54\n"));
+  expect_close(est(own, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::nvls_tree, Protocol::simple).algbw,
+               450e9 * 0.54 / (1 + 1.0 / 8));
+  // NVLS inside one node keeps nvls_efficiency.
+  expect_close(est(own, shape(CollOp::all_reduce, kBig, 8, 1), CollAlgo::nvls, Protocol::simple).algbw,
+               450e9 * 0.72 / (1 + 1.0 / 8));
+}
+
 TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {
   // 2 ranks per node on 4 nodes: min(2, 4 NICs) = 2 NICs: 2 x 50 GB/s x 0.9 = 90 GB/s.
   const CollectiveModel m(cluster(4, 4, 0.8));

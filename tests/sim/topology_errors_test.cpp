@@ -572,6 +572,7 @@ TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
   // All-to-all's share of the NICs is the rings' unless set.
   EXPECT_EQ(t.collectives().network_p2p_efficiency(), defaults.network_efficiency);
   EXPECT_EQ(t.collectives().channel_network_bandwidth, 0.0);  // no cap
+  EXPECT_EQ(t.collectives().nvls_tree_share(), defaults.nvls_efficiency);
   EXPECT_FALSE(t.collectives().nvls);
   // One NIC per device, InfiniBand, no SHARP.
   EXPECT_EQ(t.nics_per_node(), 4);
@@ -588,8 +589,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                    {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
                     "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
                     "  channel_network_bandwidth: 20 GB/s", "  nvls: true", "  nvls_efficiency: 0.4",
-                    "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us", "  inter_latency: 9 us",
-                    "  sharp_latency: 11 us", "  call_overhead: 20 us"}),
+                    "  nvls_tree_efficiency: 0.35", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
+                    "  inter_latency: 9 us", "  sharp_latency: 11 us", "  call_overhead: 20 us"}),
       "ok.yaml");
   const CollectiveTiming& c = t.collectives();
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
@@ -600,6 +601,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.alltoall_network_efficiency, 0.65);
   EXPECT_EQ(c.network_p2p_efficiency(), 0.65);
   EXPECT_DOUBLE_EQ(c.channel_network_bandwidth, 20e9);
+  EXPECT_EQ(c.nvls_tree_efficiency, 0.35);
+  EXPECT_EQ(c.nvls_tree_share(), 0.35);
   EXPECT_TRUE(c.nvls);
   EXPECT_EQ(c.nvls_efficiency, 0.4);
   EXPECT_DOUBLE_EQ(c.ll_max_bandwidth[0], 100e9);
