@@ -52,6 +52,12 @@ Param latency_param(const char* name, sim::Time sim::CollectiveTiming::*field) {
   return {name, false, [field](const sim::CollectiveTiming& c) { return (c.*field).seconds(); },
           [field](sim::CollectiveTiming& c, double v) { c.*field = sim::Time::from_seconds(v); }};
 }
+// A fraction that is unset at 0 and then reads as another constant (`share`): the fit starts there.
+Param share_param(const char* name, double sim::CollectiveTiming::*field,
+                  double (sim::CollectiveTiming::*share)() const) {
+  return {name, true, [share](const sim::CollectiveTiming& c) { return (c.*share)(); },
+          [field](sim::CollectiveTiming& c, double v) { c.*field = v; }};
+}
 
 // Nelder-Mead on f from x0: deterministic, derivative-free (the model's minimum over algorithms
 // and protocols has kinks where the choice switches).
@@ -180,6 +186,22 @@ double geomean_error(const std::vector<std::pair<double, double>>& pm) {
   return std::exp(sum / static_cast<double>(pm.size())) - 1;
 }
 
+const std::vector<std::string>& fit_constant_names() {
+  static const std::vector<std::string> names = {"fabric_efficiency",
+                                                 "intra_latency",
+                                                 "network_efficiency",
+                                                 "inter_latency",
+                                                 "net_overhead",
+                                                 "nvls_efficiency",
+                                                 "nvls_tree_efficiency",
+                                                 "nvls_latency",
+                                                 "alltoall_efficiency",
+                                                 "alltoall_network_efficiency",
+                                                 "channel_network_bandwidth",
+                                                 "call_overhead"};
+  return names;
+}
+
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
                           const std::vector<FitCase>& cases, const std::vector<std::string>& only) {
   const double launch = topology.kind_of(0).launch_overhead.seconds();
@@ -219,10 +241,9 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (inter) params.push_back(latency_param("inter_latency", &sim::CollectiveTiming::inter_latency));
   if (ring_inter) params.push_back(latency_param("net_overhead", &sim::CollectiveTiming::net_overhead));
   if (nvls) params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
-  // Unset (0), it is nvls_efficiency's: the fit starts there.
   if (nvls_tree)
-    params.push_back({"nvls_tree_efficiency", true, [](const sim::CollectiveTiming& c) { return c.nvls_tree_share(); },
-                      [](sim::CollectiveTiming& c, double v) { c.nvls_tree_efficiency = v; }});
+    params.push_back(share_param("nvls_tree_efficiency", &sim::CollectiveTiming::nvls_tree_efficiency,
+                                 &sim::CollectiveTiming::nvls_tree_share));
   if (nvls || nvls_tree) params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
   // The channels' cap on network traffic: only when named (--fit), since it binds only where a
@@ -237,33 +258,16 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                       },
                       [](sim::CollectiveTiming& c, double v) { c.channel_network_bandwidth = v; }, 1e13});
   }
-  // Unset (0), it is network_efficiency's: the fit starts there.
   if (a2a_net)
-    params.push_back({"alltoall_network_efficiency", true,
-                      [](const sim::CollectiveTiming& c) { return c.network_p2p_efficiency(); },
-                      [](sim::CollectiveTiming& c, double v) { c.alltoall_network_efficiency = v; }});
+    params.push_back(share_param("alltoall_network_efficiency", &sim::CollectiveTiming::alltoall_network_efficiency,
+                                 &sim::CollectiveTiming::alltoall_network_share));
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   if (!only.empty()) {
-    static const char* const kAll[] = {"fabric_efficiency",
-                                       "intra_latency",
-                                       "network_efficiency",
-                                       "inter_latency",
-                                       "net_overhead",
-                                       "nvls_efficiency",
-                                       "nvls_tree_efficiency",
-                                       "nvls_latency",
-                                       "alltoall_efficiency",
-                                       "alltoall_network_efficiency",
-                                       "channel_network_bandwidth",
-                                       "call_overhead"};
     std::vector<Param> chosen;
     for (const std::string& name : only) {
-      if (std::find(std::begin(kAll), std::end(kAll), name) == std::end(kAll))
-        throw Error("--fit " + name +
-                    ": not a constant calibrate fits; expected some of fabric_efficiency, "
-                    "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, "
-                    "nvls_tree_efficiency, nvls_latency, "
-                    "alltoall_efficiency, alltoall_network_efficiency, channel_network_bandwidth, call_overhead");
+      const std::vector<std::string>& all = fit_constant_names();
+      if (std::find(all.begin(), all.end(), name) == all.end())
+        throw Error("--fit " + name + ": not a constant calibrate fits; expected some of " + sim::join(all));
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
       if (it == params.end())
         throw Error("--fit " + name +

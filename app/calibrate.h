@@ -62,6 +62,10 @@ struct FitResult {
 // The predicted seconds of one row: launch overhead + the model's choice for the case.
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds);
 
+// The constants fit_collectives can fit, in the order it reports them (`--fit` takes these).
+// channel_network_bandwidth is fitted only when named.
+const std::vector<std::string>& fit_constant_names();
+
 // Fits the constants of `topology` (with `start` as the starting point) to the cases.
 // only: restrict the fit to these constants (empty: all that the cases inform); throws Error for
 // a name that is not a constant or that the cases do not inform.

@@ -241,11 +241,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cal_cmd->add_option("--output,-o", cal_opts.output, "The calibrated topology YAML to write")->check(not_a_folder);
   cal_cmd
       ->add_option("--fit", cal_opts.fit,
-                   "Fit only these constants (default: all the tables inform): fabric_efficiency, "
-                   "intra_latency, network_efficiency, inter_latency, net_overhead, nvls_efficiency, "
-                   "nvls_tree_efficiency, nvls_latency, "
-                   "alltoall_efficiency, alltoall_network_efficiency, channel_network_bandwidth (only when named), "
-                   "call_overhead")
+                   "Fit only these constants (default: all the tables inform; channel_network_bandwidth only "
+                   "when named): " +
+                       sim::join(fit_constant_names()))
       ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
   cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, or CSV)")

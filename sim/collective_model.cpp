@@ -307,7 +307,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
           (s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_) * s.network_factor / oversubscription;
       double t = 0;
       if (intra_bytes > 0) t = std::max(t, intra_bytes / (fabric * c_.alltoall_efficiency));
-      if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.network_p2p_efficiency()));
+      if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.alltoall_network_share()));
       if (proto == Protocol::ll) t *= 2;
       algbw = t > 0 ? s.bytes / t : kInf;
       e.channels = 1;

@@ -84,9 +84,9 @@ struct CollectiveTiming {
   double network_efficiency = 0.95;   // share of the NICs' bandwidth a ring's bus bandwidth reaches
   double alltoall_efficiency = 0.80;  // share of the fabric bandwidth all-to-all reaches in a node
   // Share of the NICs' bandwidth all-to-all (NCCL's point-to-point) reaches between nodes; 0 (the
-  // default) means network_efficiency. See network_p2p_efficiency().
+  // default) means network_efficiency. See alltoall_network_share().
   double alltoall_network_efficiency = 0;
-  double network_p2p_efficiency() const {
+  double alltoall_network_share() const {
     return alltoall_network_efficiency > 0 ? alltoall_network_efficiency : network_efficiency;
   }
   // The most network traffic one channel of a ring or tree moves (bytes/s, each direction): a

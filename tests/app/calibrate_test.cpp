@@ -77,9 +77,9 @@ std::vector<double> sizes_1k_to_4g() {
   return out;
 }
 
-FitCase ring_case(const sim::CollectiveModel& m, double launch, int nranks, int nodes,
-                  std::optional<sim::CollAlgo> algorithm = sim::CollAlgo::ring,
-                  sim::CollOp op = sim::CollOp::all_reduce) {
+FitCase synthetic_case(const sim::CollectiveModel& m, double launch, int nranks, int nodes,
+                       std::optional<sim::CollAlgo> algorithm = sim::CollAlgo::ring,
+                       sim::CollOp op = sim::CollOp::all_reduce) {
   FitCase c;
   c.name = std::to_string(nranks) + " ranks on " + std::to_string(nodes);
   c.shape.op = op;
@@ -89,6 +89,15 @@ FitCase ring_case(const sim::CollectiveModel& m, double launch, int nranks, int 
   c.algorithm = algorithm;
   for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch)});
   return c;
+}
+
+// Tables made by `real` on topology_text(4): 16 ranks on 2 nodes and 32 on 4.
+std::vector<FitCase> across_nodes(const sim::Topology& t, const sim::CollectiveTiming& real,
+                                  std::optional<sim::CollAlgo> algorithm = sim::CollAlgo::ring,
+                                  sim::CollOp op = sim::CollOp::all_reduce) {
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  const sim::CollectiveModel m(t, real);
+  return {synthetic_case(m, launch, 16, 2, algorithm, op), synthetic_case(m, launch, 32, 4, algorithm, op)};
 }
 
 void expect_within(double got, double want, double rel, const char* what) {
@@ -105,9 +114,9 @@ TEST(CalibrateFit, RecoversTheConstantsTheTablesWereMadeWith) {
   const sim::CollectiveModel m(t, real);
   std::vector<FitCase> cases;
   for (auto [nranks, nodes] : {std::pair{8, 1}, {4, 1}, {2, 1}, {16, 2}, {32, 4}})
-    cases.push_back(ring_case(m, launch, nranks, nodes));
+    cases.push_back(synthetic_case(m, launch, nranks, nodes));
   // Rings across nodes are paced by net_overhead; a tree's network hops inform inter_latency.
-  cases.push_back(ring_case(m, launch, 32, 4, sim::CollAlgo::tree));
+  cases.push_back(synthetic_case(m, launch, 32, 4, sim::CollAlgo::tree));
 
   sim::CollectiveTiming start = real;
   start.fabric_efficiency = 0.6;
@@ -137,7 +146,7 @@ TEST(CalibrateFit, OneNodeTablesDoNotFitTheNetwork) {
   const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
   const double launch = t.kind_of(0).launch_overhead.seconds();
   const sim::CollectiveModel m(t, truth(t));
-  const std::vector<FitCase> cases = {ring_case(m, launch, 8, 1), ring_case(m, launch, 4, 1)};
+  const std::vector<FitCase> cases = {synthetic_case(m, launch, 8, 1), synthetic_case(m, launch, 4, 1)};
   sim::CollectiveTiming start = truth(t);
   start.network_efficiency = 0.5;
   start.inter_latency = sim::Time::us(50);
@@ -151,9 +160,7 @@ TEST(CalibrateFit, RingsAcrossNodesDoNotFitTheHopLatency) {
   // A ring across nodes is paced by the proxy's waits (net_overhead), not by the network's hop
   // latency: ring tables alone leave inter_latency as it was, and asking for it is an error.
   const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
-  const double launch = t.kind_of(0).launch_overhead.seconds();
-  const sim::CollectiveModel m(t, truth(t));
-  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2), ring_case(m, launch, 32, 4)};
+  const std::vector<FitCase> cases = across_nodes(t, truth(t));
   sim::CollectiveTiming start = truth(t);
   start.inter_latency = sim::Time::us(50);
   const FitResult fit = fit_collectives(t, start, cases);
@@ -172,12 +179,9 @@ TEST(CalibrateFit, AllToAllAcrossNodesFitsItsOwnShareOfTheNics) {
   // Tables made with all-to-all at 0.7 of the NICs (the rings' share 0.9): fitted from the rings'
   // share, it comes back; network_efficiency, which no all-to-all informs, is not fitted.
   const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
-  const double launch = t.kind_of(0).launch_overhead.seconds();
   sim::CollectiveTiming real = truth(t);
   real.alltoall_network_efficiency = 0.7;
-  const sim::CollectiveModel m(t, real);
-  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2, std::nullopt, sim::CollOp::all_to_all),
-                                      ring_case(m, launch, 32, 4, std::nullopt, sim::CollOp::all_to_all)};
+  const std::vector<FitCase> cases = across_nodes(t, real, std::nullopt, sim::CollOp::all_to_all);
   sim::CollectiveTiming start = real;
   start.alltoall_network_efficiency = 0;
   const FitResult fit = fit_collectives(t, start, cases, {"alltoall_network_efficiency"});
@@ -192,11 +196,9 @@ TEST(CalibrateFit, TheChannelsCapIsFittedWhenNamed) {
   // Tables made with 16 channels of at most 2 GB/s each through the NICs: 32 GB/s a node, less
   // than its 8 NICs' 50 GB/s. Started with no cap, the fit finds it; not named, it is not fitted.
   const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
-  const double launch = t.kind_of(0).launch_overhead.seconds();
   sim::CollectiveTiming real = truth(t);
   real.channel_network_bandwidth = 2e9;
-  const sim::CollectiveModel m(t, real);
-  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2), ring_case(m, launch, 32, 4)};
+  const std::vector<FitCase> cases = across_nodes(t, real);
   sim::CollectiveTiming start = real;
   start.channel_network_bandwidth = 0;
   const FitResult fit = fit_collectives(t, start, cases, {"channel_network_bandwidth"});
@@ -211,14 +213,11 @@ TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
   // and so is the fit's start (40 GB/s). Fitted from nvls_efficiency, it comes back;
   // nvls_efficiency, which no table in one node informs, is not fitted.
   const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
-  const double launch = t.kind_of(0).launch_overhead.seconds();
   sim::CollectiveTiming real = truth(t);
   real.nvls = true;
   real.nvls_efficiency = 0.45;
   real.nvls_tree_efficiency = 0.3;
-  const sim::CollectiveModel m(t, real);
-  const std::vector<FitCase> cases = {ring_case(m, launch, 16, 2, std::nullopt),
-                                      ring_case(m, launch, 32, 4, std::nullopt)};
+  const std::vector<FitCase> cases = across_nodes(t, real, std::nullopt);
   sim::CollectiveTiming start = real;
   start.nvls_tree_efficiency = 0;
   const FitResult fit = fit_collectives(t, start, cases, {"nvls_tree_efficiency"});

@@ -570,7 +570,7 @@ TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
   EXPECT_EQ(t.collectives().fabric_efficiency, defaults.fabric_efficiency);
   EXPECT_EQ(t.collectives().intra_latency, defaults.intra_latency);
   // All-to-all's share of the NICs is the rings' unless set.
-  EXPECT_EQ(t.collectives().network_p2p_efficiency(), defaults.network_efficiency);
+  EXPECT_EQ(t.collectives().alltoall_network_share(), defaults.network_efficiency);
   EXPECT_EQ(t.collectives().channel_network_bandwidth, 0.0);  // no cap
   EXPECT_EQ(t.collectives().nvls_tree_share(), defaults.nvls_efficiency);
   EXPECT_FALSE(t.collectives().nvls);
@@ -599,7 +599,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.network_efficiency, 0.85);
   EXPECT_EQ(c.alltoall_efficiency, 0.5);
   EXPECT_EQ(c.alltoall_network_efficiency, 0.65);
-  EXPECT_EQ(c.network_p2p_efficiency(), 0.65);
+  EXPECT_EQ(c.alltoall_network_share(), 0.65);
   EXPECT_DOUBLE_EQ(c.channel_network_bandwidth, 20e9);
   EXPECT_EQ(c.nvls_tree_efficiency, 0.35);
   EXPECT_EQ(c.nvls_tree_share(), 0.35);
