@@ -208,13 +208,15 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
   const int used = std::clamp(static_cast<int>(s.bytes / kChannelBytes[pi(proto)]), 1, C);
   e.channels = used;
-  // Each channel carries a sixteenth of the links' bandwidth: 16 channels fill them (NCCL's ring
-  // channel count on NVSwitch systems), more add nothing, fewer leave bandwidth unused.
+  // Each channel moves a sixteenth of what 16 channels (NCCL's ring channel count on NVSwitch
+  // systems) move: fewer leave bandwidth unused. Over NVLink more channels (NCCL_MIN_CTAS) move
+  // more, as in NCCL's own model, up to the links' rate; through the NICs they add only what the
+  // channel cap above allows.
   const double share = std::min(1.0, used / 16.0);
   const double ll_max = c_.ll_max_bandwidth[static_cast<size_t>(std::min(N, 3) - 1)];
   double ring_bus = kInf;
-  if (p > 1) ring_bus = std::min(ring_bus, fabric * c_.fabric_efficiency);
-  if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency);
+  if (p > 1) ring_bus = std::min(ring_bus, std::min(fabric * c_.fabric_efficiency * used / 16.0, fabric));
+  if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency * share);
   const double intra_hop = (algo == CollAlgo::tree ? kNvlTree : kNvlRing)[pi(proto)] * intra_scale * kUs;
   const double inter_hop = kNetTree[pi(proto)] * inter_scale * kUs;  // a tree's network hop
 
@@ -222,7 +224,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   switch (algo) {
     case CollAlgo::ring: {
       if (p2p) return no("all_to_all, gather and scatter are point-to-point in NCCL (use direct)");
-      double bus = ring_bus * share;
+      double bus = ring_bus;
       if (proto == Protocol::ll) bus = std::min(bus * 0.5, ll_max);
       if (proto == Protocol::ll128) bus *= 0.92;
       algbw = bus / bus_factor(s.op, n);
@@ -248,7 +250,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
     }
     case CollAlgo::tree: {
       if (!all_reduce) return no("NCCL's trees serve all_reduce only");
-      double bus = ring_bus * share * 0.92;
+      double bus = ring_bus * 0.92;
       if (proto == Protocol::ll) bus = std::min(bus / 3.8, ll_max);
       if (proto == Protocol::ll128) bus *= N == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
       algbw = bus * 0.5;
@@ -294,7 +296,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (!is_reduce_gather(s.op)) return no("PAT serves all_gather and reduce_scatter only");
       if (p != 1 || N == 1) return no("PAT needs one rank per node");
       if (proto != Protocol::simple) return no("PAT runs the Simple protocol only");
-      algbw = ring_bus * share * 0.75 / bus_factor(s.op, n);
+      algbw = ring_bus * 0.75 / bus_factor(s.op, n);
       e.latency = kBasePat * kUs + log2_floor(N) * kNetTree[2] * inter_scale * kUs / 3.5 + n * 2.8 * kUs;
       break;
     }

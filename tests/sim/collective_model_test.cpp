@@ -469,9 +469,8 @@ TEST(CollectiveModelSelection, ForcedProtocolIsKept) {
 
 // ---- channels
 
-// The header's contract: a large call uses every channel, each carrying a sixteenth of the links'
-// bandwidth, so halving the channel count doubles a large call's bandwidth term; more than 16
-// channels add nothing.
+// The header's contract: a large call uses every channel, each carrying a sixteenth of what 16
+// move, so halving the channel count doubles a large call's bandwidth term.
 TEST(CollectiveModelChannels, HalvingTheChannelsDoublesTheBandwidthTerm) {
   const CollectiveModel m16(dgx_like());
   const CollectiveModel m8(Topology::parse(one_node(8,
@@ -493,28 +492,39 @@ TEST(CollectiveModelChannels, HalvingTheChannelsDoublesTheBandwidthTerm) {
   }
 }
 
-// Channels beyond 16 do not add bandwidth; a small call uses as many channels as its size gives
-// whatever the maximum, so its time does not depend on the maximum.
-TEST(CollectiveModelChannels, MoreThanSixteenChannelsAndSmallCallsAreUnchanged) {
+// Over NVLink, channels beyond 16 (NCCL_MIN_CTAS) add bandwidth in proportion, up to the links'
+// rate: 20 channels move 20/16 of 0.75 of it, 32 the whole of it. A small call uses as many
+// channels as its size gives whatever the maximum, so its time does not depend on the maximum.
+TEST(CollectiveModelChannels, MoreThanSixteenChannelsFillTheLinksAndSmallCallsAreUnchanged) {
   const Topology t = dgx_like();
-  CollectiveTiming many = t.collectives();
-  many.channels = 32;
-  CollectiveTiming eight = t.collectives();
-  eight.channels = 8;
-  const CollectiveModel m16(t), m32(t, many), m8(t, eight);
+  auto with_channels = [&](int c) {
+    CollectiveTiming k = t.collectives();
+    k.channels = c;
+    return CollectiveModel(t, k);
+  };
+  const CollectiveModel m16(t), m20 = with_channels(20), m32 = with_channels(32), m8 = with_channels(8);
   EXPECT_EQ(m32.constants().channels, 32);
   const CollectiveShape big = shape(CollOp::all_reduce, kBig, 8);
+  const double bus = 2.0 * 7 / 8;
   const CollectiveEstimate a = est(m16, big, CollAlgo::ring, Protocol::simple);
+  const CollectiveEstimate b = est(m20, big, CollAlgo::ring, Protocol::simple);
   const CollectiveEstimate c = est(m32, big, CollAlgo::ring, Protocol::simple);
+  EXPECT_EQ(b.channels, 20);
   EXPECT_EQ(c.channels, 32);
-  EXPECT_EQ(a.seconds, c.seconds);
+  expect_close(a.algbw, kB * kE / bus);
+  expect_close(b.algbw, kB * kE * 20 / 16 / bus);
+  expect_close(c.algbw, kB / bus);
+  EXPECT_EQ(a.latency, c.latency);
   const CollectiveShape small = shape(CollOp::all_reduce, 100 * kKiB, 8);  // 3 channels of Simple
   const CollectiveEstimate s16 = est(m16, small, CollAlgo::ring, Protocol::simple);
   const CollectiveEstimate s8 = est(m8, small, CollAlgo::ring, Protocol::simple);
+  const CollectiveEstimate s32 = est(m32, small, CollAlgo::ring, Protocol::simple);
   EXPECT_EQ(s16.channels, 3);
   EXPECT_EQ(s8.channels, 3);
-  expect_close(s8.algbw, kB * kE / (2.0 * 7 / 8) * 3 / 16);
+  EXPECT_EQ(s32.channels, 3);
+  expect_close(s8.algbw, kB * kE / bus * 3 / 16);
   EXPECT_EQ(s16.seconds, s8.seconds);
+  EXPECT_EQ(s16.seconds, s32.seconds);
 }
 
 TEST(CollectiveModelChannels, SmallCallsUseFewerChannels) {
