@@ -63,6 +63,20 @@ def machine(name, header=""):
     return ("h100-cluster.yaml", [f"nodes={nodes}"], note)
 
 
+def summary(tally):
+    """Lines counting the tables within the error bounds asked of the model (issue #16)."""
+    def count(rows, bound):
+        return f"{sum(e <= bound for e in rows)} of {len(rows)}"
+    fitted = [big for fit, _, big, _ in tally if fit and big is not None]
+    held = [(fam, big) for fit, fam, big, _ in tally if not fit and big is not None]
+    small = [s for _, _, _, s in tally if s is not None]
+    families = sorted({fam for fam, _ in held})
+    by_family = ", ".join(f"{fam} {count([b for f, b in held if f == fam], 10)}" for fam in families)
+    return [f"Within the bounds asked, from 1 MiB up: fitted tables within 5%: {count(fitted, 5)}; "
+            f"held-out tables within 10%: {count([b for _, b in held], 10)} ({by_family}). "
+            f"Below 1 MiB, within 25%: {count(small, 25)} tables."]
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -75,6 +89,8 @@ def main():
            "| table | op | ranks x nodes | topology (overrides) | fitted to | error >= 1 MiB | error < 1 MiB |",
            "|---|---|---|---|---|---|---|"]
     details = []
+    # (fitted, GPU family, error >= 1 MiB, error < 1 MiB) per table, for the tally below the table.
+    tally = []
     for path in sorted(glob.glob(os.path.join(ROOT, DATA, "*.csv"))):
         name = os.path.basename(path)
         with open(path) as f:
@@ -100,11 +116,14 @@ def main():
                    f"{head.get('ranks', '?')} x {head.get('nodes', '?')} | {topo} {over} | "
                    f"{'yes' if name in FITTED else 'no'} | {big.group(1) if big else '-'} | "
                    f"{small.group(1) if small else '-'} |")
+        tally.append((name in FITTED, name.split("_")[0],
+                      float(big.group(1)[:-1]) if big else None, float(small.group(1)[:-1]) if small else None))
         body = [l for l in r.stdout.splitlines() if not l.startswith("# ranksim")]
         details += ["", f"### {name}", "", f"Source: {head.get('source', '?')}", ""]
         if note:
             details += [f"Machine as modelled: {note}.", ""]
         details += ["```"] + [l for l in body if l.strip()] + ["```"]
+    out += [""] + summary(tally)
     text = "\n".join(out + details) + "\n"
     with open(PAGE) as f:
         page = f.read()
