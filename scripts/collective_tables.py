@@ -94,8 +94,13 @@ def main():
     for path in sorted(glob.glob(os.path.join(ROOT, DATA, "*.csv"))):
         name = os.path.basename(path)
         with open(path) as f:
-            header = "".join(line for line in f if line.startswith("#"))
-        topo, sets, note = machine(name, header)
+            header_lines = [line for line in f if line.startswith("#")]
+        head = {}
+        for line in header_lines:
+            if line.startswith("# ") and ":" in line:
+                k, v = line[2:].split(":", 1)
+                head[k.strip()] = v.strip()
+        topo, sets, note = machine(name, "".join(header_lines))
         cmd = [binary, "calibrate", "--check", "-t", "topologies/" + topo]
         for s in sets:
             cmd += ["--set", s]
@@ -105,12 +110,6 @@ def main():
             sys.exit(f"{' '.join(cmd)} failed: {r.stderr}")
         big = re.search(r"sizes >= 1 MiB: ([\d.]+%)", r.stdout)
         small = re.search(r"sizes < 1 MiB: ([\d.]+%)", r.stdout)
-        head = {}
-        with open(path) as f:
-            for line in f:
-                if line.startswith("# ") and ":" in line:
-                    k, v = line[2:].split(":", 1)
-                    head[k.strip()] = v.strip()
         over = " ".join("--set " + s for s in sets)
         out.append(f"| [{name}](data/nccl-tests/{name}) | {head.get('op', '?')} | "
                    f"{head.get('ranks', '?')} x {head.get('nodes', '?')} | {topo} {over} | "
