@@ -61,6 +61,14 @@ std::ostream& null_out() {
   return sink;
 }
 
+// An option that gathers values (--set, --fit) takes one value each time it is given: the words
+// after it are the command's positionals (a scenario, the tables), not more of its values.
+void one_value_each(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options())
+    if (!opt->get_positional()) opt->allow_extra_args(false);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_each(*sub);
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -254,6 +262,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->capture_default_str()
       ->check(CLI::ExistingDirectory);
 
+  one_value_each(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -338,5 +338,23 @@ TEST(Cli, TopoPrintsWhatAFileHolds) {
   EXPECT_THAT(r.out, HasSubstr("128"));
 }
 
+// An option given before the positionals takes one value: the words after it are the scenario,
+// the topology or the tables, not more overrides.
+TEST(Cli, AnOverrideBeforeThePositionalsTakesOneValue) {
+  Result r = run({"topo", "--set", "nodes=16", topo("h100-cluster.yaml")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("128"));
+  r = run(
+      {"run", "--set", "workload.collectives.sizes=512MiB:1GiB", testing::scenario("allreduce-sweep-dgx-h100.yaml")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("allreduce-sweep-dgx-h100"));
+  const std::string data = std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/";
+  r = run({"calibrate", "--check", "-t", topo("dgx-h100.yaml"), "--ranks", "8", "--set", "nodes=1",
+           data + "h100sxm_1node8gpu_all_gather_xxrjun.csv", data + "h100sxm_1node8gpu_reduce_scatter_xxrjun.csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("h100sxm_1node8gpu_all_gather_xxrjun.csv: ring"));
+  EXPECT_THAT(r.out, HasSubstr("h100sxm_1node8gpu_reduce_scatter_xxrjun.csv: ring"));
+}
+
 }  // namespace
 }  // namespace ranksim::app
