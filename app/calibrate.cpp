@@ -314,61 +314,69 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
 
 namespace {
 
+// The case of one measured table, checked against the topology and the options.
+void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::CollectiveModel& model,
+               const std::optional<sim::Protocol>& proto, MeasuredTable t, std::vector<FitCase>& cases,
+               std::vector<MeasuredTable>& tables) {
+  const std::string& path = t.path;
+  const std::string op = !t.op.empty() ? t.op : o.op;
+  if (op.empty())
+    throw Error(path + ": the file does not name its collective; give it with --op (all_reduce, all_gather, ...)");
+  if (o.ranks > 0 && t.ranks > 0 && t.ranks != o.ranks)
+    throw Error(path + ": wrong rank count: the table ran on " + std::to_string(t.ranks) + " ranks but --ranks is " +
+                std::to_string(o.ranks));
+  const int n = t.ranks > 0 ? t.ranks : o.ranks;
+  if (n <= 0) throw Error(path + ": the file does not say how many ranks ran; give --ranks N");
+  if (n > topo.num_devices())
+    throw Error(path + ": the table ran on " + std::to_string(n) + " ranks but topology '" + topo.name() + "' has " +
+                std::to_string(topo.num_devices()) + " devices; add nodes with --set nodes=N");
+  const int dpn = topo.devices_per_node();
+  FitCase c;
+  c.name = path;
+  c.shape = sim::first_devices_shape(topo, coll_op(op), n);
+  // A table that names its nodes ran the same number of ranks on each (nccl-tests' -g or MPI's
+  // ranks per host): the ranks go on the first devices of that many nodes.
+  if (t.nodes > 0) {
+    const std::string ran =
+        path + ": the table ran " + std::to_string(n) + " ranks on " + std::to_string(t.nodes) + " node(s)";
+    if (n % t.nodes != 0) throw Error(ran + ", not the same number on each node; ranksim places as many on each");
+    if (t.nodes > topo.num_nodes())
+      throw Error(ran + ", but topology '" + topo.name() + "' has " + std::to_string(topo.num_nodes()) +
+                  "; add nodes with --set nodes=" + std::to_string(t.nodes));
+    if (n / t.nodes > dpn)
+      throw Error(ran + ", " + std::to_string(n / t.nodes) + " per node, but topology '" + topo.name() + "' has " +
+                  std::to_string(dpn) + " devices per node; use a topology with that many");
+    c.shape.nodes = t.nodes;
+    c.shape.ranks_per_node = n / t.nodes;
+  }
+  if (!o.algorithm.empty() && !t.algorithm.empty() && t.algorithm != o.algorithm)
+    throw Error(path + ": the file says the run used algorithm " + t.algorithm + " but --algo says " + o.algorithm);
+  const std::string algo = !t.algorithm.empty() ? t.algorithm : o.algorithm;
+  if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
+  c.protocol = proto;
+  c.rows = t.rows;
+  // The model must be able to run the table as stated (a forced algorithm that cannot serve it).
+  try {
+    (void)predict_row(model, c, c.rows.front().bytes, 0);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  cases.push_back(std::move(c));
+  tables.push_back(std::move(t));
+}
+
 // The cases of the files, checked against the topology and the options.
 std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& topo,
-                                std::vector<MeasuredTable>& tables) {
+                                std::vector<MeasuredTable>& tables, std::vector<std::string>& left_out) {
   std::vector<FitCase> cases;
   const std::optional<sim::Protocol> proto = parse_protocol_option(o.protocol);
   if (!o.op.empty()) (void)coll_op(o.op);
   const sim::CollectiveModel model(topo);
-  for (const std::string& path : o.files) {
-    MeasuredTable t = read_nccl_tests(path);
-    if (!o.op.empty() && !t.op.empty() && t.op != o.op)
-      throw Error(path + ": the table is " + t.op + " but --op says " + o.op);
-    const std::string op = !t.op.empty() ? t.op : o.op;
-    if (op.empty())
-      throw Error(path + ": the file does not name its collective; give it with --op (all_reduce, all_gather, ...)");
-    if (o.ranks > 0 && t.ranks > 0 && t.ranks != o.ranks)
-      throw Error(path + ": wrong rank count: the table ran on " + std::to_string(t.ranks) + " ranks but --ranks is " +
-                  std::to_string(o.ranks));
-    const int n = t.ranks > 0 ? t.ranks : o.ranks;
-    if (n <= 0) throw Error(path + ": the file does not say how many ranks ran; give --ranks N");
-    if (n > topo.num_devices())
-      throw Error(path + ": the table ran on " + std::to_string(n) + " ranks but topology '" + topo.name() + "' has " +
-                  std::to_string(topo.num_devices()) + " devices; add nodes with --set nodes=N");
-    const int dpn = topo.devices_per_node();
-    FitCase c;
-    c.name = path;
-    c.shape = sim::first_devices_shape(topo, coll_op(op), n);
-    // A table that names its nodes ran the same number of ranks on each (nccl-tests' -g or MPI's
-    // ranks per host): the ranks go on the first devices of that many nodes.
-    if (t.nodes > 0) {
-      const std::string ran =
-          path + ": the table ran " + std::to_string(n) + " ranks on " + std::to_string(t.nodes) + " node(s)";
-      if (n % t.nodes != 0) throw Error(ran + ", not the same number on each node; ranksim places as many on each");
-      if (t.nodes > topo.num_nodes())
-        throw Error(ran + ", but topology '" + topo.name() + "' has " + std::to_string(topo.num_nodes()) +
-                    "; add nodes with --set nodes=" + std::to_string(t.nodes));
-      if (n / t.nodes > dpn)
-        throw Error(ran + ", " + std::to_string(n / t.nodes) + " per node, but topology '" + topo.name() + "' has " +
-                    std::to_string(dpn) + " devices per node; use a topology with that many");
-      c.shape.nodes = t.nodes;
-      c.shape.ranks_per_node = n / t.nodes;
+  for (const std::string& file : o.files) {
+    // A log of several tests gives a case each (those of --op when it is given).
+    for (MeasuredTable& t : select_tests(read_nccl_tests_log(file), o.op, file, &left_out)) {
+      load_case(o, topo, model, proto, std::move(t), cases, tables);
     }
-    if (!o.algorithm.empty() && !t.algorithm.empty() && t.algorithm != o.algorithm)
-      throw Error(path + ": the file says the run used algorithm " + t.algorithm + " but --algo says " + o.algorithm);
-    const std::string algo = !t.algorithm.empty() ? t.algorithm : o.algorithm;
-    if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
-    c.protocol = proto;
-    c.rows = t.rows;
-    // The model must be able to run the table as stated (a forced algorithm that cannot serve it).
-    try {
-      (void)predict_row(model, c, c.rows.front().bytes, 0);
-    } catch (const Error& e) {
-      throw Error(path + ": " + e.what());
-    }
-    cases.push_back(std::move(c));
-    tables.push_back(std::move(t));
   }
   return cases;
 }
@@ -457,6 +465,8 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
 int calibrate(const CalibrateOptions& o, std::ostream& out) {
   if (o.files.empty()) throw Error("calibrate needs at least one nccl-tests output file");
   if (!o.check_only && o.output.empty()) throw Error("calibrate needs -o OUT.yaml (or --check to compare only)");
+  if (o.check_only && !o.output.empty()) throw Error("calibrate --check writes nothing; drop -o " + o.output);
+  if (o.check_only && !o.fit.empty()) throw Error("calibrate --check fits nothing; drop --fit (or --check to fit)");
   // The output is checked before the fit: its folder exists, and it is none of the inputs.
   if (!o.check_only) {
     std::vector<NamedPath> ins = {{"the topology", o.topology}};
@@ -465,12 +475,18 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   }
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   std::vector<MeasuredTable> tables;
-  const std::vector<FitCase> cases = load_cases(o, topo, tables);
+  std::vector<std::string> left_out;  // tests of the logs that ranksim does not time
+  const std::vector<FitCase> cases = load_cases(o, topo, tables, left_out);
+  auto say_left_out = [&](std::ostream& to, const char* lead) {
+    for (const std::string& l : left_out) to << lead << "left out " << l << "\n";
+  };
   sim::CollectiveTiming before = topo.collectives();
   before.model = sim::CollectiveTimingModel::nccl;
 
   if (o.check_only) {
-    out << "# ranksim calibrate --check: measured vs predicted on " << topo.name() << " (" << o.topology << ")\n\n";
+    out << "# ranksim calibrate --check: measured vs predicted on " << topo.name() << " (" << o.topology << ")\n";
+    say_left_out(out, "# ");
+    out << "\n";
     print_comparison(out, topo, cases, before, nullptr);
     return 0;
   }
@@ -478,7 +494,9 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   out << "# ranksim calibrate: " << topo.name() << " (" << o.topology << ") fitted to " << cases.size()
       << " table(s); fitted constants:";
   for (const std::string& f : fit.fitted) out << " " << f;
-  out << "\n# rms log error " << fmt("%.4f", fit.rms_log_error) << "\n\n";
+  out << "\n# rms log error " << fmt("%.4f", fit.rms_log_error) << "\n";
+  say_left_out(out, "# ");
+  out << "\n";
   print_comparison(out, topo, cases, before, &fit.constants);
 
   // The calibrated file: the topology as loaded (overrides applied), with the fitted section.
@@ -510,6 +528,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
     doc << "#   " << t.path << "\n";
     for (const std::string& a : t.about) doc << "#     " << a << "\n";
   }
+  say_left_out(doc, "#   (");
   doc << "# Fitted:";
   for (const std::string& f : fit.fitted) doc << " " << f;
   doc << " (rms log error " << fmt("%.4f", fit.rms_log_error) << "); the rest as in " << o.topology << ".\n";

@@ -88,17 +88,24 @@ std::string algo_name(const std::string& s) {
   return v;
 }
 
+// Reads one file: the tests of a text log in order, or the one table of a CSV.
 class Parser {
  public:
-  Parser(const std::string& path, MeasuredTable& t) : path_(path), t_(t) {}
+  explicit Parser(const std::string& path) : path_(path) { start(1); }
 
   [[noreturn]] void fail(int line, const std::string& what) const {
     throw Error(path_ + ":" + std::to_string(line) + ": " + what);
   }
 
+  // The tests read, the last one closed.
+  std::vector<MeasuredTable> tests() {
+    finish();
+    return std::move(tests_);
+  }
+
   void set_op(const std::string& op, int line) {
     if (!t_.op.empty() && t_.op != op)
-      fail(line, "the file holds several collectives (" + t_.op + " and " + op + "); give one table per file");
+      fail(line, "the file holds several collectives (" + t_.op + " and " + op + "); give one table per CSV file");
     t_.op = op;
   }
 
@@ -126,26 +133,53 @@ class Parser {
                      std::to_string(it->second.second) + "; give it once");
   }
 
-  void header_text(const std::string& body, int line) {
-    const std::string starting = "Collective test starting:";
-    if (const auto at = body.find(starting); at != std::string::npos) {
-      const std::string name = trim(body.substr(at + starting.size()));
-      const std::string op = op_name(name);
-      if (op.empty()) fail(line, "collective test '" + name + "' is not one ranksim times");
-      set_op(op, line);
-    }
-    // "#  Rank  0 Group  0 Pid 4175036 on cnode3-002 device  0 [...] NVIDIA H100 80GB HBM3"
+  // "#  Rank  0 Group  0 Pid 4175036 on cnode3-002 device  0 [0000:1b:00] NVIDIA H100 80GB HBM3"
+  void rank_line(const std::string& body, int line) {
     const std::vector<std::string> w = split_ws(body);
-    if (w.size() >= 2 && w[0] == "Rank" && is_integer(w[1])) {
-      const std::optional<int> rank = bounded_integer(w[1], kMaxRanks - 1);
-      if (!rank) {
-        fail(line, "the rank number " + w[1] + " is out of range; nccl-tests numbers ranks from 0 (at most " +
-                       std::to_string(kMaxRanks - 1) + " here)");
-      }
-      ranks_seen_.insert(*rank);
-      for (size_t i = 2; i + 1 < w.size(); ++i)
-        if (w[i] == "on") hosts_.insert(w[i + 1]);
+    if (w.size() < 2 || w[0] != "Rank" || !is_integer(w[1])) return;
+    const std::optional<int> rank = bounded_integer(w[1], kMaxRanks - 1);
+    if (!rank) {
+      fail(line, "the rank number " + w[1] + " is out of range; nccl-tests numbers ranks from 0 (at most " +
+                     std::to_string(kMaxRanks - 1) + " here)");
     }
+    ranks_seen_.insert(*rank);
+    for (size_t i = 2; i + 1 < w.size(); ++i)
+      if (w[i] == "on") hosts_.insert(w[i + 1]);
+    if (const auto bus = body.find(']'); bus != std::string::npos) {
+      const std::string device = trim(body.substr(bus + 1));
+      if (!device.empty()) devices_.insert(device);
+    }
+  }
+
+  // A `#` line of a text log: where a test starts, what it names, its ranks.
+  void header_text(const std::string& body, int line) {
+    const std::string starting = "Collective test starting:", version = "nccl-tests version";
+    if (const auto at = body.find(starting); at != std::string::npos) {
+      // The header of a test: the one before it (rows, a name or its own header read) is done.
+      if (begun()) next(line);
+      if (t_.test.empty() && !saw_nthread_) t_.line = line;
+      software_ = version_;
+      t_.test = trim(body.substr(at + starting.size()));
+      t_.op = op_name(t_.test);  // "" for a collective ranksim does not time: select_tests decides
+      return;
+    }
+    const std::vector<std::string> w = split_ws(body);
+    if (w.size() >= 4 && w[0] == "nThread" && w[2] == "nGpus") {
+      // Every run prints this line once: a second one, or one after rows, starts the next test
+      // (the older header has no "Collective test starting" line).
+      if (saw_nthread_ || !t_.rows.empty()) next(line);
+      if (t_.test.empty()) {
+        t_.line = line;
+        software_ = version_;
+      }
+      saw_nthread_ = true;
+      return;
+    }
+    if (const auto at = body.find(version); at != std::string::npos) {
+      version_ = trim(body.substr(at));  // printed before the test it belongs to
+      return;
+    }
+    rank_line(body, line);
   }
 
   void parse_text(std::istream& in) {
@@ -171,8 +205,6 @@ class Parser {
                      std::to_string(w.size()) + " columns");
       add_row(no, w[0], w[5]);
     }
-    if (!ranks_seen_.empty()) t_.ranks = static_cast<int>(ranks_seen_.size());
-    if (!hosts_.empty()) t_.nodes = static_cast<int>(hosts_.size());
   }
 
   void parse_csv(std::istream& in) {
@@ -189,9 +221,9 @@ class Parser {
         const auto colon = body.find(':');
         if (colon == std::string::npos) continue;
         const std::string key = lower(trim(body.substr(0, colon))), value = trim(body.substr(colon + 1));
-        if (key == "op") {
+        if (key == "op" || key == "collective test starting") {
           const std::string op = op_name(value);
-          if (op.empty()) fail(no, "'# op: " + value + "' is not a collective ranksim times");
+          if (op.empty()) fail(no, "'# " + key + ": " + value + "' is not a collective ranksim times");
           set_op(op, no);
         } else if (key == "ranks" || key == "nodes") {
           once(key, value, no);
@@ -210,8 +242,8 @@ class Parser {
                          "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
         } else if (key == "source" || key == "hardware") {
           t_.about.push_back(key + ": " + value);
-        } else if (key == "collective test starting") {
-          header_text(body, no);
+        } else {
+          rank_line(body, no);
         }
         continue;
       }
@@ -237,18 +269,66 @@ class Parser {
   }
 
  private:
+  // Whether the test being read has anything of its own yet.
+  bool begun() const { return !t_.rows.empty() || !t_.test.empty() || saw_nthread_; }
+
+  void start(int line) {
+    t_ = MeasuredTable{};
+    t_.path = path_;
+    t_.line = line;
+    ranks_seen_.clear();
+    hosts_.clear();
+    devices_.clear();
+    software_.clear();
+    saw_nthread_ = false;
+  }
+
+  // Closes the test being read: its ranks, nodes and what the log says of the machine.
+  void finish() {
+    if (t_.ranks == 0 && !ranks_seen_.empty()) t_.ranks = static_cast<int>(ranks_seen_.size());
+    if (t_.nodes == 0 && !hosts_.empty()) t_.nodes = static_cast<int>(hosts_.size());
+    if (t_.about.empty() && !ranks_seen_.empty()) {
+      std::string hw = "hardware: " + std::to_string(ranks_seen_.size()) + " ranks";
+      if (!hosts_.empty()) hw += " on " + std::to_string(hosts_.size()) + " host(s)";
+      for (const std::string& d : devices_) hw += ", " + d;
+      t_.about.push_back(hw);
+      if (!software_.empty()) t_.about.push_back("software: " + software_);
+    }
+    tests_.push_back(std::move(t_));
+  }
+
+  void next(int line) {
+    finish();
+    start(line);
+  }
+
   std::string path_;
-  MeasuredTable& t_;
+  MeasuredTable t_;
+  std::vector<MeasuredTable> tests_;
   std::set<int> ranks_seen_;
-  std::set<std::string> hosts_;
+  std::set<std::string> hosts_, devices_;
+  std::string version_;   // the last "nccl-tests version ..." line read
+  std::string software_;  // the one of the test being read
+  bool saw_nthread_ = false;
   std::map<std::string, std::pair<std::string, int>> given_;  // `# key:` -> (value, line)
 };
 
+// The tests as the caller's messages name them.
+std::string list_tests(const std::vector<MeasuredTable>& tests) {
+  std::string out;
+  for (const MeasuredTable& t : tests) {
+    if (!out.empty()) out += ", ";
+    out += (!t.test.empty() ? t.test
+            : !t.op.empty() ? t.op
+                            : std::string("an unnamed test")) +
+           " at line " + std::to_string(t.line);
+  }
+  return out;
+}
+
 }  // namespace
 
-MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path) {
-  MeasuredTable t;
-  t.path = path;
+std::vector<MeasuredTable> parse_nccl_tests_log(const std::string& text, const std::string& path) {
   // CSV when a line that is not a comment holds a comma.
   bool csv = false;
   {
@@ -260,17 +340,67 @@ MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path)
       if (csv || is_integer(split_ws(s)[0])) break;
     }
   }
-  Parser parser(path, t);
+  Parser parser(path);
   std::istringstream in(text);
   if (csv)
     parser.parse_csv(in);
   else
     parser.parse_text(in);
-  if (t.rows.empty())
-    throw Error(path +
-                ": no measurements found; expected the table that nccl-tests' *_perf binaries print "
-                "(size, count, type, redop, root, time, ...) or a CSV with size and time columns");
-  return t;
+  std::vector<MeasuredTable> tests = parser.tests();
+  if (tests.size() > 1)
+    for (MeasuredTable& t : tests)
+      t.path = path + ":" + std::to_string(t.line) + " (" + (t.test.empty() ? "unnamed test" : t.test) + ")";
+  return tests;
+}
+
+std::vector<MeasuredTable> read_nccl_tests_log(const std::string& path) {
+  return parse_nccl_tests_log(sim::read_text_file(path, "nccl-tests output"), path);
+}
+
+std::vector<MeasuredTable> select_tests(std::vector<MeasuredTable> tests, const std::string& op,
+                                        const std::string& path, std::vector<std::string>* left_out) {
+  const bool several = tests.size() > 1;
+  const std::string pick = several ? "; give --op to take one collective's tests from the file" : "";
+  const std::string all = list_tests(tests);
+  std::vector<MeasuredTable> out;
+  for (MeasuredTable& t : tests) {
+    const std::string at = several ? t.path : path + ":" + std::to_string(t.line);
+    if (several && t.test.empty())
+      throw Error(at + ": the test's header does not name its collective (an older nccl-tests); give each test " +
+                  "of such a log in a file of its own, with --op");
+    const bool timed = !t.op.empty() || t.test.empty();
+    if (!op.empty() && (!timed || (!t.op.empty() && t.op != op))) continue;  // not asked for
+    if (!timed) {
+      const std::string why = "collective test '" + t.test +
+                              "' is not one ranksim times (all_reduce, all_gather, reduce_scatter, alltoall, "
+                              "broadcast, reduce)";
+      if (!left_out || !several) throw Error(at + ": " + why + pick);
+      left_out->push_back(at + ": " + why);
+      continue;
+    }
+    if (t.rows.empty()) {
+      if (!several)
+        throw Error(path +
+                    ": no measurements found; expected the table that nccl-tests' *_perf binaries print "
+                    "(size, count, type, redop, root, time, ...) or a CSV with size and time columns");
+      throw Error(at + ": the test printed no measurements (did it fail?)" + pick);
+    }
+    out.push_back(std::move(t));
+  }
+  if (out.empty()) {
+    throw Error(path + ": " +
+                (several ? "none of its tests is " + op + " (--op): it holds " + all
+                         : "the table is " + all + ", not " + op + " (--op)"));
+  }
+  return out;
+}
+
+MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path) {
+  std::vector<MeasuredTable> tests = select_tests(parse_nccl_tests_log(text, path), "", path);
+  if (tests.size() != 1)
+    throw Error(path + ": the file holds " + std::to_string(tests.size()) + " tests (" + list_tests(tests) +
+                "); one was expected");
+  return std::move(tests.front());
 }
 
 MeasuredTable read_nccl_tests(const std::string& path) {

@@ -6,15 +6,20 @@
 //   lines give the rank count, and their distinct hosts the node count), then one row per size:
 //   size, count, type, redop, root, then the out-of-place time (us), algbw, busbw, #wrong and the
 //   in-place columns. Lines that are neither (NCCL INFO logs interleaved with the table) are
-//   skipped; a line that starts with a size but does not have these columns is an error.
+//   skipped; a line that starts with a size but does not have these columns is an error. A log of
+//   several tests run one after another (a job script's output) holds one table per test: each
+//   starts at its "Collective test starting" line, or, in the older header that has none, at its
+//   "nThread ... nGpus ..." line.
 // - CSV: `#` lines of the form `# key: value` (op, ranks, nodes, algo, source, hardware, ... as in
 //   docs/data/nccl-tests/), then a header row naming the columns, of which the size (`size_bytes`
 //   or `size`) and the out-of-place time in microseconds (`time_us` or the first `time`) are read.
+//   One table per file.
 // Rows of size 0 are left out (nccl-tests prints them for its empty first sizes).
 //
 // Errors (ranksim::Error, naming the file and line): an unreadable file, a row that is not a
-// number where one is needed, a non-positive time, several collectives in one file, a table
-// without rows.
+// number where one is needed, a non-positive time, two collectives in one CSV, a table without
+// rows; and, where a log's tests are taken (select_tests), a test of a collective ranksim does not
+// time, a test that printed no rows, or no test of the collective asked for.
 #pragma once
 
 #include <string>
@@ -28,7 +33,9 @@ struct MeasuredRow {
 };
 
 struct MeasuredTable {
-  std::string path;                // as given
+  std::string path;                // as given; one test of a log of several: "FILE:LINE (X_perf)"
+  std::string test;                // the nccl-tests binary its header names ("all_gather_perf"); "" none
+  int line = 0;                    // the line its test starts at (1 for a file of one table)
   std::string op;                  // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce; "" unknown
   int ranks = 0;                   // 0: not stated
   int nodes = 0;                   // 0: not stated
@@ -37,9 +44,23 @@ struct MeasuredTable {
   std::vector<MeasuredRow> rows;
 };
 
-// Parses text read from `path` (used in messages). Throws ranksim::Error.
-MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path);
+// Every test of text read from `path` (used in messages), in order; a test may have no rows, or
+// name a collective ranksim does not time (op ""): select_tests decides. Throws ranksim::Error.
+std::vector<MeasuredTable> parse_nccl_tests_log(const std::string& text, const std::string& path);
 // Reads and parses a file. Throws ranksim::Error naming the path when it cannot be read.
+std::vector<MeasuredTable> read_nccl_tests_log(const std::string& path);
+
+// The tests of a file that are to be used: every one, or, when `op` (ranksim's name) is given,
+// those of that collective. In a log of several, a test of a collective ranksim does not time
+// (sendrecv_perf) is left out, and said so in `left_out`, when that is given. Throws
+// ranksim::Error, naming the test, for a test (among those asked for) of a collective ranksim does
+// not time (and not left out) or without rows, for a log of several tests one of which does not
+// name its collective, and when no test is of `op`.
+std::vector<MeasuredTable> select_tests(std::vector<MeasuredTable> tests, const std::string& op,
+                                        const std::string& path, std::vector<std::string>* left_out = nullptr);
+
+// A file of one table: parse_nccl_tests_log, every test taken, and exactly one there.
+MeasuredTable parse_nccl_tests(const std::string& text, const std::string& path);
 MeasuredTable read_nccl_tests(const std::string& path);
 
 }  // namespace ranksim::app

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -445,10 +446,98 @@ TEST_F(CalibrateCommand, RefusesARowWithTooFewColumns) {
   expect_refused(options({table(text)}), "got 6 columns");
 }
 
-TEST_F(CalibrateCommand, RefusesTwoCollectivesInOneFile) {
-  const std::string text =
-      nccl_text("all_reduce_perf", hosts(8, 8), kRows) + nccl_text("all_gather_perf", hosts(8, 8), kRows);
-  expect_refused(options({table(text)}), "several collectives (all_reduce and all_gather)");
+// The line of `text` that holds `what` (from 1).
+int line_of(const std::string& text, const std::string& what) {
+  const size_t at = text.find(what);
+  return at == std::string::npos ? 0 : 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+// A job script's log: all_reduce_perf, all_gather_perf and sendrecv_perf one after another.
+std::string three_tests(const std::vector<Row>& rows) {
+  return nccl_text("all_reduce_perf", hosts(8, 8), rows) + "\n" + nccl_text("all_gather_perf", hosts(8, 8), rows) +
+         "\n" + nccl_text("sendrecv_perf", hosts(8, 8), rows);
+}
+
+TEST_F(CalibrateCommand, TakesEveryTestOfALogAndSaysWhatItLeavesOut) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::vector<Row> rows = synthetic_rows(t);
+  const std::string text = three_tests(rows);
+  const std::string log = table(text);
+  const int ag = line_of(text, "starting: all_gather_perf"), sr = line_of(text, "starting: sendrecv_perf");
+  ASSERT_GT(ag, 1);
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(options({log}), printed), 0);
+  const std::string p = printed.str();
+  EXPECT_THAT(p, HasSubstr("fitted to 2 table(s)"));
+  EXPECT_THAT(p, HasSubstr("# " + log + ":2 (all_reduce_perf): ring"));
+  EXPECT_THAT(p, HasSubstr("# " + log + ":" + std::to_string(ag) + " (all_gather_perf): ring"));
+  EXPECT_THAT(p, HasSubstr("# left out " + log + ":" + std::to_string(sr) +
+                           " (sendrecv_perf): collective test 'sendrecv_perf' is not one ranksim times"));
+  const std::string written = read(out_);
+  EXPECT_THAT(written, HasSubstr(log + ":" + std::to_string(ag) + " (all_gather_perf)"));
+  EXPECT_THAT(written, HasSubstr("hardware: 8 ranks on 1 host(s), NVIDIA H100 80GB HBM3"));
+  EXPECT_THAT(written, HasSubstr("left out " + log + ":" + std::to_string(sr)));
+
+  // Each test of the log reads as the same table in a file of its own.
+  const std::string alone = table(nccl_text("all_gather_perf", hosts(8, 8), rows), ".ag.txt");
+  CalibrateOptions both = options({log, alone});
+  both.check_only = true;
+  both.output.clear();
+  std::ostringstream checked;
+  ASSERT_EQ(calibrate(both, checked), 0);
+  const std::string c = checked.str();
+  const std::string from_log = c.substr(c.find(log + ":" + std::to_string(ag)));
+  const std::string from_file = c.substr(c.find(alone + ": ring"));
+  auto table_of = [](const std::string& s) {
+    return s.substr(s.find("size(B)"), s.find("#   geometric") - s.find("size(B)"));
+  };
+  EXPECT_EQ(table_of(from_log), table_of(from_file));
+}
+
+TEST_F(CalibrateCommand, OpTakesOneCollectivesTestsFromALog) {
+  const std::string log = table(three_tests(kRows));
+  CalibrateOptions o = options({log});
+  o.check_only = true;
+  o.output.clear();
+  o.op = "all_gather";
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  EXPECT_THAT(printed.str(), HasSubstr("(all_gather_perf): ring"));
+  EXPECT_THAT(printed.str(), Not(HasSubstr("all_reduce_perf")));
+  EXPECT_THAT(printed.str(), Not(HasSubstr("left out")));
+  o.op = "broadcast";
+  expect_refused(o,
+                 log + ": none of its tests is broadcast (--op): it holds all_reduce_perf at line 2, all_gather_perf");
+}
+
+TEST_F(CalibrateCommand, RefusesATestOfALogThatPrintedNoRows) {
+  const std::string failed = nccl_text("all_gather_perf", hosts(8, 8), {});
+  const std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows) + failed;
+  const std::string log = table(text);
+  expect_refused(options({log}), log + ":" + std::to_string(line_of(text, "starting: all_gather_perf")) +
+                                     " (all_gather_perf): the test printed no measurements (did it fail?); give --op");
+}
+
+TEST_F(CalibrateCommand, RefusesACollectiveItDoesNotTime) {
+  expect_refused(options({table(nccl_text("sendrecv_perf", hosts(8, 8), kRows))}),
+                 ":2: collective test 'sendrecv_perf' is not one ranksim times");
+}
+
+TEST_F(CalibrateCommand, RefusesALogOfTestsThatDoNotNameTheirCollective) {
+  // The older header has no "Collective test starting" line: two runs cannot be told apart.
+  auto unnamed = [](const std::string& binary) {
+    const std::string t = nccl_text(binary, hosts(8, 8), kRows);
+    return t.substr(t.find("# nThread"));
+  };
+  const std::string log = table(unnamed("all_reduce_perf") + unnamed("all_gather_perf"));
+  CalibrateOptions o = options({log});
+  o.op = "all_reduce";
+  expect_refused(o, ":1 (unnamed test): the test's header does not name its collective");
+}
+
+TEST_F(CalibrateCommand, RefusesTwoCollectivesInOneCsv) {
+  const std::string csv = "# op: all_reduce\n# op: all_gather\n# ranks: 8\nsize_bytes,time_us\n1024,30.5\n";
+  expect_refused(options({table(csv, ".csv")}), "several collectives (all_reduce and all_gather)");
 }
 
 TEST_F(CalibrateCommand, RefusesRanksThatDisagreeWithTheFile) {
@@ -483,6 +572,7 @@ TEST_F(CalibrateCommand, PlacesTheTablesRanksEvenlyOnItsNodes) {
   CalibrateOptions o = options({file});
   o.sets = {"nodes=4"};
   o.check_only = true;
+  o.output.clear();
   std::ostringstream printed;
   EXPECT_EQ(calibrate(o, printed), 0);
   EXPECT_THAT(printed.str(), HasSubstr("4 ranks on 4 node(s)"));
@@ -491,6 +581,15 @@ TEST_F(CalibrateCommand, PlacesTheTablesRanksEvenlyOnItsNodes) {
   o = options({table(uneven, ".csv")});
   o.sets = {"nodes=4"};
   expect_refused(o, "the table ran 8 ranks on 3 node(s), not the same number on each node");
+}
+
+TEST_F(CalibrateCommand, CheckRefusesAnOutputOrConstantsToFit) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.check_only = true;
+  expect_refused(o, "calibrate --check writes nothing; drop -o");
+  o.output.clear();
+  o.fit = {"call_overhead"};
+  expect_refused(o, "calibrate --check fits nothing; drop --fit");
 }
 
 TEST_F(CalibrateCommand, RefusesACsvWithoutItsCollective) {
@@ -597,6 +696,38 @@ TEST(NcclTestsInput, NamesTheCollectiveOfANewerHeader) {
   ASSERT_EQ(t.rows.size(), 3u);
   EXPECT_EQ(t.rows[2].bytes, 1048576);
   EXPECT_NEAR(t.rows[2].seconds, 60.2e-6, 1e-15);
+}
+
+TEST(NcclTestsInput, SplitsALogIntoItsTests) {
+  const std::string text =
+      nccl_text("all_reduce_perf", hosts(16, 8), kRows) + nccl_text("alltoall_perf", hosts(8, 8), {kRows[0]});
+  const std::vector<MeasuredTable> tests = parse_nccl_tests_log(text, "log.txt");
+  ASSERT_EQ(tests.size(), 2u);
+  EXPECT_EQ(tests[0].path, "log.txt:2 (all_reduce_perf)");
+  EXPECT_EQ(tests[0].op, "all_reduce");
+  EXPECT_EQ(tests[0].ranks, 16);
+  EXPECT_EQ(tests[0].nodes, 2);
+  EXPECT_EQ(tests[0].rows.size(), 3u);
+  const int second = line_of(text, "starting: alltoall_perf");
+  EXPECT_EQ(tests[1].line, second);
+  EXPECT_EQ(tests[1].test, "alltoall_perf");
+  EXPECT_EQ(tests[1].op, "all_to_all");
+  EXPECT_EQ(tests[1].ranks, 8);
+  EXPECT_EQ(tests[1].nodes, 1);
+  ASSERT_EQ(tests[1].rows.size(), 1u);
+  EXPECT_EQ(tests[1].rows[0].bytes, 1024);
+
+  // The older header names no test: each run starts at its "nThread" line.
+  std::string old = text;
+  for (const char* gone : {"# nccl-tests version", "# Collective test starting"})
+    for (size_t at; (at = old.find(gone)) != std::string::npos;) old.erase(at, old.find('\n', at) + 1 - at);
+  const std::vector<MeasuredTable> unnamed = parse_nccl_tests_log(old, "old.txt");
+  ASSERT_EQ(unnamed.size(), 2u);
+  EXPECT_EQ(unnamed[0].line, 1);
+  EXPECT_EQ(unnamed[1].line, line_of(old.substr(1), "# nThread"));  // the second one
+  EXPECT_EQ(unnamed[0].op, "");
+  EXPECT_EQ(unnamed[1].ranks, 8);
+  EXPECT_EQ(unnamed[1].rows.size(), 1u);
 }
 
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
