@@ -49,6 +49,7 @@ struct FitCase {
   sim::CollectiveShape shape;  // bytes ignored: each row's size
   std::optional<sim::CollAlgo> algorithm;
   std::optional<sim::Protocol> protocol;
+  int gpus_per_thread = 1;  // one thread drove this many GPUs (nccl-tests -g): see group_launch
   std::vector<MeasuredRow> rows;
 };
 
@@ -59,8 +60,11 @@ struct FitResult {
   double rms_log_error = 0;  // root mean square of ln(predicted / measured), tables weighted equally
 };
 
-// The predicted seconds of one row: launch overhead + the model's choice for the case.
+// The predicted seconds of one row: launch overhead + the model's choice for the case, or, when one
+// thread drove several GPUs, the thread's issue time (gpus_per_thread x group_launch) if longer.
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds);
+// What a run of the case takes when the GPUs take `seconds` (launch overhead included).
+double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, double seconds);
 
 // The constants fit_collectives can fit, in the order it reports them (`--fit` takes these).
 // channel_network_bandwidth is fitted only when named.

@@ -164,10 +164,22 @@ class Parser {
       return;
     }
     const std::vector<std::string> w = split_ws(body);
+    // The columns' names: how many follow the (first, out-of-place) time. Rows are read from
+    // their end, since the columns before the time differ between versions and collectives (no
+    // root column in older all_reduce tables, no redop in all_gather's, and an older all_to_all
+    // header names a redop its rows leave out).
+    if (!w.empty() && w[0] == "size") {
+      if (const auto time = std::find(w.begin(), w.end(), "time"); time != w.end() && time - w.begin() >= 3)
+        after_time_ = static_cast<size_t>(w.end() - time);
+      return;
+    }
     if (w.size() >= 4 && w[0] == "nThread" && w[2] == "nGpus") {
       // Every run prints this line once: a second one, or one after rows, starts the next test
       // (the older header has no "Collective test starting" line).
       if (saw_nthread_ || !t_.rows.empty()) next(line);
+      const std::optional<int> g = bounded_integer(w[3], kMaxRanks);
+      if (!g || *g < 1) fail(line, "'nGpus " + w[3] + "' must be a positive whole number");
+      t_.gpus_per_thread = *g;
       if (t_.test.empty()) {
         t_.line = line;
         software_ = version_;
@@ -200,10 +212,12 @@ class Parser {
           fail(no, "the size '" + w[0] + "' is not a number of bytes");
         continue;  // log lines between the table's rows
       }
-      if (w.size() < 8)
-        fail(no, "a row of the nccl-tests table needs size, count, type, redop, root, time, algbw and busbw; got " +
-                     std::to_string(w.size()) + " columns");
-      add_row(no, w[0], w[5]);
+      if (w.size() < after_time_ + 3)
+        fail(no,
+             "a row of the nccl-tests table needs size, count, type (redop, root), then time, algbw, busbw, #wrong "
+             "out of place and in place; got " +
+                 std::to_string(w.size()) + " columns");
+      add_row(no, w[0], w[w.size() - after_time_]);
     }
   }
 
@@ -225,14 +239,14 @@ class Parser {
           const std::string op = op_name(value);
           if (op.empty()) fail(no, "'# " + key + ": " + value + "' is not a collective ranksim times");
           set_op(op, no);
-        } else if (key == "ranks" || key == "nodes") {
+        } else if (key == "ranks" || key == "nodes" || key == "gpus_per_thread") {
           once(key, value, no);
           const std::optional<int> n = bounded_integer(value, kMaxRanks);
           if (!n || *n < 1) {
             fail(no, "'# " + key + ": " + value + "' must be a positive whole number (at most " +
                          std::to_string(kMaxRanks) + ")");
           }
-          (key == "ranks" ? t_.ranks : t_.nodes) = *n;
+          (key == "ranks" ? t_.ranks : key == "nodes" ? t_.nodes : t_.gpus_per_thread) = *n;
         } else if (key == "algo") {
           once(key, value, no);
           t_.algorithm = algo_name(value);
@@ -281,6 +295,7 @@ class Parser {
     devices_.clear();
     software_.clear();
     saw_nthread_ = false;
+    after_time_ = kAfterTime;
   }
 
   // Closes the test being read: its ranks, nodes and what the log says of the machine.
@@ -310,6 +325,10 @@ class Parser {
   std::string version_;   // the last "nccl-tests version ..." line read
   std::string software_;  // the one of the test being read
   bool saw_nthread_ = false;
+  // Columns from the out-of-place time to the row's end: time, algbw, busbw, #wrong, out of place
+  // and in place, unless the table's header says otherwise.
+  static constexpr size_t kAfterTime = 8;
+  size_t after_time_ = kAfterTime;
   std::map<std::string, std::pair<std::string, int>> given_;  // `# key:` -> (value, line)
 };
 

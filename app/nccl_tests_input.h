@@ -5,13 +5,13 @@
 //   "Collective test starting: X_perf" line names the collective; the "Rank i ... on HOST device"
 //   lines give the rank count, and their distinct hosts the node count), then one row per size:
 //   size, count, type, redop, root, then the out-of-place time (us), algbw, busbw, #wrong and the
-//   in-place columns. Lines that are neither (NCCL INFO logs interleaved with the table) are
-//   skipped; a line that starts with a size but does not have these columns is an error. A log of
-//   several tests run one after another (a job script's output) holds one table per test: each
-//   starts at its "Collective test starting" line, or, in the older header that has none, at its
-//   "nThread ... nGpus ..." line.
-// - CSV: `#` lines of the form `# key: value` (op, ranks, nodes, algo, source, hardware, ... as in
-//   docs/data/nccl-tests/), then a header row naming the columns, of which the size (`size_bytes`
+//   in-place columns. Older versions leave out root or redop, so the time is found from the row's
+//   end: as many columns before it as the header's names put after its first "time". Lines that are neither (NCCL INFO
+//   logs interleaved with the table) are skipped; a line that starts with a size but does not have these columns is an
+//   error. A log of several tests run one after another (a job script's output) holds one table per test: each starts
+//   at its "Collective test starting" line, or, in the older header that has none, at its "nThread ... nGpus ..." line.
+// - CSV: `#` lines of the form `# key: value` (op, ranks, nodes, algo, gpus_per_thread, source,
+//   hardware, ... as in docs/data/nccl-tests/), then a header row naming the columns, of which the size (`size_bytes`
 //   or `size`) and the out-of-place time in microseconds (`time_us` or the first `time`) are read.
 //   One table per file.
 // Rows of size 0 are left out (nccl-tests prints them for its empty first sizes).
@@ -39,6 +39,7 @@ struct MeasuredTable {
   std::string op;                  // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce; "" unknown
   int ranks = 0;                   // 0: not stated
   int nodes = 0;                   // 0: not stated
+  int gpus_per_thread = 1;         // GPUs one thread drove (nccl-tests -g; "nGpus" in the header)
   std::string algorithm;           // the forced NCCL_ALGO in ranksim's names ("ring", ...), "auto", or "" unknown
   std::vector<std::string> about;  // the `# source:` and `# hardware:` lines, for the calibrated file's comment
   std::vector<MeasuredRow> rows;

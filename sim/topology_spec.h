@@ -112,8 +112,14 @@ struct CollectiveTiming {
   Time nvls_latency = Time::us(25);   // an NVLS reduction inside the switch (NCCL's NVLS: 25 us)
   Time sharp_latency = Time::us(30);  // one in-network reduction (NCCL's CollNet NET latency)
   // A fixed cost of every call beyond NCCL's latency model (host-side launch and synchronisation
-  // of the ranks; nccl-tests with one process driving 8 GPUs shows ~30 us). Fitted; default 0.
+  // of the ranks, one process per GPU). Fitted; default 0.
   Time call_overhead = Time::zero();
+  // What one host thread spends per GPU to issue a call grouped over several GPUs (nccl-tests -g
+  // G: one process drives G GPUs, launching each one's kernel in turn). Such a run takes at least
+  // G x this per call, whatever the GPUs take (~35 us with 8 H100 or A100): a property of how a
+  // table was measured, not of the collective, so only `ranksim calibrate` uses it. Training
+  // runs one process per GPU.
+  Time group_launch = Time::ns(4400);
 };
 
 // A topology as written: validated, not yet laid out as a graph.

@@ -244,6 +244,58 @@ TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {
   EXPECT_NEAR(predict_row(m, c, kGiB, 3e-6), want, want * 1e-12);
 }
 
+// One thread driving 8 GPUs (nccl-tests -g 8) issues a call no faster than 8 x group_launch: a
+// row takes the longer of that and the GPUs' time.
+TEST(CalibrateFit, OneThreadDrivingSeveralGpusTakesAtLeastItsIssueTime) {
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  sim::CollectiveTiming k = truth(t);
+  k.group_launch = sim::Time::us(6);
+  const sim::CollectiveModel m(t, k);
+  FitCase c;
+  c.shape.op = sim::CollOp::all_gather;
+  c.shape.nranks = 8;
+  c.shape.ranks_per_node = 8;
+  c.algorithm = sim::CollAlgo::ring;
+  c.protocol = sim::Protocol::simple;
+  const double gpus = 3e-6 + 8.4e-6 + 7 * 2.1e-6 + 20e-6;  // 46.1 us, the GPUs' time at 1 KiB
+  const double one = predict_row(m, c, 1024, 3e-6);
+  // 1 KiB keeps one channel of 16: a sixteenth of the bus bandwidth.
+  EXPECT_NEAR(one, gpus + 1024 / (100e9 * 0.83 / 16 / (7.0 / 8)), 1e-12);
+  c.gpus_per_thread = 4;  // 24 us of issue: the GPUs' time is longer
+  EXPECT_EQ(predict_row(m, c, 1024, 3e-6), one);
+  c.gpus_per_thread = 8;  // 48 us: the thread's
+  EXPECT_NEAR(predict_row(m, c, 1024, 3e-6), 48e-6, 1e-15);
+  EXPECT_GT(predict_row(m, c, kGiB, 3e-6), 1e-3);  // large calls: the GPUs again
+  EXPECT_EQ(predict_row(m, c, kGiB, 3e-6), as_measured(c, k,
+                                                       3e-6 + m.choose(
+                                                                   [&] {
+                                                                     sim::CollectiveShape s = c.shape;
+                                                                     s.bytes = kGiB;
+                                                                     return s;
+                                                                   }(),
+                                                                   c.algorithm, c.protocol)
+                                                                  .seconds));
+}
+
+TEST(CalibrateFit, RecoversTheIssueTimeOfATableDrivenByOneThread) {
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  sim::CollectiveTiming real = truth(t);
+  real.group_launch = sim::Time::us(9);  // a 72 us floor over the 46-us small calls
+  const sim::CollectiveModel m(t, real);
+  FitCase c = synthetic_case(m, 3e-6, 8, 1);
+  c.gpus_per_thread = 8;
+  for (MeasuredRow& r : c.rows) r.seconds = predict_row(m, c, r.bytes, 3e-6);
+  ASSERT_EQ(c.rows.front().seconds, 72e-6);
+  sim::CollectiveTiming start = real;
+  start.group_launch = sim::Time::us(4);
+  const FitResult fit = fit_collectives(t, start, {c}, {"group_launch"});
+  expect_within(fit.constants.group_launch.seconds(), 9e-6, 0.01, "group_launch");
+  // Without a table of several GPUs a thread, nothing informs it.
+  FitCase per_process = c;
+  per_process.gpus_per_thread = 1;
+  EXPECT_THROW(fit_collectives(t, start, {per_process}, {"group_launch"}), Error);
+}
+
 TEST(CalibrateFit, GeomeanError) {
   EXPECT_EQ(geomean_error({}), 0.0);
   // |ln 2| and |ln 1/2| average to ln 2: 100%.
@@ -728,6 +780,24 @@ TEST(NcclTestsInput, SplitsALogIntoItsTests) {
   EXPECT_EQ(unnamed[0].op, "");
   EXPECT_EQ(unnamed[1].ranks, 8);
   EXPECT_EQ(unnamed[1].rows.size(), 1u);
+}
+
+TEST(NcclTestsInput, ReadsHowManyGpusAThreadDrove) {
+  std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows);
+  EXPECT_EQ(parse_nccl_tests(text, "x.txt").gpus_per_thread, 1);
+  text.replace(text.find("nGpus 1"), 7, "nGpus 8");
+  EXPECT_EQ(parse_nccl_tests(text, "x.txt").gpus_per_thread, 8);
+  const std::string csv = "# op: all_reduce\n# ranks: 8\n# gpus_per_thread: 8\nsize_bytes,time_us\n1024,30.5\n";
+  EXPECT_EQ(parse_nccl_tests(csv, "x.csv").gpus_per_thread, 8);
+  for (const std::string& bad : {std::string("0"), std::string("eight")}) {
+    try {
+      (void)parse_nccl_tests("# op: all_reduce\n# gpus_per_thread: " + bad + "\nsize_bytes,time_us\n1024,30.5\n",
+                             "x.csv");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("x.csv:2: '# gpus_per_thread: " + bad + "' must be a positive whole number"));
+    }
+  }
 }
 
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
