@@ -56,6 +56,9 @@ def machine(name, header=""):
     # than the node has need no override.
     per_node = gpus // nodes
     note = f"{per_node} of each node's 8 GPUs" if per_node != 8 else ""
+    if "_efa_" in name:  # as many bytes a node as 8 x 400 Gb/s, on another network
+        return ("h100-cluster.yaml", [f"nodes={nodes}"],
+                "AWS p5: 32 x 100 Gb/s EFA a node (3,200 Gb/s, as 8 x 400 Gb/s) through libfabric, not InfiniBand")
     ctas = re.search(r"NCCL_MIN_CTAS=(\d+)", header)
     if ctas:  # at least that many channels
         return ("h100-cluster.yaml", [f"nodes={nodes}", f"collectives.channels={ctas.group(1)}"],
