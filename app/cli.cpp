@@ -61,11 +61,12 @@ std::ostream& null_out() {
   return sink;
 }
 
-// An option that gathers values (--set, --fit) takes one value each time it is given: the words
-// after it are the command's positionals (a scenario, the tables), not more of its values.
+// --set and --fit take one value each time they are given: the words after them are the
+// command's positionals (a scenario, the tables), not more of their values. (--grid takes a
+// list of axes on purpose.)
 void one_value_each(CLI::App& app) {
   for (CLI::Option* opt : app.get_options())
-    if (!opt->get_positional()) opt->allow_extra_args(false);
+    if (opt->check_lname("set") || opt->check_lname("fit")) opt->allow_extra_args(false);
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_each(*sub);
 }
 
