@@ -229,15 +229,21 @@ TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
   EXPECT_THAT(all.fitted, Not(testing::Contains("nvls_efficiency")));
 }
 
-TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {
-  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
-  const sim::CollectiveModel m(t, truth(t));
+// A case of all_gather forced to ring Simple on the 8 ranks of one node.
+FitCase ring_all_gather_on_8() {
   FitCase c;
   c.shape.op = sim::CollOp::all_gather;
   c.shape.nranks = 8;
   c.shape.ranks_per_node = 8;
   c.algorithm = sim::CollAlgo::ring;
   c.protocol = sim::Protocol::simple;
+  return c;
+}
+
+TEST(CalibrateFit, PredictRowIsLaunchPlusTheChoice) {
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  const sim::CollectiveModel m(t, truth(t));
+  FitCase c = ring_all_gather_on_8();
   // Ring all_gather Simple on 8 ranks at 1 GiB: 8.4 us + 7 hops of 2.1 us + 20 us overhead, and
   // the bus bandwidth 100 GB/s x 0.83 divided by 7/8.
   const double want = 3e-6 + 8.4e-6 + 7 * 2.1e-6 + 20e-6 + kGiB / (100e9 * 0.83 / (7.0 / 8));
@@ -251,12 +257,7 @@ TEST(CalibrateFit, OneThreadDrivingSeveralGpusTakesAtLeastItsIssueTime) {
   sim::CollectiveTiming k = truth(t);
   k.group_launch = sim::Time::us(6);
   const sim::CollectiveModel m(t, k);
-  FitCase c;
-  c.shape.op = sim::CollOp::all_gather;
-  c.shape.nranks = 8;
-  c.shape.ranks_per_node = 8;
-  c.algorithm = sim::CollAlgo::ring;
-  c.protocol = sim::Protocol::simple;
+  FitCase c = ring_all_gather_on_8();
   const double gpus = 3e-6 + 8.4e-6 + 7 * 2.1e-6 + 20e-6;  // 46.1 us, the GPUs' time at 1 KiB
   const double one = predict_row(m, c, 1024, 3e-6);
   // 1 KiB keeps one channel of 16: a sixteenth of the bus bandwidth.
