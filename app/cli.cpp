@@ -241,7 +241,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cal_cmd->add_option("--ranks,-n", cal_opts.ranks, "Ranks of the measured runs (when the files do not say)")
       ->check(at_least_one);
-  cal_cmd->add_option("--op", cal_opts.op, "The collective, when a file does not name it (all_reduce, ...)");
+  cal_cmd->add_option("--op", cal_opts.op,
+                      "The collective, when a file does not name it (all_reduce, ...); of a log of several "
+                      "tests, take that collective's");
   cal_cmd->add_option("--algo", cal_opts.algorithm,
                       "NCCL_ALGO of the measured runs: auto|ring|tree|nvls|nvls_tree|collnet|pat (default: as the "
                       "files say, else auto)");
@@ -255,7 +257,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                        sim::join(fit_constant_names()))
       ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
-  cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, or CSV)")
+  cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, a log of several, or CSV)")
       ->required()
       ->check(CLI::ExistingFile);
   auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");
