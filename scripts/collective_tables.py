@@ -43,6 +43,9 @@ def machine(name, header=""):
             return ("dgx-a100.yaml", [f"nodes={nodes}", "node.devices=4", "network.nics_per_node=2"],
                     "Polaris: 4 A100 per node (NVLink, no NVSwitch: modelled as a 300 GB/s switch), "
                     "2 NICs per node at 200 Gb/s (Slingshot 11, not InfiniBand)")
+        if "_roce_" in name:
+            return ("dgx-a100.yaml", [f"nodes={nodes}", "network.transport=roce"],
+                    "OCI BM.GPU4.8: 16 x 100 Gb/s RoCE a node (as 8 x 200 Gb/s), not InfiniBand")
         return ("dgx-a100.yaml", [f"nodes={nodes}"], "")
     if name.startswith("h100_") and "a3mega" in name:
         return ("h100-cluster.yaml", [f"nodes={nodes}", "network.nic_bandwidth=200Gb/s", "network.transport=roce"],
