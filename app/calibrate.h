@@ -10,7 +10,9 @@
 // latencies, protocol factors, the hardware's bandwidths) stays as the topology has it.
 //
 // The prediction of a row is what `ranksim bench collectives` prints for it: the device's launch
-// overhead plus the model's time, on the first `ranks` devices of the topology.
+// overhead plus the model's time, on the first `ranks` devices of the topology; for a table run by
+// one thread driving G GPUs (nccl-tests -g G), at least G x the topology's group_launch (fitted
+// too when such a table is given).
 #pragma once
 
 #include <iosfwd>
