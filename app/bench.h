@@ -25,6 +25,9 @@ struct BenchOptions {
   std::string protocol = "auto";  // NCCL_PROTO: auto, LL, LL128, Simple (nccl timing model only)
   std::string dtype = "f32";
   bool check = false;
+  // Time the calls as nccl-tests -g G prints them: one thread driving G GPUs issues a call no
+  // faster than G x the topology's collectives.group_launch (1: one process per GPU).
+  int gpus_per_thread = 1;
   bool progress = false;  // which size runs, on a line of stderr redrawn in place (the CLI on a terminal)
 };
 

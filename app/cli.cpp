@@ -95,7 +95,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
           if (std::stol(s, &used) >= 1 && used == s.size()) return std::string();
         } catch (const std::exception&) {
         }
-        return "must be a whole number of ranks, 1 or more; got '" + s + "'";
+        return "must be a whole number, 1 or more; got '" + s + "'";
       },
       "N>=1");
   demo_cmd->add_option("--topology,-t", demo_opts.topology, "Topology YAML file")->required()->check(not_a_folder);
@@ -129,6 +129,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->capture_default_str();
   coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
   coll_cmd->add_flag("--check,-c", bench_opts.check, "Move real numbers and verify every rank's result");
+  coll_cmd
+      ->add_option("--gpus-per-thread,-g", bench_opts.gpus_per_thread,
+                   "Time the calls as nccl-tests -g G prints them (one thread drives G GPUs)")
+      ->capture_default_str()
+      ->check(at_least_one);
   BenchOpsOptions ops_opts;
   auto* ops_cmd =
       bench_cmd->add_subcommand("ops", "Measure a kernel profile (GEMMs, attention, memory-bound) on a device");

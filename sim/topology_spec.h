@@ -117,8 +117,8 @@ struct CollectiveTiming {
   // What one host thread spends per GPU to issue a call grouped over several GPUs (nccl-tests -g
   // G: one process drives G GPUs, launching each one's kernel in turn). Such a run takes at least
   // G x this per call, whatever the GPUs take (~35 us with 8 H100 or A100): a property of how a
-  // table was measured, not of the collective, so only `ranksim calibrate` uses it. Training
-  // runs one process per GPU.
+  // table was measured, not of the collective, so only `ranksim calibrate` and `ranksim bench
+  // collectives -g G` use it. Training runs one process per GPU.
   Time group_launch = Time::ns(4400);
 };
 

@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -80,6 +81,44 @@ std::pair<double, std::string> last_busbw(const std::string& out) {
   return {busbw, algo};
 }
 }  // namespace
+
+namespace {
+// The time column of every row of a bench table, by size.
+std::map<std::string, double> times_us(const std::string& out) {
+  std::map<std::string, double> t;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
+    std::istringstream f(line);
+    std::string size, count, type, algo;
+    double us = 0;
+    if (f >> size >> count >> type >> algo >> us) t[size] = us;
+  }
+  return t;
+}
+}  // namespace
+
+// -g 8: as nccl-tests with one thread driving 8 GPUs prints it. Small calls take the thread's
+// 8 x group_launch (4.4 us on dgx-h100.yaml); large ones the GPUs' time, as with one process each.
+TEST(Cli, BenchTimesOneThreadDrivingSeveralGpus) {
+  const std::vector<std::string> args = {"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "8B:1GiB"};
+  const Result each = run(args);
+  std::vector<std::string> g8 = args;
+  g8.insert(g8.end(), {"-g", "8"});
+  const Result one = run(g8);
+  ASSERT_EQ(each.code, 0) << each.err;
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("one thread drives 8 GPUs (nccl-tests -g 8): a call takes at least 8 x group_launch "
+                                 "= 35.2 us"));
+  const std::map<std::string, double> a = times_us(each.out), b = times_us(one.out);
+  ASSERT_EQ(a.size(), 28u);
+  ASSERT_EQ(b.size(), a.size());
+  for (const auto& [size, us] : a) EXPECT_NEAR(b.at(size), std::max(us, 35.2), 0.01) << size;
+  EXPECT_GT(a.at("1073741824"), 35.2);  // where the GPUs take longer, -g changes nothing
+  const Result odd = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "-g", "3"});
+  EXPECT_EQ(odd.code, 2);
+  EXPECT_THAT(odd.err, HasSubstr("--gpus-per-thread 3 does not divide the 8 ranks"));
+}
 
 TEST(Cli, BenchBusBandwidthApproachesTheLinkSpeedForLargeMessages) {
   // dgx-h100: 450 GB/s per GPU each way through NVSwitch. Timed as schedules on the network
