@@ -198,6 +198,10 @@ std::function<void()> host_memory_guard(double limit) {
 
 double collective_host_bytes(int ranks, double bytes) { return 2.0 * ranks * bytes + 4.0 * bytes; }
 
+double one_thread_issue(const sim::CollectiveTiming& c, int gpus_per_thread) {
+  return gpus_per_thread > 1 ? gpus_per_thread * c.group_launch.seconds() : 0.0;
+}
+
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
@@ -221,9 +225,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   if (o.gpus_per_thread < 1 || n % o.gpus_per_thread != 0)
     throw Error("--gpus-per-thread " + std::to_string(o.gpus_per_thread) + " does not divide the " + std::to_string(n) +
                 " ranks; nccl-tests' -g G runs each thread on G of them");
-  // One thread driving G GPUs launches each one's kernel in turn: back to back, a call takes at
-  // least the thread's issue time.
-  const double issue = o.gpus_per_thread > 1 ? o.gpus_per_thread * topo.collectives().group_launch.seconds() : 0.0;
+  const double issue = one_thread_issue(topo.collectives(), o.gpus_per_thread);
   check_nccl_choice(topo, op, n, req.sizes, o.algorithm, o.protocol);
   check_sizes_fit(topo, n, req.sizes, "--sizes " + o.sizes);
   check_direct_schedule(topo, n, o.algorithm, "--algo direct");

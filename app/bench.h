@@ -35,6 +35,11 @@ struct BenchOptions {
 // protocol name (any case). Throws ranksim::Error naming the choices otherwise.
 std::optional<sim::Protocol> parse_protocol_option(const std::string& name);
 
+// The least time of a call when one thread drives `gpus_per_thread` GPUs (nccl-tests -g G): it
+// launches each GPU's kernel in turn, G x the topology's group_launch; 0 for one GPU a thread.
+// A call takes the longer of this and the GPUs' time (bench -g, calibrate's -g tables).
+double one_thread_issue(const sim::CollectiveTiming& c, int gpus_per_thread);
+
 // Prints the table; returns 0, or 1 when --check found wrong elements. Throws ranksim::Error on
 // bad options (unknown op, dtype or algorithm, more ranks than devices, malformed sizes).
 int bench_collectives(const BenchOptions& options, std::ostream& out);

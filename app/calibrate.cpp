@@ -176,8 +176,7 @@ double case_error(const sim::CollectiveModel& m, const FitCase& c, double launch
 double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, double seconds) {
   // nccl-tests issues its calls back to back: the thread that launches each GPU's kernel in turn
   // and the GPUs overlap, and a call takes the longer of the two.
-  if (c.gpus_per_thread > 1) seconds = std::max(seconds, c.gpus_per_thread * constants.group_launch.seconds());
-  return seconds;
+  return std::max(seconds, one_thread_issue(constants, c.gpus_per_thread));
 }
 
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds) {
