@@ -69,18 +69,37 @@ def machine(name, header=""):
     return ("h100-cluster.yaml", [f"nodes={nodes}"], note)
 
 
+# How a table was measured, for the tally: networks other than InfiniBand (which the shipped
+# topologies model), one thread driving several GPUs, or one process per GPU as training runs.
+OTHER_NETWORK = ("_roce_", "_efa_", "polaris", "a3mega")
+MODES = ("one process per GPU (InfiniBand, or the network not stated)", "one thread driving several GPUs (-g)",
+         "other networks (RoCE, EFA, Slingshot, TCPXO)")
+
+
+def mode(name, head):
+    if any(k in name for k in OTHER_NETWORK):
+        return MODES[2]
+    if int(head.get("gpus_per_thread", "1")) > 1:
+        return MODES[1]
+    return MODES[0]
+
+
 def summary(tally):
     """Lines counting the tables within the error bounds asked of the model (issue #16)."""
     def count(rows, bound):
         return f"{sum(e <= bound for e in rows)} of {len(rows)}"
-    fitted = [big for fit, _, big, _ in tally if fit and big is not None]
-    held = [(fam, big) for fit, fam, big, _ in tally if not fit and big is not None]
-    small = [s for _, _, _, s in tally if s is not None]
-    families = sorted({fam for fam, _ in held})
-    by_family = ", ".join(f"{fam} {count([b for f, b in held if f == fam], 10)}" for fam in families)
+    fitted = [big for fit, _, _, big, _ in tally if fit and big is not None]
+    held = [(fam, how, big) for fit, fam, how, big, _ in tally if not fit and big is not None]
+    small = [s for _, _, _, _, s in tally if s is not None]
+    families = sorted({fam for fam, _, _ in held})
+    by_family = ", ".join(f"{fam} {count([b for f, _, b in held if f == fam], 10)}" for fam in families)
+    by_mode = "; ".join(f"{how}: {count([b for _, h, b in held if h == how], 10)}" for how in MODES
+                        if any(h == how for _, h, _ in held))
     return [f"Within the bounds asked, from 1 MiB up: fitted tables within 5%: {count(fitted, 5)}; "
-            f"held-out tables within 10%: {count([b for _, b in held], 10)} ({by_family}). "
-            f"Below 1 MiB, within 25%: {count(small, 25)} tables."]
+            f"held-out tables within 10%: {count([b for _, _, b in held], 10)} ({by_family}). "
+            f"Below 1 MiB, within 25%: {count(small, 25)} tables.",
+            "",
+            f"Held-out tables within 10% from 1 MiB up, by how they were measured: {by_mode}."]
 
 
 def main():
@@ -95,7 +114,7 @@ def main():
            "| table | op | ranks x nodes | topology (overrides) | fitted to | error >= 1 MiB | error < 1 MiB |",
            "|---|---|---|---|---|---|---|"]
     details = []
-    # (fitted, GPU family, error >= 1 MiB, error < 1 MiB) per table, for the tally below the table.
+    # (fitted, GPU family, how measured, error >= 1 MiB, error < 1 MiB) per table, for the tally.
     tally = []
     for path in sorted(glob.glob(os.path.join(ROOT, DATA, "*.csv"))):
         name = os.path.basename(path)
@@ -121,7 +140,7 @@ def main():
                    f"{head.get('ranks', '?')} x {head.get('nodes', '?')} | {topo} {over} | "
                    f"{'yes' if name in FITTED else 'no'} | {big.group(1) if big else '-'} | "
                    f"{small.group(1) if small else '-'} |")
-        tally.append((name in FITTED, name.split("_")[0],
+        tally.append((name in FITTED, name.split("_")[0], mode(name, head),
                       float(big.group(1)[:-1]) if big else None, float(small.group(1)[:-1]) if small else None))
         body = [l for l in r.stdout.splitlines() if not l.startswith("# ranksim")]
         details += ["", f"### {name}", "", f"Source: {head.get('source', '?')}", ""]
