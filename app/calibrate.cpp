@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -19,6 +20,7 @@
 #include "sim/error.h"
 #include "sim/io.h"
 #include "sim/topology_reader.h"
+#include "sim/units.h"
 #include "sim/yaml_input.h"
 
 namespace ranksim::app {
@@ -324,6 +326,30 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
 
 namespace {
 
+// The sizes of --sizes MIN:MAX (either end may be left out); [0, max] for "".
+struct SizeRange {
+  double lo = 0, hi = std::numeric_limits<double>::max();
+};
+
+SizeRange parse_size_range(const std::string& spec) {
+  SizeRange r;
+  if (spec.empty()) return r;
+  const std::string how = " (write MIN:MAX, e.g. 1MiB:8GiB; 1MiB: for 1 MiB and up, :64KiB for up to 64 KiB)";
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos || spec.find(':', colon + 1) != std::string::npos)
+    throw Error("--sizes '" + spec + "': expected one ':' between the smallest and the largest size" + how);
+  const std::string lo = spec.substr(0, colon), hi = spec.substr(colon + 1);
+  if (lo.empty() && hi.empty()) throw Error("--sizes '" + spec + "': give a smallest or a largest size" + how);
+  try {
+    if (!lo.empty()) r.lo = static_cast<double>(sim::units::parse_bytes(lo));
+    if (!hi.empty()) r.hi = static_cast<double>(sim::units::parse_bytes(hi));
+  } catch (const sim::units::UnitError& e) {
+    throw Error("--sizes '" + spec + "': " + e.what() + how);
+  }
+  if (r.hi < r.lo) throw Error("--sizes '" + spec + "': the largest size is below the smallest");
+  return r;
+}
+
 // The case of one measured table, checked against the topology and the options.
 void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::CollectiveModel& model,
                const std::optional<sim::Protocol>& proto, MeasuredTable t, std::vector<FitCase>& cases,
@@ -365,7 +391,15 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
   if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
   c.protocol = proto;
   c.gpus_per_thread = t.gpus_per_thread;
-  c.rows = t.rows;
+  const SizeRange range = parse_size_range(o.sizes);
+  for (const MeasuredRow& r : t.rows)
+    if (r.bytes >= range.lo && r.bytes <= range.hi) c.rows.push_back(r);
+  if (c.rows.empty()) {
+    const auto [lo, hi] = std::minmax_element(
+        t.rows.begin(), t.rows.end(), [](const MeasuredRow& a, const MeasuredRow& b) { return a.bytes < b.bytes; });
+    throw Error(path + ": no row within --sizes " + o.sizes + " (its sizes run from " + fmt("%.0f", lo->bytes) +
+                " to " + fmt("%.0f", hi->bytes) + " bytes)");
+  }
   // The model must be able to run the table as stated (a forced algorithm that cannot serve it).
   try {
     (void)predict_row(model, c, c.rows.front().bytes, 0);
@@ -382,6 +416,7 @@ std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& 
   std::vector<FitCase> cases;
   const std::optional<sim::Protocol> proto = parse_protocol_option(o.protocol);
   if (!o.op.empty()) (void)coll_op(o.op);
+  (void)parse_size_range(o.sizes);
   const sim::CollectiveModel model(topo);
   for (const std::string& file : o.files) {
     // A log of several tests gives a case each (those of --op when it is given).
@@ -499,6 +534,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
 
   if (o.check_only) {
     out << "# ranksim calibrate --check: measured vs predicted on " << topo.name() << " (" << o.topology << ")\n";
+    if (!o.sizes.empty()) out << "# rows of sizes " << o.sizes << " only\n";
     say_left_out(out, "# ");
     out << "\n";
     print_comparison(out, topo, cases, before, nullptr);
@@ -509,6 +545,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
       << " table(s); fitted constants:";
   for (const std::string& f : fit.fitted) out << " " << f;
   out << "\n# rms log error " << fmt("%.4f", fit.rms_log_error) << "\n";
+  if (!o.sizes.empty()) out << "# rows of sizes " << o.sizes << " only\n";
   say_left_out(out, "# ");
   out << "\n";
   print_comparison(out, topo, cases, before, &fit.constants);
@@ -543,6 +580,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
     for (const std::string& a : t.about) doc << "#     " << a << "\n";
   }
   say_left_out(doc, "#   (");
+  if (!o.sizes.empty()) doc << "# (their rows of sizes " << o.sizes << " only)\n";
   doc << "# Fitted:";
   for (const std::string& f : fit.fitted) doc << " " << f;
   doc << " (rms log error " << fmt("%.4f", fit.rms_log_error) << "); the rest as in " << o.topology << ".\n";

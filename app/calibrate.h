@@ -36,6 +36,9 @@ struct CalibrateOptions {
   std::string output;              // the calibrated topology YAML; "" with check_only
   std::vector<std::string> files;  // nccl-tests outputs
   bool check_only = false;         // compare only: no fit, no output
+  // "MIN:MAX": only the rows whose size is within [MIN, MAX] are compared and fitted; either end
+  // may be left out ("1MiB:" keeps 1 MiB and up). "": every row.
+  std::string sizes;
   // The constants to fit (names in the collectives section); empty: every one the tables can
   // tell apart. A name the tables cannot inform is an Error.
   std::vector<std::string> fit;

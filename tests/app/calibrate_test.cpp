@@ -402,6 +402,13 @@ class CalibrateCommand : public ::testing::Test {
     o.files = files;
     return o;
   }
+  // The options of `calibrate --check` on the files: compare only, no output.
+  CalibrateOptions check_options(const std::vector<std::string>& files) const {
+    CalibrateOptions o = options(files);
+    o.check_only = true;
+    o.output.clear();
+    return o;
+  }
   // A table file named after the test.
   std::string table(const std::string& text, const std::string& ext = ".txt") {
     tables_.push_back(write("table_" + name() + ext, text).string());
@@ -468,14 +475,58 @@ TEST_F(CalibrateCommand, AShippedTopologyCalibratedElsewhereKeepsItsKernelProfil
 TEST_F(CalibrateCommand, CheckComparesAndWritesNothing) {
   const sim::Topology t = sim::Topology::load_file(topo_);
   const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));
-  CalibrateOptions o = options({file});
-  o.check_only = true;
-  o.output.clear();
+  CalibrateOptions o = check_options({file});
   std::ostringstream printed;
   EXPECT_EQ(calibrate(o, printed), 0);
   EXPECT_THAT(printed.str(), HasSubstr("measured(us)"));
   EXPECT_THAT(printed.str(), Not(HasSubstr("fitted(us)")));
   EXPECT_FALSE(fs::exists(out_));
+}
+
+// --sizes keeps the rows within its range, in the comparison and in the fit.
+TEST_F(CalibrateCommand, SizesComparesAndFitsOnlyTheRowsInTheRange) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));
+  CalibrateOptions check = check_options({file});
+  check.sizes = ":64KiB";
+  std::ostringstream small;
+  ASSERT_EQ(calibrate(check, small), 0);
+  EXPECT_THAT(small.str(), HasSubstr("# rows of sizes :64KiB only"));
+  EXPECT_THAT(small.str(), HasSubstr("\n          1024 "));
+  EXPECT_THAT(small.str(), HasSubstr("\n         65536 "));
+  EXPECT_THAT(small.str(), Not(HasSubstr("\n        131072 ")));
+  EXPECT_THAT(small.str(), HasSubstr("sizes < 1 MiB"));
+  EXPECT_THAT(small.str(), Not(HasSubstr("sizes >= 1 MiB")));
+
+  CalibrateOptions fit = options({file});
+  fit.sizes = "1MiB:4GiB";
+  std::ostringstream big;
+  ASSERT_EQ(calibrate(fit, big), 0);
+  EXPECT_THAT(big.str(), HasSubstr("# rows of sizes 1MiB:4GiB only"));
+  EXPECT_THAT(big.str(), Not(HasSubstr("\n        524288 ")));
+  EXPECT_THAT(big.str(), HasSubstr("\n       1048576 "));
+  EXPECT_THAT(big.str(), HasSubstr("\n    4294967296 "));
+  EXPECT_THAT(big.str(), Not(HasSubstr("sizes < 1 MiB")));
+  EXPECT_THAT(read(out_), HasSubstr("(their rows of sizes 1MiB:4GiB only)"));
+  // The large sizes alone still pin the bus bandwidth the rows were made with.
+  EXPECT_NEAR(sim::Topology::load_file(out_).collectives().fabric_efficiency, 0.83, 0.83 * 0.01);
+}
+
+TEST_F(CalibrateCommand, RefusesSizesThatAreNotARange) {
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), {{1024, 30.5}, {1048576, 60.2}}));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"1MiB", "expected one ':' between the smallest and the largest size"},
+      {"1MiB:2MiB:4MiB", "expected one ':'"},
+      {":", "give a smallest or a largest size"},
+      {"8GiB:1MiB", "the largest size is below the smallest"},
+      {"1 parsec:", "--sizes '1 parsec:'"},
+      {"2MiB:4MiB", "no row within --sizes 2MiB:4MiB (its sizes run from 1024 to 1048576 bytes)"},
+  };
+  for (const auto& [spec, says] : bad) {
+    CalibrateOptions o = options({file});
+    o.sizes = spec;
+    expect_refused(o, says);
+  }
 }
 
 const std::vector<Row> kRows = {{1024, 30.5}, {2048, 31.0}, {1048576, 60.2}};
@@ -533,9 +584,7 @@ TEST_F(CalibrateCommand, TakesEveryTestOfALogAndSaysWhatItLeavesOut) {
 
   // Each test of the log reads as the same table in a file of its own.
   const std::string alone = table(nccl_text("all_gather_perf", hosts(8, 8), rows), ".ag.txt");
-  CalibrateOptions both = options({log, alone});
-  both.check_only = true;
-  both.output.clear();
+  CalibrateOptions both = check_options({log, alone});
   std::ostringstream checked;
   ASSERT_EQ(calibrate(both, checked), 0);
   const std::string c = checked.str();
@@ -549,9 +598,7 @@ TEST_F(CalibrateCommand, TakesEveryTestOfALogAndSaysWhatItLeavesOut) {
 
 TEST_F(CalibrateCommand, OpTakesOneCollectivesTestsFromALog) {
   const std::string log = table(three_tests(kRows));
-  CalibrateOptions o = options({log});
-  o.check_only = true;
-  o.output.clear();
+  CalibrateOptions o = check_options({log});
   o.op = "all_gather";
   std::ostringstream printed;
   ASSERT_EQ(calibrate(o, printed), 0);
@@ -622,10 +669,8 @@ TEST_F(CalibrateCommand, PlacesTheTablesRanksEvenlyOnItsNodes) {
   // One rank on each of 4 hosts (a ring through the network only), on a topology of 8-device
   // nodes: the shape is 4 nodes of one rank, not the first 4 devices of one node.
   const std::string file = table(nccl_text("all_reduce_perf", hosts(4, 1), kRows));
-  CalibrateOptions o = options({file});
+  CalibrateOptions o = check_options({file});
   o.sets = {"nodes=4"};
-  o.check_only = true;
-  o.output.clear();
   std::ostringstream printed;
   EXPECT_EQ(calibrate(o, printed), 0);
   EXPECT_THAT(printed.str(), HasSubstr("4 ranks on 4 node(s)"));

@@ -804,6 +804,8 @@ std::vector<Case> nccl_tests_cases() {
       csv("AlgorithmDisagreesWithTheFlag", edit(c, "# nodes: 1\n", "# nodes: 1\n# algo: ring\n"), 0,
           {"the file says the run used algorithm ring but --algo says tree"}, {"--algo", "tree"}),
       csv("WithoutItsCollective", edit(c, "# op: all_reduce\n", ""), 0, {"the file does not name its collective"}),
+      csv("NoRowWithinTheSizes", c, 0, {"no row within --sizes 8GiB:", "its sizes run from 1024 to 1048576 bytes"},
+          {"--sizes", "8GiB:"}),
       {"NcclTests_AFolder",
        {{"tables/", ""}},
        {"calibrate", "-t", "{d}/t8.yaml", "-o", "{d}/out.yaml", "{d}/tables"},
