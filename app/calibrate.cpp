@@ -352,8 +352,8 @@ SizeRange parse_size_range(const std::string& spec) {
 
 // The case of one measured table, checked against the topology and the options.
 void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::CollectiveModel& model,
-               const std::optional<sim::Protocol>& proto, MeasuredTable t, std::vector<FitCase>& cases,
-               std::vector<MeasuredTable>& tables) {
+               const std::optional<sim::Protocol>& proto, const SizeRange& range, MeasuredTable t,
+               std::vector<FitCase>& cases, std::vector<MeasuredTable>& tables) {
   const std::string& path = t.path;
   const std::string op = !t.op.empty() ? t.op : o.op;
   if (op.empty())
@@ -391,7 +391,6 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
   if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
   c.protocol = proto;
   c.gpus_per_thread = t.gpus_per_thread;
-  const SizeRange range = parse_size_range(o.sizes);
   for (const MeasuredRow& r : t.rows)
     if (r.bytes >= range.lo && r.bytes <= range.hi) c.rows.push_back(r);
   if (c.rows.empty()) {
@@ -416,12 +415,12 @@ std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& 
   std::vector<FitCase> cases;
   const std::optional<sim::Protocol> proto = parse_protocol_option(o.protocol);
   if (!o.op.empty()) (void)coll_op(o.op);
-  (void)parse_size_range(o.sizes);
+  const SizeRange range = parse_size_range(o.sizes);
   const sim::CollectiveModel model(topo);
   for (const std::string& file : o.files) {
     // A log of several tests gives a case each (those of --op when it is given).
     for (MeasuredTable& t : select_tests(read_nccl_tests_log(file), o.op, file, &left_out)) {
-      load_case(o, topo, model, proto, std::move(t), cases, tables);
+      load_case(o, topo, model, proto, range, std::move(t), cases, tables);
     }
   }
   return cases;
