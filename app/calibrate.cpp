@@ -195,19 +195,11 @@ double geomean_error(const std::vector<std::pair<double, double>>& pm) {
 }
 
 const std::vector<std::string>& fit_constant_names() {
-  static const std::vector<std::string> names = {"fabric_efficiency",
-                                                 "intra_latency",
-                                                 "network_efficiency",
-                                                 "inter_latency",
-                                                 "net_overhead",
-                                                 "nvls_efficiency",
-                                                 "nvls_tree_efficiency",
-                                                 "nvls_latency",
-                                                 "alltoall_efficiency",
-                                                 "alltoall_network_efficiency",
-                                                 "channel_network_bandwidth",
-                                                 "call_overhead",
-                                                 "group_launch"};
+  static const std::vector<std::string> names = {
+      "fabric_efficiency", "intra_latency",       "network_efficiency",          "inter_latency",
+      "net_overhead",      "nvls_efficiency",     "nvls_tree_efficiency",        "nvls_latency",
+      "simple_latency",    "alltoall_efficiency", "alltoall_network_efficiency", "channel_network_bandwidth",
+      "call_overhead",     "group_launch"};
   return names;
 }
 
@@ -255,6 +247,10 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                                  &sim::CollectiveTiming::nvls_tree_share));
   if (nvls || nvls_tree) params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
+  // The Simple protocol's base latency: only when named (--fit), since only tables whose small
+  // calls run LL or LL128 and whose large ones run Simple tell it from call_overhead.
+  if (std::find(only.begin(), only.end(), "simple_latency") != only.end())
+    params.push_back(latency_param("simple_latency", &sim::CollectiveTiming::simple_latency));
   // The channels' cap on network traffic: only when named (--fit), since it binds only where a
   // node's NICs outrun its channels. Unset (0, no cap), the fit starts where it binds: 0.8 of the
   // NICs' line rate shared by the channels.
@@ -502,6 +498,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["inter_latency"] = latency_text(c.inter_latency);
   n["net_overhead"] = latency_text(c.net_overhead);
   n["nvls_latency"] = latency_text(c.nvls_latency);
+  n["simple_latency"] = latency_text(c.simple_latency);
   n["sharp_latency"] = latency_text(c.sharp_latency);
   n["call_overhead"] = latency_text(c.call_overhead);
   n["group_launch"] = latency_text(c.group_launch);

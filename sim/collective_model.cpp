@@ -18,7 +18,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kUs = 1e-6;
 
 // NCCL's published constants (src/graph/tuning.cc), indexed by protocol LL, LL128, Simple.
-// Base latencies (us).
+// Base latencies (us); Simple's 8.4 is simple_latency's default, the topology may change it.
 constexpr std::array<double, 3> kBaseRing{6.6, 14.0, 8.4};
 constexpr std::array<double, 3> kBaseTree{6.8, 14.0, 8.4};
 constexpr double kBasePat = 8.0;
@@ -183,6 +183,11 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   CollectiveEstimate e;
   e.algorithm = algo;
   e.protocol = proto;
+  // NCCL's base latency of an algorithm on a protocol; on Simple, the topology's simple_latency
+  // (NCCL's 8.4 us for rings and trees alike).
+  auto base_latency = [&](const std::array<double, 3>& bases, Protocol q) {
+    return q == Protocol::simple ? c_.simple_latency.seconds() : bases[pi(q)] * kUs;
+  };
   if (n == 1) {  // nothing to move; NCCL returns after its launch
     if (algo != (p2p ? CollAlgo::direct : CollAlgo::ring)) return no("a one-rank group only runs its trivial case");
     e.channels = 0;
@@ -232,7 +237,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       const int inter = N == 1 ? 0 : all_reduce ? 2 * (N - 1) : N - 1;
       // NCCL's latency: the first chunk's path round the ring, its NVLink hops. The steps that
       // cross the network are paced by the waits below, as every step across nodes is.
-      e.latency = kBaseRing[pi(proto)] * kUs + (nsteps - inter) * intra_hop;
+      e.latency = base_latency(kBaseRing, proto) + (nsteps - inter) * intra_hop;
       // Across nodes, every step of every loop waits for its chunk to come through the network's
       // host proxy; each rank runs its steps in order, so the ring is paced by them. With two or
       // more ranks on a node a rank's step passes one proxy (the rank that receives from the
@@ -254,7 +259,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       if (proto == Protocol::ll) bus = std::min(bus / 3.8, ll_max);
       if (proto == Protocol::ll128) bus *= N == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
       algbw = bus * 0.5;
-      e.latency = kBaseTree[pi(proto)] * kUs + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
+      e.latency = base_latency(kBaseTree, proto) + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
       // Across nodes, each chunk waits for the network's host proxy, as a ring's steps do.
       if (N > 1) e.latency += tree_waits(s.bytes, used, p - 1 + log2_ceil(N), proto, N, p) * c_.net_overhead.seconds();
       break;
@@ -315,8 +320,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       e.channels = 1;
       // Peers are served in parallel by the channels; each still costs a short setup: the LL
       // hop latencies per peer, one full hop to reach the farthest.
-      e.latency = (proto == Protocol::ll ? kBaseRing[0] : kBaseRing[2]) * kUs +
-                  (p - 1) * kNvlRing[0] * intra_scale * kUs + (n - p) * kNetRing[0] * inter_scale * kUs +
+      e.latency = base_latency(kBaseRing, proto) + (p - 1) * kNvlRing[0] * intra_scale * kUs +
+                  (n - p) * kNetRing[0] * inter_scale * kUs +
                   (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
       break;
     }

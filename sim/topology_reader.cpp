@@ -51,7 +51,7 @@ struct Schemas {
     for (const char* k : {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency",
                           "alltoall_network_efficiency", "channel_network_bandwidth", "nvls", "nvls_efficiency",
                           "nvls_tree_efficiency", "ll_max_bandwidth", "intra_latency", "inter_latency", "net_overhead",
-                          "nvls_latency", "sharp_latency", "call_overhead", "group_launch"})
+                          "nvls_latency", "simple_latency", "sharp_latency", "call_overhead", "group_launch"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -540,6 +540,7 @@ class TopologyReader {
     latency("inter_latency", c.inter_latency);
     latency("net_overhead", c.net_overhead);
     latency("nvls_latency", c.nvls_latency);
+    latency("simple_latency", c.simple_latency);
     latency("sharp_latency", c.sharp_latency);
     latency("call_overhead", c.call_overhead);
     latency("group_launch", c.group_launch);

@@ -109,7 +109,10 @@ struct CollectiveTiming {
   // The host proxy's cost per network step: a ring that spans nodes pays at least this on every
   // step, three times for Simple (NCCL's getNetOverhead: 1 us on Intel hosts, 2 us on AMD).
   Time net_overhead = Time::us(1);
-  Time nvls_latency = Time::us(25);   // an NVLS reduction inside the switch (NCCL's NVLS: 25 us)
+  Time nvls_latency = Time::us(25);  // an NVLS reduction inside the switch (NCCL's NVLS: 25 us)
+  // The base latency of a ring, tree or point-to-point call on the Simple protocol, before its
+  // hops (NCCL's baseLat for ring and tree Simple: 8.4 us). LL and LL128 keep NCCL's bases.
+  Time simple_latency = Time::ns(8400);
   Time sharp_latency = Time::us(30);  // one in-network reduction (NCCL's CollNet NET latency)
   // A fixed cost of every call beyond NCCL's latency model (host-side launch and synchronisation
   // of the ranks, one process per GPU). Fitted; default 0.

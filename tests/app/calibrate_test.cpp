@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
+using ::testing::UnorderedElementsAreArray;
 
 constexpr double kKiB = 1024.0;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -206,6 +207,31 @@ TEST(CalibrateFit, TheChannelsCapIsFittedWhenNamed) {
   expect_within(fit.constants.channel_network_bandwidth, 2e9, 0.01, "channel_network_bandwidth");
   EXPECT_LT(fit.rms_log_error, 1e-3);
   EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("channel_network_bandwidth")));
+}
+
+TEST(CalibrateFit, TheSimpleBaseLatencyIsFittedWhenNamed) {
+  // One node's tables whose small calls run LL or LL128 and whose large ones run Simple tell the
+  // Simple protocol's base latency from the overhead every call pays.
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  sim::CollectiveTiming real = truth(t);
+  real.simple_latency = sim::Time::us(25);
+  real.call_overhead = sim::Time::us(4);
+  const sim::CollectiveModel m(t, real);
+  const std::vector<FitCase> cases = {synthetic_case(m, launch, 8, 1), synthetic_case(m, launch, 4, 1),
+                                      synthetic_case(m, launch, 8, 1, sim::CollAlgo::ring, sim::CollOp::all_gather)};
+  sim::CollectiveTiming start = truth(t);
+  start.call_overhead = sim::Time::us(20);
+  const std::vector<std::string> names = {"fabric_efficiency", "intra_latency", "call_overhead", "simple_latency"};
+  const FitResult fit = fit_collectives(t, start, cases, names);
+  EXPECT_THAT(fit.fitted, UnorderedElementsAreArray(names));
+  expect_within(fit.constants.simple_latency.seconds(), 25e-6, 0.01, "simple_latency");
+  expect_within(fit.constants.call_overhead.seconds(), 4e-6, 0.01, "call_overhead");
+  expect_within(fit.constants.intra_latency.seconds(), 2.1e-6, 0.01, "intra_latency");
+  expect_within(fit.constants.fabric_efficiency, 0.83, 0.01, "fabric_efficiency");
+  // Unnamed, it stays where it started: a table from 32 MiB up cannot tell it from call_overhead.
+  EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("simple_latency")));
+  EXPECT_EQ(fit_collectives(t, start, cases).constants.simple_latency, start.simple_latency);
 }
 
 TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {

@@ -218,6 +218,31 @@ TEST(CollectiveModelClosedForm, CallOverheadAddsToEveryEstimate) {
   }
 }
 
+TEST(CollectiveModelClosedForm, SimpleLatencyIsTheSimpleProtocolsBase) {
+  // NCCL's 8.4 us by default; a topology's simple_latency replaces it for rings, trees and
+  // point-to-point on Simple, and leaves LL's and LL128's bases as they are.
+  const CollectiveModel plain(dgx_like());
+  const CollectiveModel slow(dgx_like("  simple_latency: 30 us\n"));
+  const CollectiveShape s = shape(CollOp::all_reduce, 1e6, 8);
+  expect_close(est(plain, s, CollAlgo::ring, Protocol::simple).latency, 8.4 * kUs + 14 * kL);
+  expect_close(est(slow, s, CollAlgo::ring, Protocol::simple).latency, 30 * kUs + 14 * kL);
+  expect_close(est(slow, s, CollAlgo::tree, Protocol::simple).latency, 30 * kUs + 2 * 7 * 4.0 / 3.4 * kL);
+  for (Protocol p : {Protocol::ll, Protocol::ll128}) {
+    EXPECT_EQ(est(slow, s, CollAlgo::ring, p).latency, est(plain, s, CollAlgo::ring, p).latency);
+    EXPECT_EQ(est(slow, s, CollAlgo::tree, p).latency, est(plain, s, CollAlgo::tree, p).latency);
+  }
+  const CollectiveShape a2a = shape(CollOp::all_to_all, 1e6, 8);
+  expect_close(est(slow, a2a, CollAlgo::direct, Protocol::simple).latency,
+               est(plain, a2a, CollAlgo::direct, Protocol::simple).latency + (30 - 8.4) * kUs);
+  EXPECT_EQ(est(slow, a2a, CollAlgo::direct, Protocol::ll).latency,
+            est(plain, a2a, CollAlgo::direct, Protocol::ll).latency);
+  // NVLS has its own latency.
+  const CollectiveModel nvls(dgx_like("  nvls: true\n")),
+      slow_nvls(dgx_like("  nvls: true\n  simple_latency: 30 us\n"));
+  EXPECT_EQ(est(slow_nvls, s, CollAlgo::nvls, Protocol::simple).latency,
+            est(nvls, s, CollAlgo::nvls, Protocol::simple).latency);
+}
+
 TEST(CollectiveModelClosedForm, OneRankMovesNothing) {
   const CollectiveModel m(dgx_like());
   const CollectiveEstimate e = m.choose(shape(CollOp::all_reduce, 1e6, 1));

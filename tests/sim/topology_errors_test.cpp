@@ -514,6 +514,13 @@ std::vector<Case> collective_cases() {
        15,
        18,
        {"'collectives.call_overhead'", "is a size, not a duration"}},
+      {"CollectivesSimpleLatencyNegative",
+       base({}, {"collectives:", "  simple_latency: -3 us"}),
+       {},
+       "bad.yaml",
+       15,
+       19,
+       {"'collectives.simple_latency'"}},
       {"CollectivesUnknownKey",
        base({}, {"collectives:", "  chanels: 4"}),
        {},
@@ -583,14 +590,15 @@ TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
 
 TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   const Topology t = Topology::parse(
-      with_network({{16,
-                     "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
-                     "  sharp: true"}},
-                   {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
-                    "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
-                    "  channel_network_bandwidth: 20 GB/s", "  nvls: true", "  nvls_efficiency: 0.4",
-                    "  nvls_tree_efficiency: 0.35", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
-                    "  inter_latency: 9 us", "  sharp_latency: 11 us", "  call_overhead: 20 us"}),
+      with_network(
+          {{16,
+            "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
+            "  sharp: true"}},
+          {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
+           "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
+           "  channel_network_bandwidth: 20 GB/s", "  nvls: true", "  nvls_efficiency: 0.4",
+           "  nvls_tree_efficiency: 0.35", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
+           "  inter_latency: 9 us", "  sharp_latency: 11 us", "  call_overhead: 20 us", "  simple_latency: 12 us"}),
       "ok.yaml");
   const CollectiveTiming& c = t.collectives();
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
@@ -611,6 +619,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.inter_latency, Time::us(9));
   EXPECT_EQ(c.sharp_latency, Time::us(11));
   EXPECT_EQ(c.call_overhead, Time::us(20));
+  EXPECT_EQ(c.simple_latency, Time::us(12));
   EXPECT_EQ(t.nics_per_node(), 2);
   EXPECT_EQ(t.network().transport, Transport::roce);
   EXPECT_TRUE(t.network().sharp);
