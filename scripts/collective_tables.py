@@ -23,6 +23,8 @@ MARK = "<!-- tables -->"
 FITTED = {
     "h100sxm_8gpu_all_reduce_k8s_ring.csv",
     "h100sxm_1node8gpu_all_reduce_together_nvls.csv",
+    "h100sxm_1node8gpu_all_gather_together_ring.csv",
+    "h100sxm_1node8gpu_all_reduce_dgxc.csv",
     "h100sxm_2node16gpu_ibndr_all_reduce_user2.csv",
     "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
     "h100sxm_10node80gpu_all_gather_xxrjun.csv",
