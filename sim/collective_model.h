@@ -40,9 +40,9 @@
 // topology's intra_latency and inter_latency; LL and LL128 scale them by NCCL's published
 // per-protocol ratios (NVLink ring 0.6 / 1.9 / 3.4 us, network ring 2.7 / 4 / 14 us, network tree
 // 5 / 8.5 / 14 us for LL / LL128 / Simple). Every call adds call_overhead. Base latencies are
-// NCCL's published ones (ring 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us), but for the
-// Simple protocol's of rings, trees and point-to-point, which is the topology's simple_latency
-// (default NCCL's 8.4 us).
+// NCCL's published ones (ring 6.6 / 14 / 8.4 us, tree 6.8 / 14 / 8.4 us, PAT 8 us), except that
+// rings, trees and point-to-point on Simple start from the topology's simple_latency (by default
+// NCCL's 8.4 us).
 //
 // Pipelining across nodes. NCCL's latency is the first chunk's path; what it leaves out is the
 // host proxy that moves every chunk through the network. A ring runs in loops of one chunk per

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "sim/collective_model.h"
 #include "sim/error.h"
 
 namespace ranksim::sim {
@@ -66,6 +67,30 @@ TEST(Topology, DgxH100HoldsTheDatasheetFigures) {
   EXPECT_EQ(t.device(5).local_index, 5);
   EXPECT_TRUE(t.has_network());
   EXPECT_DOUBLE_EQ(t.network().nic_bandwidth, 50e9);  // 400 Gb/s
+}
+
+TEST(Topology, TheClusterNodeIsTheDgxH100Node) {
+  // h100-cluster.yaml's nodes carry dgx-h100.yaml's collective constants (one fit of both): a
+  // group inside one node, a tensor-parallel group say, is timed the same on either file.
+  const Topology one = Topology::load_file(shipped("dgx-h100.yaml"));
+  const Topology cluster = Topology::load_file(shipped("h100-cluster.yaml"));
+  const CollectiveModel a(one), b(cluster);
+  for (CollOp op :
+       {CollOp::all_reduce, CollOp::all_gather, CollOp::reduce_scatter, CollOp::all_to_all, CollOp::broadcast}) {
+    for (int n : {2, 4, 8}) {
+      for (double bytes = 8; bytes <= 16.0 * (1 << 30); bytes *= 16) {
+        CollectiveShape s = first_devices_shape(one, op, n), t = first_devices_shape(cluster, op, n);
+        ASSERT_EQ(t.nodes, 1);
+        s.bytes = t.bytes = bytes;
+        const CollectiveEstimate x = a.choose(s), y = b.choose(t);
+        const std::string what = std::to_string(n) + " ranks, " + std::to_string(bytes) + " B";
+        EXPECT_EQ(x.seconds, y.seconds) << what;
+        EXPECT_EQ(x.algorithm, y.algorithm) << what;
+        EXPECT_EQ(x.protocol, y.protocol) << what;
+      }
+    }
+  }
+  EXPECT_EQ(one.collectives().group_launch, cluster.collectives().group_launch);
 }
 
 TEST(Topology, NvswitchRouteIsUpAndDownThroughTheNodeSwitch) {
