@@ -494,6 +494,9 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
   if (c.nvls_tree_efficiency > 0) n["nvls_tree_efficiency"] = fmt("%.4f", c.nvls_tree_efficiency);
   for (const double b : c.ll_max_bandwidth) n["ll_max_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
+  for (const double b : c.tree_channel_bandwidth) n["tree_channel_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
+  for (const double b : c.tree_ll128_channel_bandwidth)
+    n["tree_ll128_channel_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
   n["intra_latency"] = latency_text(c.intra_latency);
   n["inter_latency"] = latency_text(c.inter_latency);
   n["net_overhead"] = latency_text(c.net_overhead);

@@ -219,9 +219,9 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   // channel cap above allows.
   const double share = std::min(1.0, used / 16.0);
   const double ll_max = c_.ll_max_bandwidth[static_cast<size_t>(std::min(N, 3) - 1)];
-  double ring_bus = kInf;
-  if (p > 1) ring_bus = std::min(ring_bus, std::min(fabric * c_.fabric_efficiency * used / 16.0, fabric));
-  if (N > 1) ring_bus = std::min(ring_bus, nic_node * c_.network_efficiency * share);
+  const double fabric_bus = p > 1 ? std::min(fabric * c_.fabric_efficiency * used / 16.0, fabric) : kInf;
+  const double network_bus = N > 1 ? nic_node * c_.network_efficiency * share : kInf;
+  const double ring_bus = std::min(fabric_bus, network_bus);
   const double intra_hop = (algo == CollAlgo::tree ? kNvlTree : kNvlRing)[pi(proto)] * intra_scale * kUs;
   const double inter_hop = kNetTree[pi(proto)] * inter_scale * kUs;  // a tree's network hop
 
@@ -255,9 +255,20 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
     }
     case CollAlgo::tree: {
       if (!all_reduce) return no("NCCL's trees serve all_reduce only");
-      double bus = ring_bus * 0.92;
+      // Through the NICs a tree of more than two nodes moves 2S a node each way, as a ring does.
+      // On two nodes each node roots one of the two trees and is a leaf of the other: its NICs
+      // carry S each way, and the tree's bus bandwidth reaches up to twice theirs (NCCL's search
+      // raises a two-node tree's intra-node bandwidth to below twice its network's).
+      double bus = std::min(fabric_bus, N == 2 ? 2 * network_bus : network_bus) * 0.92;
+      // Across nodes each channel is capped (NCCL's measured per-channel maximum); a node's tree
+      // has a channel per NIC it uses.
+      const size_t nodes_index = static_cast<size_t>(std::min(N, 3) - 1);
+      const double tree_channels = N > 1 ? nics_used * share : kInf;
+      bus = std::min(bus, tree_channels * c_.tree_channel_bandwidth[nodes_index]);
       if (proto == Protocol::ll) bus = std::min(bus / 3.8, ll_max);
-      if (proto == Protocol::ll128) bus *= N == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
+      if (proto == Protocol::ll128)
+        bus = std::min(bus * (N == 1 ? 7.0 / 9.0 : 120.0 / 128.0),
+                       tree_channels * c_.tree_ll128_channel_bandwidth[nodes_index]);
       algbw = bus * 0.5;
       e.latency = base_latency(kBaseTree, proto) + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
       // Across nodes, each chunk waits for the network's host proxy, as a ring's steps do.

@@ -20,8 +20,10 @@
 // reduce_scatter, 1 for broadcast and reduce). Protocols: Simple at the full bus bandwidth;
 // LL128 at 120/128 of it (NCCL: 0.92); LL at half of it, capped at ll_max_bandwidth (per node count: 1, 2, more). Trees
 // (all_reduce: a chain inside each node, double binary trees between nodes) reach 0.92 of the
-// link bandwidth and move the data twice (algbw = busbw / 2). NVLS reduces inside the NVSwitch:
-// algbw = fabric bandwidth x nvls_efficiency / (1 + 1/p) within a node; NVLS+tree adds trees between nodes.
+// link bandwidth and move the data twice (algbw = busbw / 2); on two nodes a node's NICs carry
+// each byte once each way, so they count twice; across nodes each of a tree's channels (one per
+// NIC used) moves at most tree_channel_bandwidth (LL128: tree_ll128_channel_bandwidth). NVLS reduces inside the
+// NVSwitch: algbw = fabric bandwidth x nvls_efficiency / (1 + 1/p) within a node; NVLS+tree adds trees between nodes.
 // CollNet (SHARP) reduces in the network switches: between nodes each rank's data crosses once.
 // PAT (all_gather, reduce_scatter with one rank per node) runs at 0.75 of a ring's bandwidth with
 // logarithmic latency. All-to-all (and gather/scatter) is point-to-point between every pair: the

@@ -48,10 +48,27 @@ struct Schemas {
     levels.items = &level;
     network.keys = {{"nic_bandwidth", nullptr}, {"nic_latency", nullptr}, {"levels", &levels},
                     {"nics_per_node", nullptr}, {"transport", nullptr},   {"sharp", nullptr}};
-    for (const char* k : {"model", "channels", "fabric_efficiency", "network_efficiency", "alltoall_efficiency",
-                          "alltoall_network_efficiency", "channel_network_bandwidth", "nvls", "nvls_efficiency",
-                          "nvls_tree_efficiency", "ll_max_bandwidth", "intra_latency", "inter_latency", "net_overhead",
-                          "nvls_latency", "simple_latency", "sharp_latency", "call_overhead", "group_launch"})
+    for (const char* k : {"model",
+                          "channels",
+                          "fabric_efficiency",
+                          "network_efficiency",
+                          "alltoall_efficiency",
+                          "alltoall_network_efficiency",
+                          "channel_network_bandwidth",
+                          "nvls",
+                          "nvls_efficiency",
+                          "nvls_tree_efficiency",
+                          "ll_max_bandwidth",
+                          "tree_channel_bandwidth",
+                          "tree_ll128_channel_bandwidth",
+                          "intra_latency",
+                          "inter_latency",
+                          "net_overhead",
+                          "nvls_latency",
+                          "simple_latency",
+                          "sharp_latency",
+                          "call_overhead",
+                          "group_launch"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -513,20 +530,24 @@ class TopologyReader {
         rd_.pos().fail(k->value,
                        "'" + k->path + "': NVLS reduces inside an NVSwitch; node.fabric.type must be " + "switch");
     }
-    if (const Field* k = cv.find("ll_max_bandwidth")) {
-      // One bandwidth for every node count, or three: groups on 1, 2 and more nodes.
+    // One bandwidth for every node count, or three: groups on 1, 2 and more nodes.
+    auto per_node_count = [&](const char* key, std::array<double, 3>& out, const char* example) {
+      const Field* k = cv.find(key);
+      if (!k) return;
       if (k->value.IsSequence()) {
         if (k->value.size() != 3)
           rd_.pos().fail(k->value, "'" + k->path + "' must be one bandwidth or a list of three (groups on 1, 2 and " +
-                                       "more nodes, e.g. [141 GB/s, 45 GB/s, 35 GB/s]), got a list of " +
+                                       "more nodes, e.g. " + example + "), got a list of " +
                                        std::to_string(k->value.size()));
         for (size_t i = 0; i < 3; ++i)
-          c.ll_max_bandwidth[i] =
-              rd_.bandwidth(Field{"", k->value[i], k->value[i], k->path + "[" + std::to_string(i) + "]"});
+          out[i] = rd_.bandwidth(Field{"", k->value[i], k->value[i], k->path + "[" + std::to_string(i) + "]"});
       } else {
-        c.ll_max_bandwidth.fill(rd_.bandwidth(*k));
+        out.fill(rd_.bandwidth(*k));
       }
-    }
+    };
+    per_node_count("ll_max_bandwidth", c.ll_max_bandwidth, "[141 GB/s, 45 GB/s, 35 GB/s]");
+    per_node_count("tree_channel_bandwidth", c.tree_channel_bandwidth, "[38.7 GB/s, 41.4 GB/s, 36 GB/s]");
+    per_node_count("tree_ll128_channel_bandwidth", c.tree_ll128_channel_bandwidth, "[36.7 GB/s, 36.7 GB/s, 29 GB/s]");
     auto latency = [&](const char* key, Time& out) {
       if (const Field* k = cv.find(key)) {
         out = rd_.duration(*k);

@@ -235,21 +235,22 @@ TEST(CalibrateFit, TheSimpleBaseLatencyIsFittedWhenNamed) {
 }
 
 TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
-  // Tables made on an NVLS node whose NVLS trees run at 0.3 of the fabric (NVLS alone at 0.45):
-  // on two nodes the tree is NVLS-bound (100 GB/s x 0.3 / (1 + 1/8) = 26.7 GB/s, the NICs 45),
-  // and so is the fit's start (40 GB/s). Fitted from nvls_efficiency, it comes back;
+  // Tables made on an NVLS node whose NVLS trees run at 0.45 of the fabric (NVLS alone at 0.5):
+  // on two nodes the NVLS tree is NVLS-bound (100 GB/s x 0.45 / (1 + 1/8) = 40 GB/s, the NICs
+  // 45) and beats a plain tree (0.5 x 0.92 x 83 = 38.2 GB/s: on two nodes the NICs allow it 90),
+  // and so is the fit's start (44.4 GB/s). Fitted from nvls_efficiency, it comes back;
   // nvls_efficiency, which no table in one node informs, is not fitted.
   const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
   sim::CollectiveTiming real = truth(t);
   real.nvls = true;
-  real.nvls_efficiency = 0.45;
-  real.nvls_tree_efficiency = 0.3;
+  real.nvls_efficiency = 0.5;
+  real.nvls_tree_efficiency = 0.45;
   const std::vector<FitCase> cases = across_nodes(t, real, std::nullopt);
   sim::CollectiveTiming start = real;
   start.nvls_tree_efficiency = 0;
   const FitResult fit = fit_collectives(t, start, cases, {"nvls_tree_efficiency"});
-  expect_within(fit.constants.nvls_tree_efficiency, 0.3, 0.01, "nvls_tree_efficiency");
-  EXPECT_EQ(fit.constants.nvls_efficiency, 0.45);
+  expect_within(fit.constants.nvls_tree_efficiency, 0.45, 0.01, "nvls_tree_efficiency");
+  EXPECT_EQ(fit.constants.nvls_efficiency, 0.5);
   const FitResult all = fit_collectives(t, start, cases);
   EXPECT_THAT(all.fitted, testing::Contains("nvls_tree_efficiency"));
   EXPECT_THAT(all.fitted, Not(testing::Contains("nvls_efficiency")));
@@ -496,6 +497,30 @@ TEST_F(CalibrateCommand, AShippedTopologyCalibratedElsewhereKeepsItsKernelProfil
   EXPECT_EQ(
       cal.kind(0).profile->name,
       sim::Topology::load_file(std::string(RANKSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml").kind(0).profile->name);
+}
+
+// The per-node-count caps the fit does not touch are written as the topology had them, not left
+// to the defaults (the A100 file's tree caps are Ampere's, the defaults Hopper's).
+TEST_F(CalibrateCommand, TheWrittenTopologyKeepsItsPerNodeCountCaps) {
+  CalibrateOptions o = options(
+      {std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/a100sxm4_2node16gpu_all_reduce_alcf_sophia.csv"});
+  o.topology = std::string(RANKSIM_SOURCE_DIR) + "/topologies/dgx-a100.yaml";
+  o.sets = {"nodes=2"};
+  o.fit = {"call_overhead"};
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  const sim::Topology before = sim::Topology::load_file(o.topology, {"nodes=2"});
+  const sim::Topology after = sim::Topology::load_file(out_);
+  const sim::CollectiveTiming& shipped = before.collectives();
+  const sim::CollectiveTiming& cal = after.collectives();
+  EXPECT_DOUBLE_EQ(shipped.tree_channel_bandwidth[1], 23.6e9);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(cal.tree_channel_bandwidth[i], shipped.tree_channel_bandwidth[i],
+                1e-3 * shipped.tree_channel_bandwidth[i]);
+    EXPECT_NEAR(cal.tree_ll128_channel_bandwidth[i], shipped.tree_ll128_channel_bandwidth[i],
+                1e-3 * shipped.tree_ll128_channel_bandwidth[i]);
+    EXPECT_NEAR(cal.ll_max_bandwidth[i], shipped.ll_max_bandwidth[i], 1e-3 * shipped.ll_max_bandwidth[i]);
+  }
 }
 
 TEST_F(CalibrateCommand, CheckComparesAndWritesNothing) {

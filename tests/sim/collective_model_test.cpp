@@ -62,7 +62,8 @@ Topology dgx_like(const std::string& extra = "") {
 }
 
 // `nodes` nodes of 8 devices on a 450 GB/s switch; 400 Gb/s (50 GB/s) NICs, `nics` per node.
-Topology cluster(int nodes, int nics, double fabric_efficiency, const std::string& extra = "") {
+Topology cluster(int nodes, int nics, double fabric_efficiency, const std::string& extra = "",
+                 const std::string& nic = "400 Gb/s") {
   const std::string text =
       "name: two\n"
       "nodes: " +
@@ -81,7 +82,9 @@ Topology cluster(int nodes, int nics, double fabric_efficiency, const std::strin
       "    bandwidth: 450 GB/s\n"
       "    latency: 1 us\n"
       "network:\n"
-      "  nic_bandwidth: 400 Gb/s\n"
+      "  nic_bandwidth: " +
+      nic +
+      "\n"
       "  nic_latency: 1 us\n"
       "  nics_per_node: " +
       std::to_string(nics) +
@@ -346,12 +349,12 @@ TEST(CollectiveModelMultiNode, AllToAllAcrossNodesRunsAtItsOwnShareOfTheNics) {
 
 TEST(CollectiveModelMultiNode, ChannelsCapWhatTheNicsCarry) {
   // 16 channels of at most 20 GB/s each move 320 GB/s: less than 8 NICs x 50 GB/s, more than
-  // 4 NICs' 200. The cap binds rings and trees; not all-to-all.
+  // 4 NICs' 200. The cap binds rings and trees (of more than two nodes: below); not all-to-all.
   const std::string cap = "  channel_network_bandwidth: 20 GB/s\n";
-  const CollectiveModel eight(cluster(2, 8, 0.9, cap));
+  const CollectiveModel eight(cluster(4, 8, 0.9, cap));
   expect_close(est(eight, shape(CollOp::all_gather, kBig, 16, 2), CollAlgo::ring, Protocol::simple).algbw,
                16 * 20e9 * 0.9 / (15.0 / 16));
-  expect_close(est(eight, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::simple).algbw,
+  expect_close(est(eight, shape(CollOp::all_reduce, kBig, 32, 4), CollAlgo::tree, Protocol::simple).algbw,
                16 * 20e9 * 0.9 * 0.92 * 0.5);
   expect_close(est(eight, shape(CollOp::all_to_all, kBig, 16, 2), CollAlgo::direct, Protocol::simple).algbw,
                50e9 * 0.9 / (8.0 / 16));
@@ -380,6 +383,63 @@ TEST(CollectiveModelMultiNode, NvlsTreesRunAtTheirOwnShareOfTheFabric) {
   // NVLS inside one node keeps nvls_efficiency.
   expect_close(est(own, shape(CollOp::all_reduce, kBig, 8, 1), CollAlgo::nvls, Protocol::simple).algbw,
                450e9 * 0.72 / (1 + 1.0 / 8));
+}
+
+TEST(CollectiveModelMultiNode, ATwoNodeTreeSendsEachByteOnceThroughTheNics) {
+  // 4 NICs x 50 GB/s x 0.9 = 180 GB/s a node; the fabric 450 GB/s x 0.8 = 360. Beyond two nodes
+  // a tree's node sends 2S each way through its NICs, as a ring's does: bus bandwidth 180 x 0.92.
+  // On two nodes each node roots one tree and is a leaf of the other, sending S: the NICs allow
+  // 360, and the fabric binds. The per-channel caps are lifted here (next test).
+  const std::string wide = "  tree_channel_bandwidth: 100 GB/s\n";
+  const CollectiveModel m(cluster(4, 4, 0.8, wide));
+  const CollectiveEstimate two = est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::simple);
+  expect_close(two.algbw, 0.5 * 0.92 * 360e9);
+  const CollectiveEstimate four = est(m, shape(CollOp::all_reduce, kBig, 32, 4), CollAlgo::tree, Protocol::simple);
+  expect_close(four.algbw, 0.5 * 0.92 * 180e9);
+  // So on two nodes the tree beats the NIC-bound ring (180 / (30/16) = 96 GB/s), and is chosen.
+  const CollectiveEstimate ring = est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::ring, Protocol::simple);
+  expect_close(ring.algbw, 180e9 / (2.0 * 15 / 16));
+  const CollectiveEstimate chosen = m.choose(shape(CollOp::all_reduce, kBig, 16, 2));
+  EXPECT_EQ(chosen.algorithm, CollAlgo::tree);
+  EXPECT_EQ(chosen.seconds, two.seconds);
+}
+
+TEST(CollectiveModelMultiNode, ATreeChannelAcrossNodesIsCappedPerNic) {
+  // NCCL's per-channel tree maxima, here 30, 20 and 10 GB/s (groups on 1, 2 and more nodes), 15
+  // for LL128; a node's tree has one channel per NIC it uses. 8 NICs x 50 GB/s x 0.9 = 360 GB/s;
+  // the fabric 405.
+  const std::string caps =
+      "  tree_channel_bandwidth: [30 GB/s, 20 GB/s, 10 GB/s]\n  tree_ll128_channel_bandwidth: 15 GB/s\n";
+  const CollectiveModel m(cluster(4, 8, 0.9, caps));
+  // Two nodes: 0.92 x min(405, 720) = 372.6 > 8 x 20 = 160.
+  expect_close(est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::simple).algbw, 0.5 * 160e9);
+  // LL128: 160 x 120/128 = 150 > 8 x 15 = 120.
+  expect_close(est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::ll128).algbw, 0.5 * 120e9);
+  // Four nodes: 0.92 x 360 > 8 x 10; with 2 ranks a node, 2 NICs: 0.92 x 90 > 2 x 10.
+  expect_close(est(m, shape(CollOp::all_reduce, kBig, 32, 4), CollAlgo::tree, Protocol::simple).algbw, 0.5 * 80e9);
+  expect_close(est(m, shape(CollOp::all_reduce, kBig, 8, 4), CollAlgo::tree, Protocol::simple).algbw, 0.5 * 20e9);
+  // Small calls use fewer channels, each capped alike: 64 KiB of Simple fills 2 of 16.
+  expect_close(est(m, shape(CollOp::all_reduce, 64 * kKiB, 16, 2), CollAlgo::tree, Protocol::simple).algbw,
+               0.5 * 8 * 20e9 * 2 / 16);
+  // Inside one node no NIC carries the tree: the fabric binds.
+  expect_close(est(m, shape(CollOp::all_reduce, kBig, 8, 1), CollAlgo::tree, Protocol::simple).algbw,
+               0.5 * 0.92 * 405e9);
+}
+
+TEST(CollectiveModelSelection, OnTwoNodesTheTreeWinsWhereItsChannelsOutrunTheNics) {
+  // Ampere's caps (23.6 GB/s a channel on two nodes) and 8 NICs a node. With 400 Gb/s NICs a
+  // tree channel moves less than its NIC: 8 x 23.6 = 188.8 GB/s of bus bandwidth, 94.4 of
+  // algorithm bandwidth, below the NIC-bound ring's 360 / (30/16) = 192. With 100 Gb/s NICs the
+  // ring gets 90 / (30/16) = 48 and the tree min(0.92 x 180, 188.8) / 2 = 82.8: the tree is chosen.
+  const std::string ampere = "  tree_channel_bandwidth: [24 GB/s, 23.6 GB/s, 17.8 GB/s]\n";
+  const CollectiveShape s = shape(CollOp::all_reduce, kBig, 16, 2);
+  const CollectiveModel fast(cluster(2, 8, 0.9, ampere));
+  expect_close(est(fast, s, CollAlgo::tree, Protocol::simple).algbw, 0.5 * 8 * 23.6e9);
+  EXPECT_EQ(fast.choose(s).algorithm, CollAlgo::ring);
+  const CollectiveModel slow(cluster(2, 8, 0.9, ampere, "100 Gb/s"));
+  expect_close(est(slow, s, CollAlgo::ring, Protocol::simple).algbw, 8 * 12.5e9 * 0.9 / (2.0 * 15 / 16));
+  expect_close(est(slow, s, CollAlgo::tree, Protocol::simple).algbw, 0.5 * 0.92 * 2 * 8 * 12.5e9 * 0.9);
+  EXPECT_EQ(slow.choose(s).algorithm, CollAlgo::tree);
 }
 
 TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {

@@ -649,6 +649,38 @@ TEST(TopologyCollectivesSection, LlCapsPerNodeCount) {
   }
 }
 
+// The trees' per-channel caps read the same way: Simple's and LL128's, each one value or three;
+// a value that is not a bandwidth is refused at its position in the list.
+TEST(TopologyCollectivesSection, TreeChannelCapsPerNodeCount) {
+  const Topology t = Topology::parse(
+      base({}, {"collectives:", "  model: nccl", "  tree_channel_bandwidth: [24 GB/s, 23.6 GB/s, 17.8 GB/s]",
+                "  tree_ll128_channel_bandwidth: 20 GB/s"}),
+      "tree.yaml");
+  EXPECT_DOUBLE_EQ(t.collectives().tree_channel_bandwidth[0], 24e9);
+  EXPECT_DOUBLE_EQ(t.collectives().tree_channel_bandwidth[1], 23.6e9);
+  EXPECT_DOUBLE_EQ(t.collectives().tree_channel_bandwidth[2], 17.8e9);
+  for (const double b : t.collectives().tree_ll128_channel_bandwidth) EXPECT_DOUBLE_EQ(b, 20e9);
+  // Unset, NCCL's Hopper rows.
+  const Topology hopper = Topology::parse(base({}, {"collectives:", "  model: nccl"}), "hopper.yaml");
+  EXPECT_DOUBLE_EQ(hopper.collectives().tree_channel_bandwidth[1], 41.4e9);
+  EXPECT_DOUBLE_EQ(hopper.collectives().tree_ll128_channel_bandwidth[2], 29e9);
+  try {
+    (void)Topology::parse(base({}, {"collectives:", "  tree_channel_bandwidth: [24 GB/s, fast, 17.8 GB/s]"}),
+                          "tree2.yaml");
+    FAIL() << "a list holding 'fast' was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("tree_channel_bandwidth[1]"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("tree2.yaml:"));
+  }
+  try {
+    (void)Topology::parse(base({}, {"collectives:", "  tree_ll128_channel_bandwidth: [20 GB/s]"}), "tree1.yaml");
+    FAIL() << "a list of one was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("'collectives.tree_ll128_channel_bandwidth' must be one "
+                                                            "bandwidth or a list of three"));
+  }
+}
+
 // A mesh's links grow as the square of its devices: the device limit is checked before any is
 // made, so a 65,536-device mesh is refused at once (it used to run out of memory after 20 s).
 TEST(TopologyFabricLimits, AHugeMeshIsRefusedBeforeItsLinksAreBuilt) {
