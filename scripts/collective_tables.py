@@ -29,6 +29,7 @@ FITTED = {
     "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
     "h100sxm_10node80gpu_all_gather_xxrjun.csv",
     "h100sxm_10node20gpu_all_to_all_xxrjun.csv",
+    "h100sxm_2node16gpu_efa_all_reduce_awsome.csv",
     "a100sxm4_2node16gpu_all_reduce_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_gather_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_to_all_alcf_sophia.csv",
@@ -64,8 +65,8 @@ def machine(name, header=""):
     # than the node has need no override.
     per_node = gpus // nodes
     note = f"{per_node} of each node's 8 GPUs" if per_node != 8 else ""
-    if "_efa_" in name:  # as many bytes a node as 8 x 400 Gb/s, on another network
-        return ("h100-cluster.yaml", [f"nodes={nodes}"],
+    if "_efa_" in name:  # AWS p5 on EFA: its own topology, calibrated to one of these tables
+        return ("aws-p5.yaml", [f"nodes={nodes}"],
                 "AWS p5: 32 x 100 Gb/s EFA a node (3,200 Gb/s, as 8 x 400 Gb/s) through libfabric, not InfiniBand")
     ctas = re.search(r"NCCL_MIN_CTAS=(\d+)", header)
     if ctas:  # at least that many channels

@@ -404,8 +404,10 @@ class TopologyReader {
         net.transport = Transport::infiniband;
       else if (v == "roce")
         net.transport = Transport::roce;
+      else if (v == "efa")
+        net.transport = Transport::efa;
       else
-        rd_.pos().fail(t->value, "'" + t->path + "' must be infiniband or roce, got '" + v + "'");
+        rd_.pos().fail(t->value, "'" + t->path + "' must be infiniband, roce or efa, got '" + v + "'");
     }
     if (const Field* sh = nv.find("sharp")) net.sharp = rd_.boolean(*sh);
     const Field& lv = nv.need("levels", "the fat-tree levels, leaf first");

@@ -55,7 +55,7 @@ struct FatTreeLevel {
   bool rail_optimized = false;    // level 1 only: one group per local device index (rail)
 };
 
-enum class Transport : uint8_t { infiniband, roce };
+enum class Transport : uint8_t { infiniband, roce, efa };
 
 struct Network {
   double nic_bandwidth = 0;          // bytes/s per NIC, each direction

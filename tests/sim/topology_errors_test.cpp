@@ -548,7 +548,7 @@ std::vector<Case> collective_cases() {
        "bad.yaml",
        17,
        14,
-       {"'network.transport' must be infiniband or roce, got 'ethernet'"}},
+       {"'network.transport' must be infiniband, roce or efa, got 'ethernet'"}},
       {"SharpNotABoolean",
        with_network({{16, "  nic_latency: 1 us\n  sharp: maybe"}}),
        {},
@@ -623,6 +623,9 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(t.nics_per_node(), 2);
   EXPECT_EQ(t.network().transport, Transport::roce);
   EXPECT_TRUE(t.network().sharp);
+  const Topology efa =
+      Topology::parse(with_network({{16, "  nic_latency: 1 us\n  transport: efa"}}, {"nodes: 2"}), "efa.yaml");
+  EXPECT_EQ(efa.network().transport, Transport::efa);
 }
 
 TEST(TopologyCollectivesSection, AnOverrideSetsTheModel) {

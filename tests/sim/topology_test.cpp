@@ -69,11 +69,9 @@ TEST(Topology, DgxH100HoldsTheDatasheetFigures) {
   EXPECT_DOUBLE_EQ(t.network().nic_bandwidth, 50e9);  // 400 Gb/s
 }
 
-TEST(Topology, TheClusterNodeIsTheDgxH100Node) {
-  // h100-cluster.yaml's nodes carry dgx-h100.yaml's collective constants (one fit of both): a
-  // group inside one node, a tensor-parallel group say, is timed the same on either file.
-  const Topology one = Topology::load_file(shipped("dgx-h100.yaml"));
-  const Topology cluster = Topology::load_file(shipped("h100-cluster.yaml"));
+// Every collective of 2, 4 and 8 ranks inside one node, 8 B-16 GiB, is timed alike on `one` and
+// `cluster` (the same algorithm, protocol and time).
+void same_node_timing(const Topology& one, const Topology& cluster) {
   const CollectiveModel a(one), b(cluster);
   for (CollOp op :
        {CollOp::all_reduce, CollOp::all_gather, CollOp::reduce_scatter, CollOp::all_to_all, CollOp::broadcast}) {
@@ -91,6 +89,24 @@ TEST(Topology, TheClusterNodeIsTheDgxH100Node) {
     }
   }
   EXPECT_EQ(one.collectives().group_launch, cluster.collectives().group_launch);
+}
+
+TEST(Topology, TheClusterNodeIsTheDgxH100Node) {
+  // h100-cluster.yaml's and aws-p5.yaml's nodes carry dgx-h100.yaml's collective constants (one
+  // fit of them): a group inside one node, a tensor-parallel group say, is timed the same on
+  // each file.
+  for (const char* file : {"h100-cluster.yaml", "aws-p5.yaml"}) {
+    SCOPED_TRACE(file);
+    same_node_timing(Topology::load_file(shipped("dgx-h100.yaml")), Topology::load_file(shipped(file)));
+  }
+}
+
+TEST(Topology, TheAwsP5NetworkIsEfa) {
+  const Topology p5 = Topology::load_file(shipped("aws-p5.yaml"));
+  EXPECT_EQ(p5.network().transport, Transport::efa);
+  EXPECT_EQ(p5.num_devices(), 16);
+  // As many bytes a node as its 32 x 100 Gb/s cards.
+  EXPECT_DOUBLE_EQ(p5.nics_per_node() * p5.network().nic_bandwidth, 32 * 12.5e9);
 }
 
 TEST(Topology, NvswitchRouteIsUpAndDownThroughTheNodeSwitch) {
