@@ -261,7 +261,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // raises a two-node tree's intra-node bandwidth to below twice its network's).
       double bus = std::min(fabric_bus, N == 2 ? 2 * network_bus : network_bus) * 0.92;
       // Across nodes each channel is capped (NCCL's measured per-channel maximum); a node's tree
-      // has a channel per NIC it uses.
+      // has a channel per NIC it uses, as NCCL's search makes them.
       const size_t nodes_index = static_cast<size_t>(std::min(N, 3) - 1);
       const double tree_channels = N > 1 ? nics_used * share : kInf;
       bus = std::min(bus, tree_channels * c_.tree_channel_bandwidth[nodes_index]);

@@ -106,7 +106,7 @@ struct CollectiveTiming {
   // Cap on what one channel of a tree moves across nodes, bus bandwidth, for groups on 1, 2 and
   // more nodes: Simple and LL128 (NCCL's perChMaxTreeBws and perChMaxTreeLL128Bws, Hopper rows:
   // 38.7, 41.4, 36 and 36.7, 36.7, 29 GB/s; Ampere's: 24, 23.6, 17.8 and 20, 20, 20 GB/s). A
-  // node's tree has one channel per NIC it uses, as NCCL's search gives rail-optimised nodes.
+  // node's tree has one channel per NIC it uses, as NCCL's search makes them.
   std::array<double, 3> tree_channel_bandwidth{38.7e9, 41.4e9, 36e9};
   std::array<double, 3> tree_ll128_channel_bandwidth{36.7e9, 36.7e9, 29e9};
   // Per-hop latencies of the Simple protocol; LL and LL128 scale them by NCCL's published ratios.

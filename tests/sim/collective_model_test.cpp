@@ -415,7 +415,7 @@ TEST(CollectiveModelMultiNode, ATreeChannelAcrossNodesIsCappedPerNic) {
   expect_close(est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::simple).algbw, 0.5 * 160e9);
   // LL128: 160 x 120/128 = 150 > 8 x 15 = 120.
   expect_close(est(m, shape(CollOp::all_reduce, kBig, 16, 2), CollAlgo::tree, Protocol::ll128).algbw, 0.5 * 120e9);
-  // Four nodes: 0.92 x 360 > 8 x 10; with 2 ranks a node, 2 NICs: 0.92 x 90 > 2 x 10.
+  // Four nodes: 0.92 x 360 > 8 x 10; with 2 ranks a node (2 channels, 2 NICs): 0.92 x 90 > 2 x 10.
   expect_close(est(m, shape(CollOp::all_reduce, kBig, 32, 4), CollAlgo::tree, Protocol::simple).algbw, 0.5 * 80e9);
   expect_close(est(m, shape(CollOp::all_reduce, kBig, 8, 4), CollAlgo::tree, Protocol::simple).algbw, 0.5 * 20e9);
   // Small calls use fewer channels, each capped alike: 64 KiB of Simple fills 2 of 16.
@@ -440,6 +440,11 @@ TEST(CollectiveModelSelection, OnTwoNodesTheTreeWinsWhereItsChannelsOutrunTheNic
   expect_close(est(slow, s, CollAlgo::ring, Protocol::simple).algbw, 8 * 12.5e9 * 0.9 / (2.0 * 15 / 16));
   expect_close(est(slow, s, CollAlgo::tree, Protocol::simple).algbw, 0.5 * 0.92 * 2 * 8 * 12.5e9 * 0.9);
   EXPECT_EQ(slow.choose(s).algorithm, CollAlgo::tree);
+  // Fewer NICs than GPUs: 2 of 400 Gb/s a node. The tree has a channel per NIC: 2 x 23.6 =
+  // 47.2 GB/s of bus bandwidth, 23.6 of algorithm bandwidth, against the ring's 90 / (30/16) = 48.
+  const CollectiveModel two_nics(cluster(2, 2, 0.9, ampere));
+  expect_close(est(two_nics, s, CollAlgo::tree, Protocol::simple).algbw, 0.5 * 2 * 23.6e9);
+  EXPECT_EQ(two_nics.choose(s).algorithm, CollAlgo::ring);
 }
 
 TEST(CollectiveModelMultiNode, FewerRanksPerNodeUseFewerNics) {
