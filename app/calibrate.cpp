@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -493,10 +494,13 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
   if (c.nvls_tree_efficiency > 0) n["nvls_tree_efficiency"] = fmt("%.4f", c.nvls_tree_efficiency);
-  for (const double b : c.ll_max_bandwidth) n["ll_max_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
-  for (const double b : c.tree_channel_bandwidth) n["tree_channel_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
-  for (const double b : c.tree_ll128_channel_bandwidth)
-    n["tree_ll128_channel_bandwidth"].push_back(fmt("%.4g GB/s", b / 1e9));
+  // Bandwidths for groups on 1, 2 and more nodes, as the reader takes them.
+  auto per_node_count = [&](const char* key, const std::array<double, 3>& values) {
+    for (const double b : values) n[key].push_back(fmt("%.4g GB/s", b / 1e9));
+  };
+  per_node_count("ll_max_bandwidth", c.ll_max_bandwidth);
+  per_node_count("tree_channel_bandwidth", c.tree_channel_bandwidth);
+  per_node_count("tree_ll128_channel_bandwidth", c.tree_ll128_channel_bandwidth);
   n["intra_latency"] = latency_text(c.intra_latency);
   n["inter_latency"] = latency_text(c.inter_latency);
   n["net_overhead"] = latency_text(c.net_overhead);

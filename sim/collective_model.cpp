@@ -218,7 +218,9 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   // more, as in NCCL's own model, up to the links' rate; through the NICs they add only what the
   // channel cap above allows.
   const double share = std::min(1.0, used / 16.0);
-  const double ll_max = c_.ll_max_bandwidth[static_cast<size_t>(std::min(N, 3) - 1)];
+  // NCCL's per-node-count constants: groups on 1, 2 and more nodes.
+  const size_t nodes_index = static_cast<size_t>(std::min(N, 3) - 1);
+  const double ll_max = c_.ll_max_bandwidth[nodes_index];
   const double fabric_bus = p > 1 ? std::min(fabric * c_.fabric_efficiency * used / 16.0, fabric) : kInf;
   const double network_bus = N > 1 ? nic_node * c_.network_efficiency * share : kInf;
   const double ring_bus = std::min(fabric_bus, network_bus);
@@ -262,7 +264,6 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       double bus = std::min(fabric_bus, N == 2 ? 2 * network_bus : network_bus) * 0.92;
       // Across nodes each channel is capped (NCCL's measured per-channel maximum); a node's tree
       // has a channel per NIC it uses, as NCCL's search makes them.
-      const size_t nodes_index = static_cast<size_t>(std::min(N, 3) - 1);
       const double tree_channels = N > 1 ? nics_used * share : kInf;
       bus = std::min(bus, tree_channels * c_.tree_channel_bandwidth[nodes_index]);
       if (proto == Protocol::ll) bus = std::min(bus / 3.8, ll_max);
