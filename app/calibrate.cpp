@@ -196,11 +196,21 @@ double geomean_error(const std::vector<std::pair<double, double>>& pm) {
 }
 
 const std::vector<std::string>& fit_constant_names() {
-  static const std::vector<std::string> names = {
-      "fabric_efficiency", "intra_latency",       "network_efficiency",          "inter_latency",
-      "net_overhead",      "nvls_efficiency",     "nvls_tree_efficiency",        "nvls_latency",
-      "simple_latency",    "alltoall_efficiency", "alltoall_network_efficiency", "channel_network_bandwidth",
-      "call_overhead",     "group_launch"};
+  static const std::vector<std::string> names = {"fabric_efficiency",
+                                                 "intra_latency",
+                                                 "network_efficiency",
+                                                 "inter_latency",
+                                                 "net_overhead",
+                                                 "nvls_efficiency",
+                                                 "nvls_tree_efficiency",
+                                                 "nvls_latency",
+                                                 "simple_latency",
+                                                 "alltoall_efficiency",
+                                                 "alltoall_network_efficiency",
+                                                 "channel_network_bandwidth",
+                                                 "call_overhead",
+                                                 "group_launch",
+                                                 "peer_latency"};
   return names;
 }
 
@@ -264,9 +274,15 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                       },
                       [](sim::CollectiveTiming& c, double v) { c.channel_network_bandwidth = v; }, 1e13});
   }
-  if (a2a_net)
+  if (a2a_net) {
     params.push_back(share_param("alltoall_network_efficiency", &sim::CollectiveTiming::alltoall_network_efficiency,
                                  &sim::CollectiveTiming::alltoall_network_share));
+    // Each peer across nodes: only when named (--fit), since only tables of many nodes' small
+    // calls tell it from call_overhead. Unset (0), the fit starts at what it reads as.
+    if (std::find(only.begin(), only.end(), "peer_latency") != only.end())
+      params.push_back({"peer_latency", false, [](const sim::CollectiveTiming& c) { return c.peer_cost(); },
+                        [](sim::CollectiveTiming& c, double v) { c.peer_latency = sim::Time::from_seconds(v); }});
+  }
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   // A table of one thread driving several GPUs has a floor: their issue time.
   if (std::any_of(cases.begin(), cases.end(), [](const FitCase& c) { return c.gpus_per_thread > 1; }))
@@ -504,6 +520,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["intra_latency"] = latency_text(c.intra_latency);
   n["inter_latency"] = latency_text(c.inter_latency);
   n["net_overhead"] = latency_text(c.net_overhead);
+  if (c.peer_latency > sim::Time::zero()) n["peer_latency"] = latency_text(c.peer_latency);
   n["nvls_latency"] = latency_text(c.nvls_latency);
   n["simple_latency"] = latency_text(c.simple_latency);
   n["sharp_latency"] = latency_text(c.sharp_latency);

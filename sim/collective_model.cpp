@@ -331,10 +331,10 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       algbw = t > 0 ? s.bytes / t : kInf;
       e.channels = 1;
       // Peers are served in parallel by the channels; each still costs a short setup: the LL
-      // hop latencies per peer, one full hop to reach the farthest.
+      // hop latency per peer inside the node and peer_latency per peer on another node, one full
+      // hop to reach the farthest.
       e.latency = base_latency(kBaseRing, proto) + (p - 1) * kNvlRing[0] * intra_scale * kUs +
-                  (n - p) * kNetRing[0] * inter_scale * kUs +
-                  (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
+                  (n - p) * c_.peer_cost() + (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
       break;
     }
   }

@@ -64,6 +64,7 @@ struct Schemas {
                           "intra_latency",
                           "inter_latency",
                           "net_overhead",
+                          "peer_latency",
                           "nvls_latency",
                           "simple_latency",
                           "sharp_latency",
@@ -562,6 +563,7 @@ class TopologyReader {
     latency("intra_latency", c.intra_latency);
     latency("inter_latency", c.inter_latency);
     latency("net_overhead", c.net_overhead);
+    latency("peer_latency", c.peer_latency);
     latency("nvls_latency", c.nvls_latency);
     latency("simple_latency", c.simple_latency);
     latency("sharp_latency", c.sharp_latency);

@@ -194,6 +194,22 @@ TEST(CalibrateFit, AllToAllAcrossNodesFitsItsOwnShareOfTheNics) {
   EXPECT_THAT(all.fitted, testing::Contains("alltoall_network_efficiency"));
 }
 
+TEST(CalibrateFit, PeerLatencyIsFittedWhenNamed) {
+  // All-to-all tables made with each peer on another node costing 12 us (8 such peers on 2
+  // nodes, 24 on 4): started unset, where it reads as 2.7 us x inter_latency / 14, the fit finds
+  // it; not named, it is not fitted.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  sim::CollectiveTiming real = truth(t);
+  real.peer_latency = sim::Time::us(12);
+  const std::vector<FitCase> cases = across_nodes(t, real, std::nullopt, sim::CollOp::all_to_all);
+  sim::CollectiveTiming start = real;
+  start.peer_latency = sim::Time::zero();
+  EXPECT_DOUBLE_EQ(start.peer_cost(), 9e-6 * 2.7 / 14);
+  const FitResult fit = fit_collectives(t, start, cases, {"peer_latency"});
+  expect_within(fit.constants.peer_latency.seconds(), 12e-6, 0.01, "peer_latency");
+  EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("peer_latency")));
+}
+
 TEST(CalibrateFit, TheChannelsCapIsFittedWhenNamed) {
   // Tables made with 16 channels of at most 2 GB/s each through the NICs: 32 GB/s a node, less
   // than its 8 NICs' 50 GB/s. Started with no cap, the fit finds it; not named, it is not fitted.

@@ -347,6 +347,28 @@ TEST(CollectiveModelMultiNode, AllToAllAcrossNodesRunsAtItsOwnShareOfTheNics) {
                std::min(450e9 * 0.8, 8 * 50e9 * 0.9) / (2.0 * 15 / 16));
 }
 
+TEST(CollectiveModelMultiNode, AllToAllPaysPeerLatencyForEachPeerOnAnotherNode) {
+  // 16 ranks on 2 nodes: each rank has 8 peers on the other node. Unset, each costs NCCL's
+  // network ring LL hop scaled as inter_latency is (2.7 us x 7 / 14); set, peer_latency. Only
+  // the latency moves, by 8 x the difference, and only for point-to-point calls.
+  const CollectiveShape s = shape(CollOp::all_to_all, 1 * kMiB, 16, 2);
+  const Topology unset_topology = cluster(2, 8, 0.8);
+  EXPECT_DOUBLE_EQ(unset_topology.collectives().peer_cost(), 7e-6 * 2.7 / 14);
+  const CollectiveModel unset(unset_topology);
+  const CollectiveModel set(cluster(2, 8, 0.8, "  peer_latency: 10 us\n"));
+  const CollectiveEstimate a = est(unset, s, CollAlgo::direct, Protocol::simple);
+  const CollectiveEstimate b = est(set, s, CollAlgo::direct, Protocol::simple);
+  expect_close(b.latency - a.latency, 8 * (10e-6 - 1.35e-6));
+  expect_close(b.algbw, a.algbw);
+  // Inside one node there are no such peers.
+  const CollectiveShape node = shape(CollOp::all_to_all, 1 * kMiB, 8, 1);
+  expect_close(est(set, node, CollAlgo::direct, Protocol::simple).latency,
+               est(unset, node, CollAlgo::direct, Protocol::simple).latency);
+  const CollectiveShape ring = shape(CollOp::all_reduce, 1 * kMiB, 16, 2);
+  expect_close(est(set, ring, CollAlgo::ring, Protocol::simple).seconds,
+               est(unset, ring, CollAlgo::ring, Protocol::simple).seconds);
+}
+
 TEST(CollectiveModelMultiNode, ChannelsCapWhatTheNicsCarry) {
   // 16 channels of at most 20 GB/s each move 320 GB/s: less than 8 NICs x 50 GB/s, more than
   // 4 NICs' 200. The cap binds rings and trees (of more than two nodes: below); not all-to-all.

@@ -590,15 +590,15 @@ TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
 
 TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   const Topology t = Topology::parse(
-      with_network(
-          {{16,
-            "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
-            "  sharp: true"}},
-          {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
-           "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
-           "  channel_network_bandwidth: 20 GB/s", "  nvls: true", "  nvls_efficiency: 0.4",
-           "  nvls_tree_efficiency: 0.35", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
-           "  inter_latency: 9 us", "  sharp_latency: 11 us", "  call_overhead: 20 us", "  simple_latency: 12 us"}),
+      with_network({{16,
+                     "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
+                     "  sharp: true"}},
+                   {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
+                    "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
+                    "  channel_network_bandwidth: 20 GB/s", "  nvls: true", "  nvls_efficiency: 0.4",
+                    "  nvls_tree_efficiency: 0.35", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
+                    "  inter_latency: 9 us", "  peer_latency: 5 us", "  sharp_latency: 11 us", "  call_overhead: 20 us",
+                    "  simple_latency: 12 us"}),
       "ok.yaml");
   const CollectiveTiming& c = t.collectives();
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
@@ -617,6 +617,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_DOUBLE_EQ(c.ll_max_bandwidth[2], 100e9);
   EXPECT_EQ(c.intra_latency, Time::us(2));
   EXPECT_EQ(c.inter_latency, Time::us(9));
+  EXPECT_EQ(c.peer_latency, Time::us(5));
+  EXPECT_DOUBLE_EQ(c.peer_cost(), 5e-6);
   EXPECT_EQ(c.sharp_latency, Time::us(11));
   EXPECT_EQ(c.call_overhead, Time::us(20));
   EXPECT_EQ(c.simple_latency, Time::us(12));
