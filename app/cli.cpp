@@ -257,8 +257,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cal_cmd->add_option("--output,-o", cal_opts.output, "The calibrated topology YAML to write")->check(not_a_folder);
   cal_cmd
       ->add_option("--fit", cal_opts.fit,
-                   "Fit only these constants (default: all the tables inform; channel_network_bandwidth only "
-                   "when named): " +
+                   "Fit only these constants (default: all the tables inform; simple_latency, "
+                   "channel_network_bandwidth and peer_latency only when named): " +
                        sim::join(fit_constant_names()))
       ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
