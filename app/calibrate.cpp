@@ -21,6 +21,7 @@
 #include "sim/error.h"
 #include "sim/io.h"
 #include "sim/topology_reader.h"
+#include "sim/tuner_config.h"
 #include "sim/units.h"
 #include "sim/yaml_input.h"
 
@@ -481,7 +482,8 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
         out << buf;
       }
       const sim::CollectiveEstimate& e = ea ? *ea : eb;
-      out << "  " << sim::to_string(e.algorithm) << "/" << sim::to_string(e.protocol) << "/" << e.channels << "ch\n";
+      out << "  " << sim::to_string(e.algorithm) << "/" << sim::to_string(e.protocol) << "/" << e.channels << "ch"
+          << (e.tuner_line > 0 ? "+tuner" : "") << "\n";
     }
     auto summary = [&](const char* what, const auto& b, const auto& a) {
       if (b.empty()) return;
@@ -577,12 +579,15 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   for (const std::string& s : o.sets)
     sim::apply_set(root, s, sim::topology_schema(), positions, sim::topology_set_options());
   root["collectives"] = collectives_node(fit.constants);
-  // Kernel profiles are named relative to the topology's folder: the written file names them
-  // relative to its own, so that it loads wherever it is written.
+  // Kernel profiles and tuner configs are named relative to the topology's folder: the written
+  // file names them relative to its own, so that it loads wherever it is written.
+  namespace fs = std::filesystem;
+  const fs::path to = fs::absolute(fs::path(o.output)).parent_path();
+  if (fit.constants.tuner)
+    root["collectives"]["tuner"] =
+        fs::absolute(fs::path(fit.constants.tuner->source)).lexically_normal().lexically_relative(to).string();
   if (YAML::Node kinds = root["device_kinds"]; kinds.IsMap()) {
-    namespace fs = std::filesystem;
     const fs::path from = fs::absolute(fs::path(o.topology)).parent_path();
-    const fs::path to = fs::absolute(fs::path(o.output)).parent_path();
     for (auto it = kinds.begin(); it != kinds.end(); ++it) {
       const YAML::Node kp = sim::map_entry(it->second, "kernel_profile");
       if (!kp.IsScalar() || kp.Scalar() == "none" || fs::path(kp.Scalar()).is_absolute()) continue;

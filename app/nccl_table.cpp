@@ -15,7 +15,7 @@ double busbw_factor(runtime::CollectiveKind kind, int n) {
 
 void print_table_header(std::ostream& out) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%14s %13s %5s %13s %12s %12s %12s %7s\n", "size(B)", "count", "type", "algorithm",
+  std::snprintf(buf, sizeof buf, "%14s %13s %5s %22s %12s %12s %12s %7s\n", "size(B)", "count", "type", "algorithm",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   out << buf;
 }
@@ -29,7 +29,7 @@ void print_table_row(std::ostream& out, const TableRow& r, runtime::CollectiveKi
   else
     std::snprintf(wrong, sizeof wrong, "%lld", static_cast<long long>(r.wrong));
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%14lld %13lld %5s %13s %12.2f %12.2f %12.2f %7s\n", static_cast<long long>(r.bytes),
+  std::snprintf(buf, sizeof buf, "%14lld %13lld %5s %22s %12.2f %12.2f %12.2f %7s\n", static_cast<long long>(r.bytes),
                 static_cast<long long>(r.count), r.dtype.c_str(), r.algorithm.c_str(), r.seconds * 1e6, algbw, busbw,
                 wrong);
   out << buf;

@@ -67,9 +67,12 @@ def machine(name, header=""):
     # than the node has need no override.
     per_node = gpus // nodes
     note = f"{per_node} of each node's 8 GPUs" if per_node != 8 else ""
-    if "_efa_" in name:  # AWS p5 on EFA: its own topology, calibrated to one of these tables
-        return ("aws-p5.yaml", [f"nodes={nodes}"],
-                "AWS p5: 32 x 100 Gb/s EFA a node (3,200 Gb/s, as 8 x 400 Gb/s) through libfabric, not InfiniBand")
+    if "_efa_" in name:  # AWS p5 on EFA: its own topology, calibrated to some of these tables
+        p5 = "AWS p5: 32 x 100 Gb/s EFA a node (3,200 Gb/s, as 8 x 400 Gb/s) through libfabric, not InfiniBand"
+        if "NCCL_TUNER_PLUGIN" in header:  # the run loaded AWS's tuner: its all_reduce choices
+            return ("aws-p5.yaml", [f"nodes={nodes}", "collectives.tuner=tuners/aws-p5.conf"],
+                    p5 + "; AWS's tuner plugin chose all_reduce's algorithm and protocol (topologies/tuners/aws-p5.conf)")
+        return ("aws-p5.yaml", [f"nodes={nodes}"], p5)
     ctas = re.search(r"NCCL_MIN_CTAS=(\d+)", header)
     if ctas:  # at least that many channels
         return ("h100-cluster.yaml", [f"nodes={nodes}", f"collectives.channels={ctas.group(1)}"],

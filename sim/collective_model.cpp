@@ -9,6 +9,7 @@
 
 #include "sim/check.h"
 #include "sim/error.h"
+#include "sim/tuner_config.h"
 
 namespace ranksim::sim {
 
@@ -170,7 +171,7 @@ CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTimin
 }
 
 std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShape& s, CollAlgo algo, Protocol proto,
-                                                            std::string* why) const {
+                                                            std::string* why, int max_channels) const {
   auto no = [&](const std::string& reason) -> std::optional<CollectiveEstimate> {
     if (why) *why = reason;
     return std::nullopt;
@@ -206,7 +207,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
     if (N > nodes_below) oversubscription = std::max(oversubscription, over);
   // A node's NICs as the group uses them; a ring's or tree's channels move at most
   // channel_network_bandwidth each through them.
-  const int C = std::max(1, c_.channels);
+  const int C = std::max(1, max_channels > 0 ? max_channels : c_.channels);
   double nic_node = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
   if (N > 1 && c_.channel_network_bandwidth > 0) nic_node = std::min(nic_node, C * c_.channel_network_bandwidth);
   // Inside a node: the fabric, or the NICs when the node has none.
@@ -354,6 +355,18 @@ std::vector<CollectiveEstimate> CollectiveModel::candidates(const CollectiveShap
 
 CollectiveEstimate CollectiveModel::choose(const CollectiveShape& s, std::optional<CollAlgo> algo,
                                            std::optional<Protocol> proto) const {
+  // A tuner plugin sees NCCL's cost table with the pairs NCCL_ALGO / NCCL_PROTO exclude, and
+  // those that cannot serve the call, marked ignored; its first rule that applies to a pair
+  // still open decides.
+  if (c_.tuner)
+    for (const TunerRule& r : c_.tuner->rules) {
+      if (!r.applies_to(s) || (algo && *algo != r.algorithm) || (proto && *proto != r.protocol)) continue;
+      if (auto e = estimate(s, r.algorithm, r.protocol, nullptr, std::max(0, r.channels))) {
+        e->tuner_line = r.line;
+        e->tuner_channels = std::max(0, r.channels);
+        return *e;
+      }
+    }
   std::optional<CollectiveEstimate> best;
   std::string why;
   for (int a = 0; a <= static_cast<int>(CollAlgo::direct); ++a) {

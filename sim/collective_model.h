@@ -57,7 +57,8 @@
 //
 // Selection: the (algorithm, protocol) with the least predicted time among those that apply
 // (ties to the earlier in enum order); a forced algorithm or protocol (NCCL_ALGO / NCCL_PROTO)
-// restricts the choice, and an algorithm that cannot serve the call is an Error naming why.
+// restricts the choice, and an algorithm that cannot serve the call is an Error naming why. A
+// topology with a tuner config (`collectives.tuner`) chooses first as that tuner plugin would.
 //
 // Pure functions of the topology's constants and the call's shape: deterministic, thread-safe.
 #pragma once
@@ -67,14 +68,11 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/collective_shape.h"
 #include "sim/time.h"
 #include "sim/topology.h"
 
 namespace ranksim::sim {
-
-enum class CollOp : uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter };
-enum class CollAlgo : uint8_t { ring, tree, nvls, nvls_tree, collnet, pat, direct };
-enum class Protocol : uint8_t { ll, ll128, simple };
 
 const char* to_string(CollAlgo a);  // "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct"
 const char* to_string(Protocol p);  // "LL", "LL128", "Simple"
@@ -85,22 +83,15 @@ std::optional<Protocol> parse_protocol(std::string_view name);
 // for all_gather, reduce_scatter and all_to_all, 1 otherwise.
 double bus_factor(CollOp op, int nranks);
 
-// A call's shape: what the model needs to know.
-struct CollectiveShape {
-  CollOp op = CollOp::all_reduce;
-  double bytes = 0;        // nccl-tests size (see above)
-  int nranks = 1;          // group size
-  int nodes = 1;           // nodes the group spans
-  int ranks_per_node = 1;  // most ranks of the group on one node
-  // The NICs' bandwidth as a share of the topology's: below 1 where an injected fault degrades
-  // a link the call crosses (the slowest channel paces NCCL's call). Default: 1.
-  double network_factor = 1;
-};
-
 struct CollectiveEstimate {
   CollAlgo algorithm = CollAlgo::ring;
   Protocol protocol = Protocol::simple;
-  int channels = 1;    // channels used at this size
+  int channels = 1;  // channels used at this size
+  // Set by the topology's tuner config (sim/tuner_config.h): its line whose rule chose the
+  // algorithm and protocol, and the channels it gives the call (0: the model's count); 0 and 0
+  // when NCCL's cost model chose.
+  int tuner_line = 0;
+  int tuner_channels = 0;
   double latency = 0;  // seconds
   double algbw = 0;    // bytes/s (S / algbw is the bandwidth term)
   double seconds = 0;  // latency + S / algbw
@@ -119,12 +110,15 @@ class CollectiveModel {
 
   // The estimate for one algorithm and protocol, or nullopt when they cannot serve the call
   // (with the reason in *why, when given).
+  // max_channels > 0 replaces the topology's channel count (a tuner rule's channels).
   std::optional<CollectiveEstimate> estimate(const CollectiveShape& shape, CollAlgo algo, Protocol proto,
-                                             std::string* why = nullptr) const;
+                                             std::string* why = nullptr, int max_channels = 0) const;
   // Every (algorithm, protocol) that can serve the call, in enum order.
   std::vector<CollectiveEstimate> candidates(const CollectiveShape& shape) const;
-  // The fastest, restricted to the forced algorithm and/or protocol. Throws Error when nothing
-  // can serve the call, naming the forced choice and why.
+  // The topology's tuner config's choice where one of its rules applies (the first whose
+  // algorithm and protocol can serve the call and are allowed), else the fastest; restricted to
+  // the forced algorithm and/or protocol. Throws Error when nothing can serve the call, naming
+  // the forced choice and why.
   CollectiveEstimate choose(const CollectiveShape& shape, std::optional<CollAlgo> algo = std::nullopt,
                             std::optional<Protocol> proto = std::nullopt) const;
 

@@ -9,6 +9,7 @@
 
 #include "sim/error.h"
 #include "sim/suggest.h"
+#include "sim/tuner_config.h"
 #include "sim/units.h"
 #include "sim/yaml_fields.h"
 
@@ -69,7 +70,8 @@ struct Schemas {
                           "simple_latency",
                           "sharp_latency",
                           "call_overhead",
-                          "group_launch"})
+                          "group_launch",
+                          "tuner"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -166,18 +168,33 @@ class TopologyReader {
     }
   }
 
-  // A kernel profile file, relative to the topology file's folder; `none`: the roofline.
-  std::shared_ptr<const KernelProfile> read_profile(const Field& f) {
+  // A file the field names relative to the topology file's folder (`what`, shipped in
+  // topologies/`folder`/), or "" for `none` (`none_means`, for the message).
+  std::string file_beside(const Field& f, const std::string& what, const std::string& folder,
+                          const std::string& none_means) {
     const std::string name = rd_.name(f);
-    if (name == "none") return nullptr;
+    if (name == "none") return "";
     std::filesystem::path path(name);
     if (path.is_relative()) path = std::filesystem::path(rd_.pos().source()).parent_path() / path;
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
-      rd_.pos().fail(f.value, "'" + f.path + "' names the kernel profile '" + path.string() +
+      rd_.pos().fail(f.value, "'" + f.path + "' names the " + what + " '" + path.string() +
                                   "', which is not a file; give a path relative to this topology file (the shipped "
-                                  "ones are in topologies/profiles/), or 'none' for the roofline");
-    return std::make_shared<const KernelProfile>(load_kernel_profile(path.string()));
+                                  "ones are in topologies/" +
+                                  folder + "/), or 'none' for " + none_means);
+    return path.string();
+  }
+
+  // A kernel profile file; `none`: the roofline.
+  std::shared_ptr<const KernelProfile> read_profile(const Field& f) {
+    const std::string path = file_beside(f, "kernel profile", "profiles", "the roofline");
+    return path.empty() ? nullptr : std::make_shared<const KernelProfile>(load_kernel_profile(path));
+  }
+
+  // A tuner plugin's config (NCCL's example tuner CSV); `none`: NCCL's cost model alone.
+  std::shared_ptr<const TunerConfig> read_tuner(const Field& f) {
+    const std::string path = file_beside(f, "tuner config", "tuners", "NCCL's cost model alone");
+    return path.empty() ? nullptr : std::make_shared<const TunerConfig>(load_tuner_config(path));
   }
 
   void read_node(const MapView& node) {
@@ -569,6 +586,7 @@ class TopologyReader {
     latency("sharp_latency", c.sharp_latency);
     latency("call_overhead", c.call_overhead);
     latency("group_launch", c.group_launch);
+    if (const Field* k = cv.find("tuner")) c.tuner = read_tuner(*k);
   }
 
   Reader rd_;

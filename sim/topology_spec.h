@@ -20,6 +20,8 @@
 
 namespace ranksim::sim {
 
+struct TunerConfig;  // sim/tuner_config.h
+
 struct DeviceKind {
   std::string name;
   // dtype name ("f64", "f32", "tf32", "bf16", "f16", "fp8", "i8", "i32", "i64") -> FLOP/s.
@@ -137,6 +139,9 @@ struct CollectiveTiming {
   // table was measured, not of the collective, so only `ranksim calibrate` and `ranksim bench
   // collectives -g G` use it. Training runs one process per GPU.
   Time group_launch = Time::ns(4400);
+  // A tuner plugin's choices (`tuner`: a file in the CSV of NCCL's example tuner plugin,
+  // sim/tuner_config.h); null: NCCL's cost model chooses alone.
+  std::shared_ptr<const TunerConfig> tuner;
 };
 
 // A topology as written: validated, not yet laid out as a graph.

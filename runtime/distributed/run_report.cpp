@@ -5,6 +5,7 @@ namespace ranksim::runtime {
 std::string algorithm_label(const CollectiveRecord& rec) {
   std::string s = to_string(rec.algorithm);
   if (!rec.protocol.empty()) s += "/" + rec.protocol + "/" + std::to_string(rec.channels) + "ch";
+  if (rec.tuner) s += "+tuner";
   return s;
 }
 

@@ -25,6 +25,7 @@ struct CollectiveRecord {
   // when the collective was timed as a schedule on the network graph.
   std::string protocol;
   int channels = 0;
+  bool tuner = false;  // the topology's tuner config chose the algorithm and protocol
   std::string group;
   int group_size = 0;
   uint64_t call = 0;  // call number within the group
@@ -41,8 +42,8 @@ struct CollectiveRecord {
 // first member, with that member's start and end; ordered by start) and, elsewhere, those of
 // the groups this process is the first member of, and trace holds every rank's spans on rank 0 and this rank's own
 // elsewhere.
-// "ring", or with the nccl model "ring/LL128/16ch": the label of a record's algorithm in
-// summaries, tables and JSON.
+// "ring", or with the nccl model "ring/LL128/16ch" ("+tuner" appended where the topology's tuner
+// config chose it): the label of a record's algorithm in summaries, tables and JSON.
 std::string algorithm_label(const CollectiveRecord& rec);
 
 // One rank's compute on the sim backend, by kernel class (sim/kernel_profile.h).

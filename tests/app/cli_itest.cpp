@@ -100,6 +100,22 @@ std::map<std::string, double> times_us(const std::string& out) {
 
 // -g 8: as nccl-tests with one thread driving 8 GPUs prints it. Small calls take the thread's
 // 8 x group_launch (4.683 us on dgx-h100.yaml); large ones the GPUs' time, as with one process each.
+TEST(Cli, BenchShowsWhereTheTopologysTunerChose) {
+  // AWS's tuner on 16 p5s (topologies/tuners/aws-p5.conf): tree LL128 up to 288 MiB, ring LL128
+  // to 2 GiB. Without it NCCL's cost model chooses, and no row says tuner.
+  const std::vector<std::string> args = {"bench", "collectives", "-t",      topo("aws-p5.yaml"),
+                                         "--set", "nodes=16",    "--sizes", "256MiB:512MiB"};
+  std::vector<std::string> with = args;
+  with.insert(with.end(), {"--set", "collectives.tuner=tuners/aws-p5.conf"});
+  const Result tuned = run(with);
+  ASSERT_EQ(tuned.code, 0) << tuned.err;
+  EXPECT_THAT(tuned.out, HasSubstr("tree/LL128/16ch+tuner"));
+  EXPECT_THAT(tuned.out, HasSubstr("ring/LL128/16ch+tuner"));
+  const Result plain = run(args);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, Not(HasSubstr("+tuner")));
+}
+
 TEST(Cli, BenchTimesOneThreadDrivingSeveralGpus) {
   const std::vector<std::string> args = {"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "8B:1GiB"};
   const Result each = run(args);

@@ -8,11 +8,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "sim/error.h"
 #include "sim/topology.h"
+#include "sim/tuner_config.h"
 
 namespace ranksim::sim {
 namespace {
@@ -583,6 +585,90 @@ TEST(CollectiveModelSelection, ForcedProtocolIsKept) {
 
 // The header's contract: a large call uses every channel, each carrying a sixteenth of what 16
 // move, so halving the channel count doubles a large call's bandwidth term.
+// ---- a tuner plugin's config (sim/tuner_config.h)
+
+// The cluster's constants with the given tuner config.
+CollectiveModel tuned(const Topology& t, const std::string& config) {
+  CollectiveTiming c = t.collectives();
+  c.tuner = std::make_shared<const TunerConfig>(parse_tuner_config(config, "t.conf"));
+  return CollectiveModel(t, c);
+}
+
+TEST(CollectiveModelTuner, TheFirstRuleThatAppliesChoosesAndTheCostModelTheRest) {
+  // 16 ranks on 2 nodes. Up to 1 MiB the tuner says ring LL, above it tree Simple; all_gather
+  // has no rule, nor has a group of another size, and the model's own fastest runs.
+  const Topology t = cluster(2, 8, 0.8);
+  const CollectiveModel plain(t);
+  const CollectiveModel m = tuned(t,
+                                  "allreduce,0,1048576,ring,ll,-1,2,16\n"
+                                  "allreduce,0,1099511627776,tree,simple,-1,-1,16\n");
+  const CollectiveShape at = shape(CollOp::all_reduce, kMiB, 16, 2);
+  const CollectiveEstimate a = m.choose(at);
+  EXPECT_EQ(a.algorithm, CollAlgo::ring);
+  EXPECT_EQ(a.protocol, Protocol::ll);
+  EXPECT_EQ(a.tuner_line, 1);
+  EXPECT_EQ(a.seconds, est(plain, at, CollAlgo::ring, Protocol::ll).seconds);
+  const CollectiveShape past = shape(CollOp::all_reduce, kMiB + 1, 16, 2);
+  const CollectiveEstimate b = m.choose(past);
+  EXPECT_EQ(b.algorithm, CollAlgo::tree);
+  EXPECT_EQ(b.protocol, Protocol::simple);
+  EXPECT_EQ(b.tuner_line, 2);
+  EXPECT_EQ(b.seconds, est(plain, past, CollAlgo::tree, Protocol::simple).seconds);
+  for (const CollectiveShape& s : {shape(CollOp::all_gather, kMiB, 16, 2), shape(CollOp::all_reduce, kMiB, 8, 1)}) {
+    const CollectiveEstimate own = m.choose(s);
+    EXPECT_EQ(own.tuner_line, 0);
+    EXPECT_EQ(own.seconds, plain.choose(s).seconds);
+    EXPECT_EQ(own.algorithm, plain.choose(s).algorithm);
+  }
+}
+
+TEST(CollectiveModelTuner, APairThatCannotServeOrIsNotAllowedIsPassedOver) {
+  // Line 1 asks a tree of all_gather (NCCL's trees serve all_reduce only), line 2 a rule for
+  // two launches in one (never ranksim's); line 3 decides. Forcing NCCL_ALGO=ring passes over
+  // the tree rules too: the model's fastest ring runs.
+  const Topology t = cluster(2, 8, 0.8);
+  const CollectiveModel plain(t);
+  const CollectiveModel m = tuned(t,
+                                  "allgather,0,1099511627776,tree,simple,-1,-1,-1\n"
+                                  "allgather,0,1099511627776,ring,ll,-1,-1,-1,2\n"
+                                  "allgather,0,1099511627776,ring,ll128,-1,-1,-1\n"
+                                  "allreduce,0,1099511627776,tree,ll128,-1,-1,-1\n");
+  const CollectiveShape ag = shape(CollOp::all_gather, 64 * kMiB, 16, 2);
+  const CollectiveEstimate e = m.choose(ag);
+  EXPECT_EQ(e.tuner_line, 3);
+  EXPECT_EQ(e.algorithm, CollAlgo::ring);
+  EXPECT_EQ(e.protocol, Protocol::ll128);
+  const CollectiveShape ar = shape(CollOp::all_reduce, 64 * kMiB, 16, 2);
+  EXPECT_EQ(m.choose(ar).algorithm, CollAlgo::tree);
+  const CollectiveEstimate ring = m.choose(ar, CollAlgo::ring);
+  EXPECT_EQ(ring.tuner_line, 0);
+  EXPECT_EQ(ring.seconds, plain.choose(ar, CollAlgo::ring).seconds);
+  const CollectiveEstimate simple = m.choose(ar, std::nullopt, Protocol::simple);
+  EXPECT_EQ(simple.tuner_line, 0);
+  EXPECT_EQ(simple.seconds, plain.choose(ar, std::nullopt, Protocol::simple).seconds);
+}
+
+TEST(CollectiveModelTuner, ARulesChannelsMoveTheBandwidthAsChannelsDo) {
+  // One node: a ring of 4 channels moves 4/16 of what 16 move (0.75 of 100 GB/s), the latency
+  // unchanged; -1 keeps the topology's 16.
+  const Topology t = dgx_like();
+  const CollectiveModel four = tuned(t, "allreduce,0,1099511627776,ring,simple,4,-1,-1\n");
+  const CollectiveModel own = tuned(t, "allreduce,0,1099511627776,ring,simple,-1,-1,-1\n");
+  const CollectiveShape s = shape(CollOp::all_reduce, kBig, 8);
+  const CollectiveEstimate a = four.choose(s);
+  const CollectiveEstimate b = own.choose(s);
+  EXPECT_EQ(a.channels, 4);
+  EXPECT_EQ(a.tuner_channels, 4);
+  EXPECT_EQ(b.channels, 16);
+  EXPECT_EQ(b.tuner_channels, 0);
+  expect_close(a.algbw, kB * kE / (2.0 * 7 / 8) * 4 / 16);
+  expect_close(b.algbw, kB * kE / (2.0 * 7 / 8));
+  EXPECT_EQ(a.latency, b.latency);
+  // estimate() with the same channel count gives the same call.
+  EXPECT_EQ(est(CollectiveModel(t), s, CollAlgo::ring, Protocol::simple).seconds, b.seconds);
+  EXPECT_EQ(CollectiveModel(t).estimate(s, CollAlgo::ring, Protocol::simple, nullptr, 4)->seconds, a.seconds);
+}
+
 TEST(CollectiveModelChannels, HalvingTheChannelsDoublesTheBandwidthTerm) {
   const CollectiveModel m16(dgx_like());
   const CollectiveModel m8(Topology::parse(one_node(8,

@@ -250,6 +250,7 @@ bool SimBackend::complete(SimGroup& g, uint64_t call, Pending& p) {
     rec.algorithm = from_nccl_algorithm(est.algorithm);
     rec.protocol = sim::to_string(est.protocol);
     rec.channels = est.channels;
+    rec.tuner = est.tuner_line > 0;
     const sim::Time t0 = *std::max_element(start.begin(), start.end());
     done.assign(static_cast<size_t>(n), t0 + sim::Time::from_seconds(est.seconds));
   } else {
@@ -327,7 +328,12 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
     if (network_factor >= 1) return est;
     sim::CollectiveShape slow = shape;
     slow.network_factor = network_factor;
-    return collective_model_.estimate(slow, est.algorithm, est.protocol).value_or(est);
+    std::optional<sim::CollectiveEstimate> e =
+        collective_model_.estimate(slow, est.algorithm, est.protocol, nullptr, est.tuner_channels);
+    if (!e) return est;
+    e->tuner_line = est.tuner_line;
+    e->tuner_channels = est.tuner_channels;
+    return *e;
   };
   using Choice = std::pair<std::optional<sim::CollAlgo>, std::optional<sim::Protocol>>;
   for (const Choice& c : {Choice{forced, protocol_}, Choice{std::nullopt, protocol_}}) {
