@@ -204,6 +204,7 @@ const std::vector<std::string>& fit_constant_names() {
                                                  "net_overhead",
                                                  "nvls_efficiency",
                                                  "nvls_tree_efficiency",
+                                                 "nvls_tree_network_efficiency",
                                                  "nvls_latency",
                                                  "simple_latency",
                                                  "alltoall_efficiency",
@@ -219,6 +220,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                           const std::vector<FitCase>& cases, const std::vector<std::string>& only) {
   const double launch = topology.kind_of(0).launch_overhead.seconds();
   bool ring_intra = false, ring_inter = false, nvls = false, nvls_tree = false, a2a = false, a2a_net = false;
+  bool nvls_tree_wide = false;  // an NVLS tree on more than two nodes: its network share
   // Hop latencies are told apart from the fixed overhead by the hop counts of the tables and by
   // the protocols' different latencies within one table.
   bool intra = false, net = false, inter = false;
@@ -246,6 +248,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
         (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree);
     nvls = nvls || (can_nvls && c.shape.nodes == 1);
     nvls_tree = nvls_tree || (can_nvls && c.shape.nodes > 1);
+    nvls_tree_wide = nvls_tree_wide || (can_nvls && c.shape.nodes > 2);
   }
   std::vector<Param> params;
   if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
@@ -258,6 +261,21 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     params.push_back(share_param("nvls_tree_efficiency", &sim::CollectiveTiming::nvls_tree_efficiency,
                                  &sim::CollectiveTiming::nvls_tree_share));
   if (nvls || nvls_tree) params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
+  // An NVLS tree's own share of the NICs: only when named (--fit), since only NVLS trees on more
+  // than two nodes tell it from the rings'. Unset (0), the fit starts at the rings' share.
+  if (nvls_tree_wide && std::find(only.begin(), only.end(), "nvls_tree_network_efficiency") != only.end()) {
+    const double nics = topology.nics_per_node() * topology.network().nic_bandwidth;
+    params.push_back({"nvls_tree_network_efficiency", true,
+                      [nics](const sim::CollectiveTiming& c) {
+                        if (c.nvls_tree_network_efficiency > 0) return c.nvls_tree_network_efficiency;
+                        const double capped =
+                            c.channel_network_bandwidth > 0
+                                ? std::min(1.0, std::max(1, c.channels) * c.channel_network_bandwidth / nics)
+                                : 1.0;
+                        return std::min(0.99, capped * c.network_efficiency);
+                      },
+                      [](sim::CollectiveTiming& c, double v) { c.nvls_tree_network_efficiency = v; }});
+  }
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
   // The Simple protocol's base latency: only when named (--fit), since only tables whose small
   // calls run LL or LL128 and whose large ones run Simple tell it from call_overhead.
@@ -512,6 +530,8 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
   if (c.nvls_tree_efficiency > 0) n["nvls_tree_efficiency"] = fmt("%.4f", c.nvls_tree_efficiency);
+  if (c.nvls_tree_network_efficiency > 0)
+    n["nvls_tree_network_efficiency"] = fmt("%.4f", c.nvls_tree_network_efficiency);
   // Bandwidths for groups on 1, 2 and more nodes, as the reader takes them.
   auto per_node_count = [&](const char* key, const std::array<double, 3>& values) {
     for (const double b : values) n[key].push_back(fmt("%.4g GB/s", b / 1e9));

@@ -32,6 +32,7 @@ FITTED = {
     "h100sxm_2node16gpu_efa_all_reduce_awsome.csv",
     "h100sxm_16node128gpu_efa_all_gather_crazyguitar.csv",
     "h100sxm_8node64gpu_efa_all_to_all_crazyguitar.csv",
+    "h100sxm_16node128gpu_efa_all_reduce_crazyguitar.csv",
     "a100sxm4_2node16gpu_all_reduce_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_gather_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_to_all_alcf_sophia.csv",

@@ -290,8 +290,14 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // reductions, the S/p it reduces back, and out again as S/p multicast, the others' (p-1)S/p in.
       algbw = fabric_bw_ * (tree ? c_.nvls_tree_share() : c_.nvls_efficiency) / (1.0 + 1.0 / p);
       // Between nodes, NVLS trees move each rank's data once in each direction (twice as much
-      // per byte as a ring for more than two nodes, as NCCL's model has it).
-      if (tree) algbw = std::min(algbw, nic_node * c_.network_efficiency * (N <= 2 ? 1.0 : 0.5));
+      // per byte as a ring for more than two nodes, as NCCL's model has it), through the NICs
+      // as the rings do or at their own share of the line rate.
+      if (tree) {
+        const double net = c_.nvls_tree_network_efficiency > 0 ? nics_used * nic_bw_ * s.network_factor /
+                                                                     oversubscription * c_.nvls_tree_network_efficiency
+                                                               : nic_node * c_.network_efficiency;
+        algbw = std::min(algbw, net * (N <= 2 ? 1.0 : 0.5));
+      }
       algbw *= share;
       e.latency = c_.nvls_latency.seconds() + (tree ? 2 * log2_floor(N) * kNetNvlsTree * inter_scale * kUs : 0.0);
       if (tree) e.latency += tree_waits(s.bytes, used, log2_ceil(N), proto, N, p) * c_.net_overhead.seconds();

@@ -59,6 +59,7 @@ struct Schemas {
                           "nvls",
                           "nvls_efficiency",
                           "nvls_tree_efficiency",
+                          "nvls_tree_network_efficiency",
                           "ll_max_bandwidth",
                           "tree_channel_bandwidth",
                           "tree_ll128_channel_bandwidth",
@@ -544,6 +545,7 @@ class TopologyReader {
     fraction("alltoall_network_efficiency", c.alltoall_network_efficiency);
     fraction("nvls_efficiency", c.nvls_efficiency);
     fraction("nvls_tree_efficiency", c.nvls_tree_efficiency);
+    fraction("nvls_tree_network_efficiency", c.nvls_tree_network_efficiency);
     if (const Field* k = cv.find("nvls")) {
       c.nvls = rd_.boolean(*k);
       if (c.nvls && s_.fabric.type != FabricType::switched)

@@ -102,6 +102,10 @@ struct CollectiveTiming {
   // them); 0 (the default) means nvls_efficiency. See nvls_tree_share().
   double nvls_tree_efficiency = 0;
   double nvls_tree_share() const { return nvls_tree_efficiency > 0 ? nvls_tree_efficiency : nvls_efficiency; }
+  // The share of the NICs' line rate an NVLS tree's network part reaches between nodes; 0 (the
+  // default) means the rings': the NICs capped at channels x channel_network_bandwidth, times
+  // network_efficiency.
+  double nvls_tree_network_efficiency = 0;
   // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:
   // 141, 45, 35 GB/s; Ampere's: 87.7, 22.5, 19 GB/s).
   std::array<double, 3> ll_max_bandwidth{141e9, 45e9, 35e9};

@@ -48,8 +48,8 @@ class LineReader {
       if (v == names[i]) return i;
     std::string list;
     for (const char* n : names) list += (list.empty() ? "" : ", ") + std::string(n);
-    fail(f, std::string(what) + " '" + std::string(f.text) + "' is not one NCCL's tuner config names; expected one of " +
-                list);
+    fail(f, std::string(what) + " '" + std::string(f.text) +
+                "' is not one NCCL's tuner config names; expected one of " + list);
   }
 
   // A whole number in [least, most]; `extra` says what else it may be (for messages).
@@ -102,7 +102,8 @@ TunerConfig parse_tuner_config(const std::string& text, const std::string& sourc
     size_t start = 0;
     while (true) {
       const size_t comma = line.find(',', start);
-      const std::string_view raw = line.substr(start, comma == std::string_view::npos ? line.size() - start : comma - start);
+      const std::string_view raw =
+          line.substr(start, comma == std::string_view::npos ? line.size() - start : comma - start);
       const std::string_view t = trim(raw);
       const size_t lead = static_cast<size_t>(t.empty() ? 0 : t.data() - raw.data());
       fields.push_back({t, static_cast<int>(start + lead) + 1});
@@ -127,8 +128,8 @@ TunerConfig parse_tuner_config(const std::string& text, const std::string& sourc
                              "; the range is inclusive, min_bytes first");
     r.min_bytes = static_cast<double>(lo);
     r.max_bytes = static_cast<double>(hi);
-    static constexpr std::array<const char*, 7> kAlgos{"tree", "ring", "collnet_direct", "collnet_chain",
-                                                       "nvls", "nvls_tree", "pat"};
+    static constexpr std::array<const char*, 7> kAlgos{"tree",      "ring", "collnet_direct", "collnet_chain", "nvls",
+                                                       "nvls_tree", "pat"};
     static constexpr std::array<CollAlgo, 7> kAlgoValues{CollAlgo::tree,    CollAlgo::ring, CollAlgo::collnet,
                                                          CollAlgo::collnet, CollAlgo::nvls, CollAlgo::nvls_tree,
                                                          CollAlgo::pat};
@@ -156,7 +157,8 @@ TunerConfig parse_tuner_config(const std::string& text, const std::string& sourc
 
 TunerConfig load_tuner_config(const std::string& path) {
   return parse_tuner_config(
-      read_text_file(path, "tuner config", "check the path (relative paths are from the topology file's folder)"), path);
+      read_text_file(path, "tuner config", "check the path (relative paths are from the topology file's folder)"),
+      path);
 }
 
 }  // namespace ranksim::sim

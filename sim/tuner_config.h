@@ -38,9 +38,9 @@ struct TunerRule {
   double max_bytes = 0;  // inclusive
   CollAlgo algorithm = CollAlgo::ring;
   Protocol protocol = Protocol::simple;
-  int channels = -1;  // -1: the model's count
-  int nodes = -1;     // -1: any
-  int ranks = -1;     // -1: any
+  int channels = -1;              // -1: the model's count
+  int nodes = -1;                 // -1: any
+  int ranks = -1;                 // -1: any
   bool ranksim_can_match = true;  // false when numPipeOps or regBuff asks for what ranksim never issues
   int line = 0;                   // in the file, for messages
   bool applies_to(const CollectiveShape& s) const;

@@ -272,6 +272,24 @@ TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
   EXPECT_THAT(all.fitted, Not(testing::Contains("nvls_efficiency")));
 }
 
+TEST(CalibrateFit, NvlsTreesOnMoreThanTwoNodesFitTheirOwnShareOfTheNicsWhenNamed) {
+  // NVLS-tree tables (NCCL_ALGO=NVLSTree) made with the NVLS tree's network part at 0.6 of the
+  // NICs' 100 GB/s a node: on 4 nodes it moves each byte twice, 30 GB/s of algorithm bandwidth,
+  // below NVLS's 100 x 0.5 / (1 + 1/8) = 44 GB/s; on 2 nodes NVLS binds. Started at the rings'
+  // share (network_efficiency 0.9), the fit finds it; not named, it is not fitted.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  sim::CollectiveTiming real = truth(t);
+  real.nvls = true;
+  real.nvls_efficiency = 0.5;
+  real.nvls_tree_network_efficiency = 0.6;
+  const std::vector<FitCase> cases = across_nodes(t, real, sim::CollAlgo::nvls_tree);
+  sim::CollectiveTiming start = real;
+  start.nvls_tree_network_efficiency = 0;
+  const FitResult fit = fit_collectives(t, start, cases, {"nvls_tree_network_efficiency"});
+  expect_within(fit.constants.nvls_tree_network_efficiency, 0.6, 0.01, "nvls_tree_network_efficiency");
+  EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("nvls_tree_network_efficiency")));
+}
+
 // A case of all_gather forced to ring Simple on the 8 ranks of one node.
 FitCase ring_all_gather_on_8() {
   FitCase c;

@@ -407,6 +407,15 @@ TEST(CollectiveModelMultiNode, NvlsTreesRunAtTheirOwnShareOfTheFabric) {
   // NVLS inside one node keeps nvls_efficiency.
   expect_close(est(own, shape(CollOp::all_reduce, kBig, 8, 1), CollAlgo::nvls, Protocol::simple).algbw,
                450e9 * 0.72 / (1 + 1.0 / 8));
+  // With its own share of the NICs (0.7 of the line rate, past a channel cap of 16 x 15 GB/s
+  // that binds the rings): 400 GB/s x 0.7 x 0.5 = 140 GB/s beyond two nodes; the rings still
+  // move 240 GB/s x 0.9 of bus bandwidth.
+  const CollectiveModel net(
+      cluster(4, 8, 0.9, nvls + "  nvls_tree_network_efficiency: 0.7\n  channel_network_bandwidth: 15 GB/s\n"));
+  expect_close(est(net, shape(CollOp::all_reduce, kBig, 32, 4), CollAlgo::nvls_tree, Protocol::simple).algbw,
+               8 * 50e9 * 0.7 * 0.5);
+  expect_close(est(net, shape(CollOp::all_gather, kBig, 32, 4), CollAlgo::ring, Protocol::simple).algbw,
+               16 * 15e9 * 0.9 / (31.0 / 32));
 }
 
 TEST(CollectiveModelMultiNode, ATwoNodeTreeSendsEachByteOnceThroughTheNics) {

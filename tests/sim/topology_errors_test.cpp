@@ -589,17 +589,30 @@ TEST(TopologyCollectivesSection, WithoutItTheModelIsSchedule) {
 }
 
 TEST(TopologyCollectivesSection, EveryKeyIsRead) {
-  const Topology t = Topology::parse(
-      with_network({{16,
-                     "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
-                     "  sharp: true"}},
-                   {"nodes: 2", "collectives:", "  model: nccl", "  channels: 8", "  fabric_efficiency: 0.7",
-                    "  network_efficiency: 0.85", "  alltoall_efficiency: 0.5", "  alltoall_network_efficiency: 0.65",
-                    "  channel_network_bandwidth: 20 GB/s", "  nvls: true", "  nvls_efficiency: 0.4",
-                    "  nvls_tree_efficiency: 0.35", "  ll_max_bandwidth: 100 GB/s", "  intra_latency: 2 us",
-                    "  inter_latency: 9 us", "  peer_latency: 5 us", "  sharp_latency: 11 us", "  call_overhead: 20 us",
-                    "  simple_latency: 12 us"}),
-      "ok.yaml");
+  const Topology t = Topology::parse(with_network({{16,
+                                                    "  nic_latency: 1 us\n  nics_per_node: 2\n  transport: roce\n"
+                                                    "  sharp: true"}},
+                                                  {"nodes: 2",
+                                                   "collectives:",
+                                                   "  model: nccl",
+                                                   "  channels: 8",
+                                                   "  fabric_efficiency: 0.7",
+                                                   "  network_efficiency: 0.85",
+                                                   "  alltoall_efficiency: 0.5",
+                                                   "  alltoall_network_efficiency: 0.65",
+                                                   "  channel_network_bandwidth: 20 GB/s",
+                                                   "  nvls: true",
+                                                   "  nvls_efficiency: 0.4",
+                                                   "  nvls_tree_efficiency: 0.35",
+                                                   "  nvls_tree_network_efficiency: 0.75",
+                                                   "  ll_max_bandwidth: 100 GB/s",
+                                                   "  intra_latency: 2 us",
+                                                   "  inter_latency: 9 us",
+                                                   "  peer_latency: 5 us",
+                                                   "  sharp_latency: 11 us",
+                                                   "  call_overhead: 20 us",
+                                                   "  simple_latency: 12 us"}),
+                                     "ok.yaml");
   const CollectiveTiming& c = t.collectives();
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
   EXPECT_EQ(c.channels, 8);
@@ -611,6 +624,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_DOUBLE_EQ(c.channel_network_bandwidth, 20e9);
   EXPECT_EQ(c.nvls_tree_efficiency, 0.35);
   EXPECT_EQ(c.nvls_tree_share(), 0.35);
+  EXPECT_EQ(c.nvls_tree_network_efficiency, 0.75);
   EXPECT_TRUE(c.nvls);
   EXPECT_EQ(c.nvls_efficiency, 0.4);
   EXPECT_DOUBLE_EQ(c.ll_max_bandwidth[0], 100e9);
