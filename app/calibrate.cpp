@@ -299,7 +299,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     // Each peer across nodes: only when named (--fit), since only tables of many nodes' small
     // calls tell it from call_overhead. Unset (0), the fit starts at what it reads as.
     if (std::find(only.begin(), only.end(), "peer_latency") != only.end())
-      params.push_back({"peer_latency", false, [](const sim::CollectiveTiming& c) { return c.peer_cost(); },
+      params.push_back({"peer_latency", false, [](const sim::CollectiveTiming& c) { return sim::peer_cost(c); },
                         [](sim::CollectiveTiming& c, double v) { c.peer_latency = sim::Time::from_seconds(v); }});
   }
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));

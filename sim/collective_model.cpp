@@ -126,6 +126,10 @@ double bus_factor(CollOp op, int n) {
   }
 }
 
+double peer_cost(const CollectiveTiming& c) {
+  return c.peer_latency > Time::zero() ? c.peer_latency.seconds() : c.inter_latency.seconds() * kNetRing[0] / kNetRef;
+}
+
 CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nranks) {
   const int dpn = topology.devices_per_node();
   CollectiveShape s;
@@ -208,7 +212,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   // A node's NICs as the group uses them; a ring's or tree's channels move at most
   // channel_network_bandwidth each through them.
   const int C = std::max(1, max_channels > 0 ? max_channels : c_.channels);
-  double nic_node = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
+  const double nic_line = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
+  double nic_node = nic_line;
   if (N > 1 && c_.channel_network_bandwidth > 0) nic_node = std::min(nic_node, C * c_.channel_network_bandwidth);
   // Inside a node: the fabric, or the NICs when the node has none.
   const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
@@ -293,8 +298,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // per byte as a ring for more than two nodes, as NCCL's model has it), through the NICs
       // as the rings do or at their own share of the line rate.
       if (tree) {
-        const double net = c_.nvls_tree_network_efficiency > 0 ? nics_used * nic_bw_ * s.network_factor /
-                                                                     oversubscription * c_.nvls_tree_network_efficiency
+        const double net = c_.nvls_tree_network_efficiency > 0 ? nic_line * c_.nvls_tree_network_efficiency
                                                                : nic_node * c_.network_efficiency;
         algbw = std::min(algbw, net * (N <= 2 ? 1.0 : 0.5));
       }
@@ -340,8 +344,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // Peers are served in parallel by the channels; each still costs a short setup: the LL
       // hop latency per peer inside the node and peer_latency per peer on another node, one full
       // hop to reach the farthest.
-      e.latency = base_latency(kBaseRing, proto) + (p - 1) * kNvlRing[0] * intra_scale * kUs +
-                  (n - p) * c_.peer_cost() + (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
+      e.latency = base_latency(kBaseRing, proto) + (p - 1) * kNvlRing[0] * intra_scale * kUs + (n - p) * peer_cost(c_) +
+                  (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
       break;
     }
   }

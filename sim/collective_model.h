@@ -83,6 +83,11 @@ std::optional<Protocol> parse_protocol(std::string_view name);
 // for all_gather, reduce_scatter and all_to_all, 1 otherwise.
 double bus_factor(CollOp op, int nranks);
 
+// Seconds each peer on another node adds to a point-to-point call: the constants' peer_latency,
+// or where unset NCCL's network ring LL hop (2.7 us) scaled as inter_latency is (by
+// inter_latency / 14 us, NCCL's network ring Simple hop).
+double peer_cost(const CollectiveTiming& c);
+
 struct CollectiveEstimate {
   CollAlgo algorithm = CollAlgo::ring;
   Protocol protocol = Protocol::simple;

@@ -123,12 +123,9 @@ struct CollectiveTiming {
   Time net_overhead = Time::us(1);
   // What each peer on another node adds to a point-to-point call (all_to_all, gather, scatter):
   // its send and receive through the proxies, the peers spread over the channels. 0 (the default)
-  // means NCCL's network ring LL hop, 2.7 us, scaled as inter_latency is (by inter_latency / 14 us,
-  // NCCL's network ring Simple hop). See peer_cost().
+  // means NCCL's network ring LL hop scaled as inter_latency is: peer_cost() in
+  // sim/collective_model.h.
   Time peer_latency = Time::zero();
-  double peer_cost() const {
-    return peer_latency > Time::zero() ? peer_latency.seconds() : inter_latency.seconds() * 2.7 / 14.0;
-  }
   Time nvls_latency = Time::us(25);  // an NVLS reduction inside the switch (NCCL's NVLS: 25 us)
   // The base latency of a ring, tree or point-to-point call on the Simple protocol, before its
   // hops (NCCL's baseLat for ring and tree Simple: 8.4 us). LL and LL128 keep NCCL's bases.

@@ -204,7 +204,7 @@ TEST(CalibrateFit, PeerLatencyIsFittedWhenNamed) {
   const std::vector<FitCase> cases = across_nodes(t, real, std::nullopt, sim::CollOp::all_to_all);
   sim::CollectiveTiming start = real;
   start.peer_latency = sim::Time::zero();
-  EXPECT_DOUBLE_EQ(start.peer_cost(), 9e-6 * 2.7 / 14);
+  EXPECT_DOUBLE_EQ(sim::peer_cost(start), 9e-6 * 2.7 / 14);
   const FitResult fit = fit_collectives(t, start, cases, {"peer_latency"});
   expect_within(fit.constants.peer_latency.seconds(), 12e-6, 0.01, "peer_latency");
   EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("peer_latency")));

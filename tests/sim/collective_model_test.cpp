@@ -355,7 +355,7 @@ TEST(CollectiveModelMultiNode, AllToAllPaysPeerLatencyForEachPeerOnAnotherNode) 
   // the latency moves, by 8 x the difference, and only for point-to-point calls.
   const CollectiveShape s = shape(CollOp::all_to_all, 1 * kMiB, 16, 2);
   const Topology unset_topology = cluster(2, 8, 0.8);
-  EXPECT_DOUBLE_EQ(unset_topology.collectives().peer_cost(), 7e-6 * 2.7 / 14);
+  EXPECT_DOUBLE_EQ(peer_cost(unset_topology.collectives()), 7e-6 * 2.7 / 14);
   const CollectiveModel unset(unset_topology);
   const CollectiveModel set(cluster(2, 8, 0.8, "  peer_latency: 10 us\n"));
   const CollectiveEstimate a = est(unset, s, CollAlgo::direct, Protocol::simple);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/collective_model.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 
@@ -632,7 +633,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.intra_latency, Time::us(2));
   EXPECT_EQ(c.inter_latency, Time::us(9));
   EXPECT_EQ(c.peer_latency, Time::us(5));
-  EXPECT_DOUBLE_EQ(c.peer_cost(), 5e-6);
+  EXPECT_DOUBLE_EQ(peer_cost(c), 5e-6);
   EXPECT_EQ(c.sharp_latency, Time::us(11));
   EXPECT_EQ(c.call_overhead, Time::us(20));
   EXPECT_EQ(c.simple_latency, Time::us(12));
