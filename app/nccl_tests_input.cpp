@@ -12,22 +12,14 @@
 
 #include "sim/error.h"
 #include "sim/io.h"
+#include "sim/text.h"
 
 namespace ranksim::app {
 
 namespace {
 
-std::string trim(std::string s) {
-  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
-  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
-  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
-  return s;
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+// A trimmed copy: the reader keeps its cells and header values as strings.
+std::string trimmed(std::string_view s) { return std::string(sim::trim(s)); }
 
 std::vector<std::string> split_ws(const std::string& line) {
   std::istringstream in(line);
@@ -40,7 +32,7 @@ std::vector<std::string> split_csv(const std::string& line) {
   std::vector<std::string> out;
   std::string cell;
   std::istringstream in(line);
-  while (std::getline(in, cell, ',')) out.push_back(trim(cell));
+  while (std::getline(in, cell, ',')) out.push_back(trimmed(cell));
   if (!line.empty() && line.back() == ',') out.emplace_back();
   return out;
 }
@@ -68,7 +60,7 @@ bool to_double(const std::string& s, double& v) {
 
 // nccl-tests' binary name (or ranksim's op name) to ranksim's op name; "" if unknown.
 std::string op_name(std::string s) {
-  s = lower(trim(s));
+  s = sim::ascii_lower(trimmed(s));
   if (s.size() > 5 && s.compare(s.size() - 5, 5, "_perf") == 0) s.resize(s.size() - 5);
   if (s == "all_reduce" || s == "allreduce") return "all_reduce";
   if (s == "all_gather" || s == "allgather") return "all_gather";
@@ -81,7 +73,7 @@ std::string op_name(std::string s) {
 
 // NCCL_ALGO's value (any case) to ranksim's algorithm name; "auto" for default.
 std::string algo_name(const std::string& s) {
-  const std::string v = lower(trim(s));
+  const std::string v = sim::ascii_lower(trimmed(s));
   if (v == "default" || v == "auto" || v.empty()) return "auto";
   if (v == "nvlstree") return "nvls_tree";
   if (v == "collnetdirect" || v == "collnetchain") return "collnet";
@@ -146,7 +138,7 @@ class Parser {
     for (size_t i = 2; i + 1 < w.size(); ++i)
       if (w[i] == "on") hosts_.insert(w[i + 1]);
     if (const auto bus = body.find(']'); bus != std::string::npos) {
-      const std::string device = trim(body.substr(bus + 1));
+      const std::string device = trimmed(body.substr(bus + 1));
       if (!device.empty()) devices_.insert(device);
     }
   }
@@ -159,7 +151,7 @@ class Parser {
       if (begun()) next(line);
       if (t_.test.empty() && !saw_nthread_) t_.line = line;
       software_ = version_;
-      t_.test = trim(body.substr(at + starting.size()));
+      t_.test = trimmed(body.substr(at + starting.size()));
       t_.op = op_name(t_.test);  // "" for a collective ranksim does not time: select_tests decides
       return;
     }
@@ -188,7 +180,7 @@ class Parser {
       return;
     }
     if (const auto at = body.find(version); at != std::string::npos) {
-      version_ = trim(body.substr(at));  // printed before the test it belongs to
+      version_ = trimmed(body.substr(at));  // printed before the test it belongs to
       return;
     }
     rank_line(body, line);
@@ -199,7 +191,7 @@ class Parser {
     int no = 0;
     while (std::getline(in, line)) {
       ++no;
-      const std::string s = trim(line);
+      const std::string s = trimmed(line);
       if (s.empty()) continue;
       if (s[0] == '#') {
         header_text(s.substr(1), no);
@@ -228,13 +220,14 @@ class Parser {
     size_t ncols = 0;
     while (std::getline(in, line)) {
       ++no;
-      const std::string s = trim(line);
+      const std::string s = trimmed(line);
       if (s.empty()) continue;
       if (s[0] == '#') {
-        const std::string body = trim(s.substr(1));
+        const std::string body = trimmed(s.substr(1));
         const auto colon = body.find(':');
         if (colon == std::string::npos) continue;
-        const std::string key = lower(trim(body.substr(0, colon))), value = trim(body.substr(colon + 1));
+        const std::string key = sim::ascii_lower(trimmed(body.substr(0, colon))),
+                          value = trimmed(body.substr(colon + 1));
         if (key == "op" || key == "collective test starting") {
           const std::string op = op_name(value);
           if (op.empty()) fail(no, "'# " + key + ": " + value + "' is not a collective ranksim times");
@@ -264,7 +257,7 @@ class Parser {
       const std::vector<std::string> cells = split_csv(s);
       if (size_col < 0) {
         for (size_t i = 0; i < cells.size(); ++i) {
-          const std::string c = lower(cells[i]);
+          const std::string c = sim::ascii_lower(cells[i]);
           if (size_col < 0 && (c == "size_bytes" || c == "size" || c == "size(b)")) size_col = static_cast<int>(i);
           if (time_col < 0 && (c == "time_us" || c == "time" || c == "time(us)")) time_col = static_cast<int>(i);
         }
@@ -353,7 +346,7 @@ std::vector<MeasuredTable> parse_nccl_tests_log(const std::string& text, const s
   {
     std::istringstream probe(text);
     for (std::string line; std::getline(probe, line);) {
-      const std::string s = trim(line);
+      const std::string s = trimmed(line);
       if (s.empty() || s[0] == '#') continue;
       csv = s.find(',') != std::string::npos;
       if (csv || is_integer(split_ws(s)[0])) break;

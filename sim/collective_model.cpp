@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "sim/check.h"
 #include "sim/error.h"
+#include "sim/text.h"
 #include "sim/tuner_config.h"
 
 namespace ranksim::sim {
@@ -141,8 +141,7 @@ CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nra
 }
 
 std::optional<Protocol> parse_protocol(std::string_view name) {
-  std::string s;
-  for (char c : name) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string s = ascii_lower(name);
   if (s == "ll") return Protocol::ll;
   if (s == "ll128") return Protocol::ll128;
   if (s == "simple") return Protocol::simple;

@@ -1,13 +1,13 @@
 #include "sim/tuner_config.h"
 
 #include <array>
-#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <string_view>
 
 #include "sim/error.h"
 #include "sim/io.h"
+#include "sim/text.h"
 
 namespace ranksim::sim {
 
@@ -21,18 +21,6 @@ struct Field {
   int column = 1;  // 1-based, of the field's first character
 };
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::string lower(std::string_view s) {
-  std::string out;
-  for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 class LineReader {
  public:
   LineReader(const std::string& source, int line) : source_(source), line_(line) {}
@@ -43,7 +31,7 @@ class LineReader {
 
   template <size_t N>
   size_t one_of(const Field& f, const char* what, const std::array<const char*, N>& names) const {
-    const std::string v = lower(f.text);
+    const std::string v = ascii_lower(f.text);
     for (size_t i = 0; i < N; ++i)
       if (v == names[i]) return i;
     std::string list;

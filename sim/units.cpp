@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "sim/text.h"
+
 namespace ranksim::sim::units {
 namespace {
 
@@ -89,12 +91,6 @@ const Quantity& size_q() {
 const Quantity& flop_q() {
   static const Quantity q = make_flop_rate();
   return q;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 const Unit* find_unit(const Quantity& q, std::string_view spelling) {

@@ -1,7 +1,6 @@
 #include "sim/yaml_input.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -11,6 +10,7 @@
 
 #include "sim/error.h"
 #include "sim/suggest.h"
+#include "sim/text.h"
 
 namespace ranksim::sim {
 
@@ -245,13 +245,6 @@ bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::string trim_copy(std::string_view s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
-
 std::vector<std::string> map_keys(const YAML::Node& map) {
   std::vector<std::string> out;
   for (auto it = map.begin(); it != map.end(); ++it)
@@ -271,7 +264,7 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
   std::size_t key_start = 0;
   for (const std::string& prefix : options.document_prefixes)
     if (text.rfind(prefix, 0) == 0 && eq != std::string::npos && eq > prefix.size()) key_start = prefix.size();
-  if (eq == std::string::npos || trim_copy(std::string_view(text).substr(key_start, eq - key_start)).empty())
+  if (eq == std::string::npos || trim(std::string_view(text).substr(key_start, eq - key_start)).empty())
     fail_at(0, "expected key=value, such as " + options.example);
 
   YAML::Node value;
@@ -287,7 +280,7 @@ void apply_set(YAML::Node& root, const std::string& text, const YamlSchema& sche
   for (std::size_t b = key_start; b <= eq;) {
     std::size_t e = text.find('.', b);
     if (e == std::string::npos || e > eq) e = eq;
-    std::string part = trim_copy(std::string_view(text).substr(b, e - b));
+    std::string part(trim(std::string_view(text).substr(b, e - b)));
     if (part.empty()) fail_at(b, "empty key component in '" + text.substr(0, eq) + "'");
     parts.emplace_back(std::move(part), b);
     b = e + 1;
