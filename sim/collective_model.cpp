@@ -37,14 +37,19 @@ constexpr double kNvlRef = 3.4, kNetRef = 14.0;
 constexpr std::array<double, 3> kChannelBytes{512.0 * 8, 640.0 * 8, 512.0 * 64};
 // Data bytes of one pipeline step per channel (NCCL's default buffers split in NCCL_STEPS = 8):
 // LL 512 KiB of 16-byte lines, half of them flags; LL128 4.6875 MiB, 120 of every 128 bytes
-// data; Simple 4 MiB (NCCL_BUFFSIZE).
-constexpr std::array<double, 3> kStepBytes{32768.0, 576000.0, 524288.0};
+// data. Simple's is the topology's buffer_size (NCCL_BUFFSIZE, 4 MiB by default) / 8.
+constexpr std::array<double, 2> kLowLatencyStepBytes{32768.0, 576000.0};
+
 // A ring all_reduce, all_gather or reduce_scatter moves a chunk of this many steps per step of its
 // loop (NCCL: Simple chunks are NCCL_STEPS / 2 steps; LL and LL128 one); broadcast and reduce
 // move one step.
 constexpr std::array<double, 3> kRingChunkSteps{1, 1, 4};
 
 size_t pi(Protocol p) { return static_cast<size_t>(p); }
+
+double step_bytes(Protocol proto, const CollectiveTiming& c) {
+  return proto == Protocol::simple ? static_cast<double>(c.buffer_size) / 8 : kLowLatencyStepBytes[pi(proto)];
+}
 
 int log2_floor(int v) {
   int r = 0;
@@ -68,8 +73,8 @@ int log2_ceil(int v) {
 // fewer than 64 and 16 chunks per (1 + log2 N + ppn / 10) / ppn, ppn the ranks per node). Each
 // level of the tree holds NCCL_STEPS (8) chunks in flight: until the pipeline is that full, each
 // chunk waits on the proxy; after that the waits overlap the transfers.
-double tree_waits(double bytes, int channels, int depth, Protocol proto, int nodes, int ppn) {
-  double chunk = kStepBytes[pi(proto)];
+double tree_waits(double bytes, int channels, int depth, Protocol proto, int nodes, int ppn, double step) {
+  double chunk = step;
   const double per_channel = bytes / channels;
   if (proto == Protocol::ll128) {
     const double steps = (1 + log2_floor(nodes) + 0.1 * ppn) / ppn;
@@ -77,6 +82,24 @@ double tree_waits(double bytes, int channels, int depth, Protocol proto, int nod
     while (per_channel / chunk < steps * 16 && chunk > 32768) chunk /= 2;
   }
   return std::clamp(std::ceil(per_channel / chunk), 1.0, 8.0 * depth);
+}
+
+// The chunks of an NVLS tree's pipeline that wait on the network. Each of its channels splits its
+// share among the node's NVLS heads (one per local rank), each head sending its own chunks
+// through the network. NCCL's chunk is the smaller of NCCL_NVLS_CHUNKSIZE and
+// NCCL_NVLSTREE_MAX_CHUNKSIZE (unset: 64 KiB from four nodes, else the former), cut to 256, 128,
+// 64 and 32 KiB while the call holds fewer than 32, 16, 4 and 1 chunks per channel and head
+// (src/enqueue.cc, calcCollChunking). As in a tree, each level holds NCCL_STEPS (8) in flight.
+double nvls_tree_waits(double bytes, int channels, int heads, int nodes, const CollectiveTiming& c) {
+  double chunk = static_cast<double>(c.nvls_chunk_size);
+  const double max_chunk = c.nvls_tree_max_chunk_size > 0 ? static_cast<double>(c.nvls_tree_max_chunk_size)
+                           : nodes >= 4                   ? 65536.0
+                                                          : chunk;
+  chunk = std::min(chunk, max_chunk);
+  const double ops = static_cast<double>(channels) * heads;
+  for (const auto& [calls, size] : {std::pair{32.0, 262144.0}, {16.0, 131072.0}, {4.0, 65536.0}, {1.0, 32768.0}})
+    if (bytes < calls * ops * chunk && chunk > size) chunk = size;
+  return std::clamp(std::ceil(bytes / (ops * chunk)), 1.0, 8.0 * log2_ceil(nodes));
 }
 
 }  // namespace
@@ -253,7 +276,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // all_gather, reduce_scatter) or one chunk per channel (broadcast).
       if (N > 1) {
         const bool per_rank = all_reduce || is_reduce_gather(s.op);
-        const double chunk = kStepBytes[pi(proto)] * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
+        const double chunk = step_bytes(proto, c_) * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
         const double loop = used * chunk * (per_rank ? n : 1);
         const double loops = std::max(1.0, std::ceil(s.bytes / loop));
         e.latency += nsteps * loops * (p == 1 ? 2 : 1) * c_.net_overhead.seconds();
@@ -278,7 +301,9 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       algbw = bus * 0.5;
       e.latency = base_latency(kBaseTree, proto) + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
       // Across nodes, each chunk waits for the network's host proxy, as a ring's steps do.
-      if (N > 1) e.latency += tree_waits(s.bytes, used, p - 1 + log2_ceil(N), proto, N, p) * c_.net_overhead.seconds();
+      if (N > 1)
+        e.latency += tree_waits(s.bytes, used, p - 1 + log2_ceil(N), proto, N, p, step_bytes(proto, c_)) *
+                     c_.net_overhead.seconds();
       break;
     }
     case CollAlgo::nvls:
@@ -303,7 +328,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       }
       algbw *= share;
       e.latency = c_.nvls_latency.seconds() + (tree ? 2 * log2_floor(N) * kNetNvlsTree * inter_scale * kUs : 0.0);
-      if (tree) e.latency += tree_waits(s.bytes, used, log2_ceil(N), proto, N, p) * c_.net_overhead.seconds();
+      if (tree) e.latency += nvls_tree_waits(s.bytes, used, p, N, c_) * c_.net_overhead.seconds();
       break;
     }
     case CollAlgo::collnet: {

@@ -72,7 +72,10 @@ struct Schemas {
                           "sharp_latency",
                           "call_overhead",
                           "group_launch",
-                          "tuner"})
+                          "tuner",
+                          "buffer_size",
+                          "nvls_chunk_size",
+                          "nvls_tree_max_chunk_size"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -589,6 +592,22 @@ class TopologyReader {
     latency("call_overhead", c.call_overhead);
     latency("group_launch", c.group_launch);
     if (const Field* k = cv.find("tuner")) c.tuner = read_tuner(*k);
+    // Buffer and chunk sizes, as NCCL's environment variables set them; bounded so that the
+    // model's chunk arithmetic stays in range.
+    auto buffer = [&](const char* key, uint64_t& out, uint64_t lo, uint64_t hi, const char* what) {
+      if (const Field* k = cv.find(key)) {
+        out = rd_.bytes(*k);
+        if (out < lo || out > hi)
+          rd_.pos().fail(k->value, "'" + k->path + "' must be from " + std::to_string(lo >> 10) + " KiB to " +
+                                       std::to_string(hi >> 20) + " MiB (" + what + "), got '" + rd_.scalar(*k, "") +
+                                       "'");
+      }
+    };
+    buffer("buffer_size", c.buffer_size, 64u << 10, 1024u << 20, "NCCL_BUFFSIZE; NCCL's default is 4 MiB");
+    buffer("nvls_chunk_size", c.nvls_chunk_size, 32u << 10, 64u << 20,
+           "NCCL_NVLS_CHUNKSIZE; NCCL's default is 128 KiB");
+    buffer("nvls_tree_max_chunk_size", c.nvls_tree_max_chunk_size, 32u << 10, 64u << 20,
+           "NCCL_NVLSTREE_MAX_CHUNKSIZE; unset, NCCL uses 64 KiB from four nodes");
   }
 
   Reader rd_;

@@ -143,6 +143,17 @@ struct CollectiveTiming {
   // A tuner plugin's choices (`tuner`: a file in the CSV of NCCL's example tuner plugin,
   // sim/tuner_config.h); null: NCCL's cost model chooses alone.
   std::shared_ptr<const TunerConfig> tuner;
+  // The Simple protocol's buffer per channel and peer (NCCL_BUFFSIZE, 4 MiB by default; AWS's
+  // libfabric plugin sets 8 MiB on p4d, p5 and later). NCCL splits it into NCCL_STEPS (8) steps;
+  // a Simple ring's chunk is four of them, so across nodes a larger buffer means fewer chunks,
+  // each waiting once on the proxy (net_overhead).
+  uint64_t buffer_size = 4ull << 20;
+  // An NVLS tree's chunk (NCCL_NVLS_CHUNKSIZE, 128 KiB by default) and its cap across nodes
+  // (NCCL_NVLSTREE_MAX_CHUNKSIZE; 0, the default, means NCCL's own: 64 KiB from four nodes, else
+  // nvls_chunk_size). AWS's plugin sets both to 512 KiB on p5. Across nodes each chunk waits on
+  // the proxy until the pipeline is full, so smaller chunks cost more waits on mid-size calls.
+  uint64_t nvls_chunk_size = 128u << 10;
+  uint64_t nvls_tree_max_chunk_size = 0;
 };
 
 // A topology as written: validated, not yet laid out as a graph.

@@ -557,6 +557,28 @@ TEST_F(CalibrateCommand, TheWrittenTopologyKeepsItsPerNodeCountCaps) {
   }
 }
 
+// NCCL's buffer and chunk sizes are written back where they differ from NCCL's defaults (AWS's
+// p5: 8 MiB buffers, 512 KiB NVLS chunks), and left out where they do not.
+TEST_F(CalibrateCommand, TheWrittenTopologyKeepsItsBufferSizes) {
+  CalibrateOptions o =
+      options({std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/h100sxm_2node16gpu_efa_all_reduce_awsome.csv"});
+  o.topology = std::string(RANKSIM_SOURCE_DIR) + "/topologies/aws-p5.yaml";
+  o.fit = {"call_overhead"};
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  const sim::CollectiveTiming cal = sim::Topology::load_file(out_).collectives();
+  EXPECT_EQ(cal.buffer_size, 8u << 20);
+  EXPECT_EQ(cal.nvls_chunk_size, 512u << 10);
+  EXPECT_EQ(cal.nvls_tree_max_chunk_size, 512u << 10);
+  EXPECT_THAT(read(out_), HasSubstr("buffer_size: 8 MiB"));
+  EXPECT_THAT(read(out_), HasSubstr("nvls_chunk_size: 512 KiB"));
+  o.topology = std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml";
+  o.sets = {"nodes=2"};
+  ASSERT_EQ(calibrate(o, printed), 0);
+  EXPECT_THAT(read(out_), Not(HasSubstr("buffer_size")));
+  EXPECT_THAT(read(out_), Not(HasSubstr("chunk_size")));
+}
+
 TEST_F(CalibrateCommand, CheckComparesAndWritesNothing) {
   const sim::Topology t = sim::Topology::load_file(topo_);
   const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));

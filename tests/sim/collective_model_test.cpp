@@ -303,6 +303,67 @@ TEST(CollectiveModelMultiNode, EveryRingStepOfEveryLoopWaitsOnTheProxy) {
                8.4 * kUs + 7 * 4 * kUs);
 }
 
+TEST(CollectiveModelMultiNode, ALargerBufferMeansFewerRingChunksAcrossNodes) {
+  // NCCL_BUFFSIZE 8 MiB (AWS's on p5): a Simple step is 1 MiB, a ring chunk 4 MiB, a loop
+  // 16 x 16 x 4 MiB = 1 GiB: an all_gather of 4 GiB waits 4 loops x 15 steps x 2 us, half of what
+  // the default 4 MiB buffer waits (8 loops). The bandwidth, LL128 and one node do not move.
+  const CollectiveModel base(cluster(2, 8, 0.7));
+  const CollectiveModel big(cluster(2, 8, 0.7, "  buffer_size: 8 MiB\n"));
+  auto ring = [](const CollectiveModel& m, double bytes, Protocol p = Protocol::simple, int ranks = 16, int nodes = 2) {
+    return est(m, shape(CollOp::all_gather, bytes, ranks, nodes), CollAlgo::ring, p);
+  };
+  const double fill = 8.4 * kUs + 14 * 4 * kUs;
+  expect_close(ring(base, 4 * kGiB).latency, fill + 8 * 15 * 2 * kUs);
+  expect_close(ring(big, 4 * kGiB).latency, fill + 4 * 15 * 2 * kUs);
+  expect_close(ring(big, kGiB).latency, fill + 15 * 2 * kUs);
+  expect_close(ring(big, kGiB + 1).latency, fill + 2 * 15 * 2 * kUs);
+  expect_close(ring(big, 4 * kGiB).algbw, ring(base, 4 * kGiB).algbw);
+  expect_close(ring(big, kGiB, Protocol::ll128).latency, ring(base, kGiB, Protocol::ll128).latency);
+  // A broadcast's loop is one 1 MiB step per channel: 1 GiB is 64 loops.
+  expect_close(est(big, shape(CollOp::broadcast, kGiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
+               fill + 64 * 15 * 2 * kUs);
+  // A tree's chunk is a step too: 1 MiB, so 16 MiB (1 MiB a channel) is one chunk, not two.
+  const double tree_fill = 8.4 * kUs + 2 * (7 * 4 * kUs * 4.0 / 3.4 + 1 * 7 * kUs);
+  expect_close(est(big, shape(CollOp::all_reduce, 16 * kMiB, 16, 2), CollAlgo::tree, Protocol::simple).latency,
+               tree_fill + 1 * 2 * kUs);
+  expect_close(ring(big, 4 * kGiB, Protocol::simple, 8, 1).latency,
+               ring(base, 4 * kGiB, Protocol::simple, 8, 1).latency);
+}
+
+TEST(CollectiveModelMultiNode, NvlsTreeChunksAreNcclsPerChannelAndHead) {
+  // NVLS tree all_reduce on 8 ranks a node, 16 channels: 128 concurrent chunks (channels x
+  // heads). NCCL's chunk: NCCL_NVLS_CHUNKSIZE (128 KiB), capped at 64 KiB from four nodes, cut to
+  // 64 KiB below 4 x 128 chunks and to 32 KiB below 1 x 128. Each chunk waits 2 us until the
+  // pipeline holds 8 a level (log2 nodes levels).
+  const std::string nvls = "  nvls: true\n";
+  auto waits = [&](const CollectiveModel& m, double bytes, int nodes) {
+    const CollectiveEstimate e =
+        est(m, shape(CollOp::all_reduce, bytes, 8 * nodes, nodes), CollAlgo::nvls_tree, Protocol::simple);
+    const double fill = 25 * kUs + 2 * std::log2(nodes) * 20.9 * kUs * 7.0 / 14;
+    return (e.latency - fill) / (2 * kUs);
+  };
+  const CollectiveModel two(cluster(2, 8, 0.8, nvls));
+  EXPECT_NEAR(waits(two, 64 * kMiB, 2), 4, 1e-6);  // 128 KiB chunks: 64 MiB / (128 x 128 KiB)
+  EXPECT_NEAR(waits(two, 8 * kMiB, 2), 1, 1e-6);   // below 4 x 128 x 128 KiB: 64 KiB, 1 chunk
+  EXPECT_NEAR(waits(two, 1 * kGiB, 2), 8, 1e-6);   // 64 of them; one level holds 8
+  const CollectiveModel four(cluster(4, 8, 0.8, nvls));
+  EXPECT_NEAR(waits(four, 64 * kMiB, 4), 8, 1e-6);  // 64 KiB from four nodes: 8 chunks
+  EXPECT_NEAR(waits(four, 1 * kGiB, 4), 16, 1e-6);  // 128 of them; two levels hold 16
+  // AWS's 512 KiB chunks and cap: on four nodes 64 MiB is cut to 128 KiB (below 16 x 128 x
+  // 256 KiB, not below 4 x 128 x 128 KiB): 4 chunks, where NCCL's defaults make 8.
+  const std::string aws = nvls + "  nvls_chunk_size: 512 KiB\n  nvls_tree_max_chunk_size: 512 KiB\n";
+  const CollectiveModel aws_four(cluster(4, 8, 0.8, aws));
+  EXPECT_NEAR(waits(aws_four, 64 * kMiB, 4), 4, 1e-6);
+  // On 32 nodes (5 levels: up to 40 in flight) 2 GiB keeps 512 KiB chunks: 32 of them, where
+  // the defaults' 64 KiB chunks fill the pipeline (256, held to 40).
+  EXPECT_NEAR(waits(CollectiveModel(cluster(32, 8, 0.8, aws)), 2 * kGiB, 32), 32, 1e-6);
+  EXPECT_NEAR(waits(CollectiveModel(cluster(32, 8, 0.8, nvls)), 2 * kGiB, 32), 40, 1e-6);
+  // Only NVLS trees move: a ring's chunks are the buffer's steps.
+  const CollectiveShape ring = shape(CollOp::all_reduce, kGiB, 32, 4);
+  expect_close(est(aws_four, ring, CollAlgo::ring, Protocol::simple).seconds,
+               est(four, ring, CollAlgo::ring, Protocol::simple).seconds);
+}
+
 TEST(CollectiveModelMultiNode, OneRankANodeWaitsTwiceAStep) {
   // One rank on each of 4 nodes: every step's chunk comes in through the network and goes out
   // through it, and both pass the rank's proxy: 3 steps x 2 waits x 2 us, and no NVLink hop.

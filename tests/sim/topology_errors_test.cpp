@@ -515,6 +515,27 @@ std::vector<Case> collective_cases() {
        15,
        18,
        {"'collectives.call_overhead'", "is a size, not a duration"}},
+      {"CollectivesBufferTooSmall",
+       base({}, {"collectives:", "  buffer_size: 4 KiB"}),
+       {},
+       "bad.yaml",
+       15,
+       16,
+       {"'collectives.buffer_size' must be from 64 KiB to 1024 MiB", "NCCL_BUFFSIZE", "got '4 KiB'"}},
+      {"CollectivesNvlsChunkTooLarge",
+       base({}, {"collectives:", "  nvls_chunk_size: 1 GiB"}),
+       {},
+       "bad.yaml",
+       15,
+       20,
+       {"'collectives.nvls_chunk_size' must be from 32 KiB to 64 MiB", "NCCL_NVLS_CHUNKSIZE"}},
+      {"CollectivesNvlsTreeChunkNotASize",
+       base({}, {"collectives:", "  nvls_tree_max_chunk_size: 5 us"}),
+       {},
+       "bad.yaml",
+       15,
+       29,
+       {"'collectives.nvls_tree_max_chunk_size'", "not a size"}},
       {"CollectivesSimpleLatencyNegative",
        base({}, {"collectives:", "  simple_latency: -3 us"}),
        {},
@@ -612,7 +633,10 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                                                    "  peer_latency: 5 us",
                                                    "  sharp_latency: 11 us",
                                                    "  call_overhead: 20 us",
-                                                   "  simple_latency: 12 us"}),
+                                                   "  simple_latency: 12 us",
+                                                   "  buffer_size: 8 MiB",
+                                                   "  nvls_chunk_size: 512 KiB",
+                                                   "  nvls_tree_max_chunk_size: 256 KiB"}),
                                      "ok.yaml");
   const CollectiveTiming& c = t.collectives();
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
@@ -637,12 +661,27 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.sharp_latency, Time::us(11));
   EXPECT_EQ(c.call_overhead, Time::us(20));
   EXPECT_EQ(c.simple_latency, Time::us(12));
+  EXPECT_EQ(c.buffer_size, 8u << 20);
+  EXPECT_EQ(c.nvls_chunk_size, 512u << 10);
+  EXPECT_EQ(c.nvls_tree_max_chunk_size, 256u << 10);
   EXPECT_EQ(t.nics_per_node(), 2);
   EXPECT_EQ(t.network().transport, Transport::roce);
   EXPECT_TRUE(t.network().sharp);
   const Topology efa =
       Topology::parse(with_network({{16, "  nic_latency: 1 us\n  transport: efa"}}, {"nodes: 2"}), "efa.yaml");
   EXPECT_EQ(efa.network().transport, Transport::efa);
+}
+
+// Unset, the buffers are NCCL's defaults: NCCL_BUFFSIZE 4 MiB, NCCL_NVLS_CHUNKSIZE 128 KiB, and
+// no NVLS-tree cap of its own (0: NCCL's rule).
+TEST(TopologyCollectivesSection, BuffersDefaultToNcclsOwn) {
+  const Topology t = Topology::parse(base({}, {"collectives:", "  model: nccl"}), "ok.yaml");
+  EXPECT_EQ(t.collectives().buffer_size, 4u << 20);
+  EXPECT_EQ(t.collectives().nvls_chunk_size, 128u << 10);
+  EXPECT_EQ(t.collectives().nvls_tree_max_chunk_size, 0u);
+  const Topology set =
+      Topology::parse(base({}, {"collectives:", "  model: nccl"}), "ok.yaml", {"collectives.buffer_size=16MiB"});
+  EXPECT_EQ(set.collectives().buffer_size, 16u << 20);
 }
 
 TEST(TopologyCollectivesSection, AnOverrideSetsTheModel) {
