@@ -212,7 +212,8 @@ const std::vector<std::string>& fit_constant_names() {
                                                  "channel_network_bandwidth",
                                                  "call_overhead",
                                                  "group_launch",
-                                                 "peer_latency"};
+                                                 "peer_latency",
+                                                 "message_latency"};
   return names;
 }
 
@@ -301,6 +302,14 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     if (std::find(only.begin(), only.end(), "peer_latency") != only.end())
       params.push_back({"peer_latency", false, [](const sim::CollectiveTiming& c) { return sim::peer_cost(c); },
                         [](sim::CollectiveTiming& c, double v) { c.peer_latency = sim::Time::from_seconds(v); }});
+    // Each message of those peers: only when named, since only tables of several node counts
+    // (many small messages or few large ones) tell it from peer_latency. Unset (0), from 1 us.
+    if (std::find(only.begin(), only.end(), "message_latency") != only.end())
+      params.push_back({"message_latency", false,
+                        [](const sim::CollectiveTiming& c) {
+                          return c.message_latency > sim::Time::zero() ? c.message_latency.seconds() : 1e-6;
+                        },
+                        [](sim::CollectiveTiming& c, double v) { c.message_latency = sim::Time::from_seconds(v); }});
   }
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   // A table of one thread driving several GPUs has a floor: their issue time.
@@ -543,6 +552,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["inter_latency"] = latency_text(c.inter_latency);
   n["net_overhead"] = latency_text(c.net_overhead);
   if (c.peer_latency > sim::Time::zero()) n["peer_latency"] = latency_text(c.peer_latency);
+  if (c.message_latency > sim::Time::zero()) n["message_latency"] = latency_text(c.message_latency);
   n["nvls_latency"] = latency_text(c.nvls_latency);
   n["simple_latency"] = latency_text(c.simple_latency);
   n["sharp_latency"] = latency_text(c.sharp_latency);
@@ -558,6 +568,7 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   size("buffer_size", c.buffer_size, defaults.buffer_size);
   size("nvls_chunk_size", c.nvls_chunk_size, defaults.nvls_chunk_size);
   size("nvls_tree_max_chunk_size", c.nvls_tree_max_chunk_size, defaults.nvls_tree_max_chunk_size);
+  size("p2p_chunk_size", c.p2p_chunk_size, defaults.p2p_chunk_size);
   return n;
 }
 

@@ -102,6 +102,18 @@ double nvls_tree_waits(double bytes, int channels, int heads, int nodes, const C
   return std::clamp(std::ceil(bytes / (ops * chunk)), 1.0, 8.0 * log2_ceil(nodes));
 }
 
+// The network messages NCCL cuts one peer's bytes of a point-to-point call into: chunks of
+// NCCL_P2P_NET_CHUNKSIZE (at most an eighth of the Simple buffer), halved below 8 chunks' worth
+// and quartered below one (src/enqueue.cc, addP2pToPlan).
+double p2p_messages(double bytes, const CollectiveTiming& c) {
+  double chunk = static_cast<double>(std::min(c.p2p_chunk_size, c.buffer_size / 8));
+  if (bytes < chunk)
+    chunk /= 4;
+  else if (bytes < 8 * chunk)
+    chunk /= 2;
+  return std::max(1.0, std::ceil(bytes / chunk));
+}
+
 }  // namespace
 
 const char* to_string(CollAlgo a) {
@@ -370,6 +382,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // hop to reach the farthest.
       e.latency = base_latency(kBaseRing, proto) + (p - 1) * kNvlRing[0] * intra_scale * kUs + (n - p) * peer_cost(c_) +
                   (N > 1 ? kNetRing[pi(proto)] * inter_scale * kUs : intra_hop);
+      // And each of the messages to those peers passes the proxy in turn.
+      if (n > p) e.latency += (n - p) * p2p_messages(s.bytes / n, c_) * c_.message_latency.seconds();
       break;
     }
   }

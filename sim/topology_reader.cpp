@@ -67,6 +67,7 @@ struct Schemas {
                           "inter_latency",
                           "net_overhead",
                           "peer_latency",
+                          "message_latency",
                           "nvls_latency",
                           "simple_latency",
                           "sharp_latency",
@@ -75,7 +76,8 @@ struct Schemas {
                           "tuner",
                           "buffer_size",
                           "nvls_chunk_size",
-                          "nvls_tree_max_chunk_size"})
+                          "nvls_tree_max_chunk_size",
+                          "p2p_chunk_size"})
       collectives.keys.push_back({k, nullptr});
     root.keys = {
         {"name", nullptr}, {"description", nullptr}, {"nodes", nullptr},           {"device_kinds", &device_kinds},
@@ -586,6 +588,7 @@ class TopologyReader {
     latency("inter_latency", c.inter_latency);
     latency("net_overhead", c.net_overhead);
     latency("peer_latency", c.peer_latency);
+    latency("message_latency", c.message_latency);
     latency("nvls_latency", c.nvls_latency);
     latency("simple_latency", c.simple_latency);
     latency("sharp_latency", c.sharp_latency);
@@ -608,6 +611,8 @@ class TopologyReader {
            "NCCL_NVLS_CHUNKSIZE; NCCL's default is 128 KiB");
     buffer("nvls_tree_max_chunk_size", c.nvls_tree_max_chunk_size, 32u << 10, 64u << 20,
            "NCCL_NVLSTREE_MAX_CHUNKSIZE; unset, NCCL uses 64 KiB from four nodes");
+    buffer("p2p_chunk_size", c.p2p_chunk_size, 16u << 10, 64u << 20,
+           "NCCL_P2P_NET_CHUNKSIZE; NCCL's default is 128 KiB");
   }
 
   Reader rd_;

@@ -126,6 +126,10 @@ struct CollectiveTiming {
   // means NCCL's network ring LL hop scaled as inter_latency is: peer_cost() in
   // sim/collective_model.h.
   Time peer_latency = Time::zero();
+  // What each network message of a point-to-point call costs the sending GPU's proxy, which posts
+  // and completes every message in turn. NCCL cuts each peer's bytes into messages of
+  // p2p_chunk_size (see below); 0 (the default): messages cost nothing beyond peer_latency.
+  Time message_latency = Time::zero();
   Time nvls_latency = Time::us(25);  // an NVLS reduction inside the switch (NCCL's NVLS: 25 us)
   // The base latency of a ring, tree or point-to-point call on the Simple protocol, before its
   // hops (NCCL's baseLat for ring and tree Simple: 8.4 us). LL and LL128 keep NCCL's bases.
@@ -153,6 +157,10 @@ struct CollectiveTiming {
   // nvls_chunk_size). AWS's plugin sets both to 512 KiB on p5. Across nodes each chunk waits on
   // the proxy until the pipeline is full, so smaller chunks cost more waits on mid-size calls.
   uint64_t nvls_chunk_size = 128u << 10;
+  // A point-to-point message across nodes (NCCL_P2P_NET_CHUNKSIZE, 128 KiB by default; AWS's
+  // plugin sets 512 KiB on p4d, p5 and later). NCCL halves it for a peer's bytes below 8 of it
+  // and quarters it below one.
+  uint64_t p2p_chunk_size = 128u << 10;
   uint64_t nvls_tree_max_chunk_size = 0;
 };
 

@@ -210,6 +210,26 @@ TEST(CalibrateFit, PeerLatencyIsFittedWhenNamed) {
   EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("peer_latency")));
 }
 
+TEST(CalibrateFit, MessageLatencyIsFittedWhenNamed) {
+  // All-to-all tables made with 512 KiB messages costing 3 us each, on top of 12 us a peer: from
+  // peer_latency fitted alone and no message cost (started at 1 us), both come back to 1%; not
+  // named, message_latency is not fitted.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  sim::CollectiveTiming real = truth(t);
+  real.peer_latency = sim::Time::us(12);
+  real.message_latency = sim::Time::us(3);
+  real.p2p_chunk_size = 512u << 10;
+  real.buffer_size = 8u << 20;
+  const std::vector<FitCase> cases = across_nodes(t, real, std::nullopt, sim::CollOp::all_to_all);
+  sim::CollectiveTiming start = real;
+  start.peer_latency = sim::Time::us(20);
+  start.message_latency = sim::Time::zero();
+  const FitResult fit = fit_collectives(t, start, cases, {"peer_latency", "message_latency"});
+  expect_within(fit.constants.message_latency.seconds(), 3e-6, 0.01, "message_latency");
+  expect_within(fit.constants.peer_latency.seconds(), 12e-6, 0.01, "peer_latency");
+  EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("message_latency")));
+}
+
 TEST(CalibrateFit, TheChannelsCapIsFittedWhenNamed) {
   // Tables made with 16 channels of at most 2 GB/s each through the NICs: 32 GB/s a node, less
   // than its 8 NICs' 50 GB/s. Started with no cap, the fit finds it; not named, it is not fitted.
@@ -570,6 +590,8 @@ TEST_F(CalibrateCommand, TheWrittenTopologyKeepsItsBufferSizes) {
   EXPECT_EQ(cal.buffer_size, 8u << 20);
   EXPECT_EQ(cal.nvls_chunk_size, 512u << 10);
   EXPECT_EQ(cal.nvls_tree_max_chunk_size, 512u << 10);
+  EXPECT_EQ(cal.p2p_chunk_size, 512u << 10);
+  EXPECT_EQ(cal.message_latency, sim::Topology::load_file(o.topology).collectives().message_latency);
   EXPECT_THAT(read(out_), HasSubstr("buffer_size: 8 MiB"));
   EXPECT_THAT(read(out_), HasSubstr("nvls_chunk_size: 512 KiB"));
   o.topology = std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml";
@@ -577,6 +599,7 @@ TEST_F(CalibrateCommand, TheWrittenTopologyKeepsItsBufferSizes) {
   ASSERT_EQ(calibrate(o, printed), 0);
   EXPECT_THAT(read(out_), Not(HasSubstr("buffer_size")));
   EXPECT_THAT(read(out_), Not(HasSubstr("chunk_size")));
+  EXPECT_THAT(read(out_), Not(HasSubstr("message_latency")));
 }
 
 TEST_F(CalibrateCommand, CheckComparesAndWritesNothing) {

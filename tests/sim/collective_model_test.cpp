@@ -432,6 +432,39 @@ TEST(CollectiveModelMultiNode, AllToAllPaysPeerLatencyForEachPeerOnAnotherNode) 
                est(unset, ring, CollAlgo::ring, Protocol::simple).seconds);
 }
 
+TEST(CollectiveModelMultiNode, AllToAllPaysMessageLatencyForEachMessageToAnotherNode) {
+  // 16 ranks on 2 nodes: 8 peers on the other node, each sent S / 16 in messages of
+  // NCCL_P2P_NET_CHUNKSIZE (here 512 KiB, with an 8 MiB buffer), halved below 4 MiB a peer and
+  // quartered below 512 KiB. Each costs 2 us: latency only, and only across nodes.
+  const std::string aws = "  p2p_chunk_size: 512 KiB\n  buffer_size: 8 MiB\n";
+  const CollectiveModel none(cluster(2, 8, 0.8, aws));
+  const CollectiveModel paid(cluster(2, 8, 0.8, aws + "  message_latency: 2 us\n"));
+  auto extra = [&](const CollectiveModel& m, double bytes, int ranks = 16, int nodes = 2) {
+    const CollectiveShape s = shape(CollOp::all_to_all, bytes, ranks, nodes);
+    return est(m, s, CollAlgo::direct, Protocol::simple).latency -
+           est(none, s, CollAlgo::direct, Protocol::simple).latency;
+  };
+  expect_close(extra(paid, 128 * kMiB), 8 * 16 * 2e-6);  // 8 MiB a peer: 16 of 512 KiB
+  expect_close(extra(paid, 16 * kMiB), 8 * 4 * 2e-6);    // 1 MiB: 4 of 256 KiB
+  expect_close(extra(paid, 4 * kMiB), 8 * 2 * 2e-6);     // 256 KiB: 2 of 128 KiB
+  expect_close(extra(paid, 1024), 8 * 1 * 2e-6);         // at least one message a peer
+  expect_close(extra(paid, 8 * kMiB, 8, 1), 0);          // one node: no network messages
+  const CollectiveShape s = shape(CollOp::all_to_all, 128 * kMiB, 16, 2);
+  expect_close(est(paid, s, CollAlgo::direct, Protocol::simple).algbw,
+               est(none, s, CollAlgo::direct, Protocol::simple).algbw);
+  // NCCL's defaults: 128 KiB messages (8 MiB a peer: 64 of them); and a chunk larger than an
+  // eighth of the buffer is cut to it (1 MiB with a 4 MiB buffer: 512 KiB, 16 messages).
+  const CollectiveModel base(cluster(2, 8, 0.8, "  message_latency: 2 us\n"));
+  const CollectiveModel base_none(cluster(2, 8, 0.8));
+  auto base_extra = [&](const CollectiveModel& m) {
+    return est(m, s, CollAlgo::direct, Protocol::simple).latency -
+           est(base_none, s, CollAlgo::direct, Protocol::simple).latency;
+  };
+  expect_close(base_extra(base), 8 * 64 * 2e-6);
+  expect_close(base_extra(CollectiveModel(cluster(2, 8, 0.8, "  message_latency: 2 us\n  p2p_chunk_size: 1 MiB\n"))),
+               8 * 16 * 2e-6);
+}
+
 TEST(CollectiveModelMultiNode, ChannelsCapWhatTheNicsCarry) {
   // 16 channels of at most 20 GB/s each move 320 GB/s: less than 8 NICs x 50 GB/s, more than
   // 4 NICs' 200. The cap binds rings and trees (of more than two nodes: below); not all-to-all.

@@ -529,6 +529,13 @@ std::vector<Case> collective_cases() {
        15,
        20,
        {"'collectives.nvls_chunk_size' must be from 32 KiB to 64 MiB", "NCCL_NVLS_CHUNKSIZE"}},
+      {"CollectivesP2pChunkTooSmall",
+       base({}, {"collectives:", "  p2p_chunk_size: 1 KiB"}),
+       {},
+       "bad.yaml",
+       15,
+       19,
+       {"'collectives.p2p_chunk_size' must be from 16 KiB to 64 MiB", "NCCL_P2P_NET_CHUNKSIZE"}},
       {"CollectivesNvlsTreeChunkNotASize",
        base({}, {"collectives:", "  nvls_tree_max_chunk_size: 5 us"}),
        {},
@@ -636,7 +643,9 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                                                    "  simple_latency: 12 us",
                                                    "  buffer_size: 8 MiB",
                                                    "  nvls_chunk_size: 512 KiB",
-                                                   "  nvls_tree_max_chunk_size: 256 KiB"}),
+                                                   "  nvls_tree_max_chunk_size: 256 KiB",
+                                                   "  p2p_chunk_size: 512 KiB",
+                                                   "  message_latency: 2 us"}),
                                      "ok.yaml");
   const CollectiveTiming& c = t.collectives();
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
@@ -664,6 +673,8 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.buffer_size, 8u << 20);
   EXPECT_EQ(c.nvls_chunk_size, 512u << 10);
   EXPECT_EQ(c.nvls_tree_max_chunk_size, 256u << 10);
+  EXPECT_EQ(c.p2p_chunk_size, 512u << 10);
+  EXPECT_EQ(c.message_latency, Time::us(2));
   EXPECT_EQ(t.nics_per_node(), 2);
   EXPECT_EQ(t.network().transport, Transport::roce);
   EXPECT_TRUE(t.network().sharp);
@@ -679,6 +690,8 @@ TEST(TopologyCollectivesSection, BuffersDefaultToNcclsOwn) {
   EXPECT_EQ(t.collectives().buffer_size, 4u << 20);
   EXPECT_EQ(t.collectives().nvls_chunk_size, 128u << 10);
   EXPECT_EQ(t.collectives().nvls_tree_max_chunk_size, 0u);
+  EXPECT_EQ(t.collectives().p2p_chunk_size, 128u << 10);
+  EXPECT_EQ(t.collectives().message_latency, Time::zero());
   const Topology set =
       Topology::parse(base({}, {"collectives:", "  model: nccl"}), "ok.yaml", {"collectives.buffer_size=16MiB"});
   EXPECT_EQ(set.collectives().buffer_size, 16u << 20);
