@@ -285,13 +285,16 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // more ranks on a node a rank's step passes one proxy (the rank that receives from the
       // network, or the one that sends to it); with one rank a node it passes two, its own
       // receive and its own send. A loop moves one chunk per rank and channel (all_reduce,
-      // all_gather, reduce_scatter) or one chunk per channel (broadcast).
+      // all_gather, reduce_scatter), and each rank runs every step of every loop. A broadcast or
+      // reduce is a chain: a loop moves one step per channel, which each rank forwards once, so
+      // the loops follow each other down the chain, the first reaching its end in nsteps steps
+      // and each further one a step after it.
       if (N > 1) {
         const bool per_rank = all_reduce || is_reduce_gather(s.op);
         const double chunk = step_bytes(proto, c_) * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
         const double loop = used * chunk * (per_rank ? n : 1);
         const double loops = std::max(1.0, std::ceil(s.bytes / loop));
-        e.latency += nsteps * loops * (p == 1 ? 2 : 1) * c_.net_overhead.seconds();
+        e.latency += (per_rank ? nsteps * loops : nsteps + loops - 1) * (p == 1 ? 2 : 1) * c_.net_overhead.seconds();
       }
       break;
     }

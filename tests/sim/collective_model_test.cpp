@@ -294,9 +294,16 @@ TEST(CollectiveModelMultiNode, EveryRingStepOfEveryLoopWaitsOnTheProxy) {
   const double ll128_fill = 14 * kUs + 14 * 4 * kUs * 1.9 / 3.4;
   expect_close(est(m, shape(CollOp::all_gather, 1 * kGiB, 16, 2), CollAlgo::ring, Protocol::ll128).latency,
                ll128_fill + std::ceil(kGiB / (16 * 16 * 576000.0)) * 15 * 2 * kUs);
-  // A broadcast's loop moves one 512 KiB step per channel: 1 GiB is 128 loops of its 15 steps.
+  // A broadcast is a chain: its loop moves one 512 KiB step per channel, which each rank forwards
+  // once. 1 GiB is 128 loops, following each other down the chain: the first reaches its end in
+  // 15 steps, each further one a step later, 142 waits in all (not 128 x 15). A reduce likewise.
   expect_close(est(m, shape(CollOp::broadcast, kGiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
-               fill + 128 * 15 * 2 * kUs);
+               fill + (15 + 128 - 1) * 2 * kUs);
+  expect_close(est(m, shape(CollOp::reduce, kGiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
+               fill + (15 + 128 - 1) * 2 * kUs);
+  // One loop: the chain's 15 steps.
+  expect_close(est(m, shape(CollOp::broadcast, 4 * kMiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
+               fill + 15 * 2 * kUs);
   // Inside one node no step waits on the proxy, and the hops are NVLink's.
   const CollectiveModel one(cluster(1, 8, 0.7));
   expect_close(est(one, shape(CollOp::all_gather, 4 * kGiB, 8), CollAlgo::ring, Protocol::simple).latency,
@@ -319,9 +326,9 @@ TEST(CollectiveModelMultiNode, ALargerBufferMeansFewerRingChunksAcrossNodes) {
   expect_close(ring(big, kGiB + 1).latency, fill + 2 * 15 * 2 * kUs);
   expect_close(ring(big, 4 * kGiB).algbw, ring(base, 4 * kGiB).algbw);
   expect_close(ring(big, kGiB, Protocol::ll128).latency, ring(base, kGiB, Protocol::ll128).latency);
-  // A broadcast's loop is one 1 MiB step per channel: 1 GiB is 64 loops.
+  // A broadcast's loop is one 1 MiB step per channel: 1 GiB is 64 loops down its 15-step chain.
   expect_close(est(big, shape(CollOp::broadcast, kGiB, 16, 2), CollAlgo::ring, Protocol::simple).latency,
-               fill + 64 * 15 * 2 * kUs);
+               fill + (15 + 64 - 1) * 2 * kUs);
   // A tree's chunk is a step too: 1 MiB, so 16 MiB (1 MiB a channel) is one chunk, not two.
   const double tree_fill = 8.4 * kUs + 2 * (7 * 4 * kUs * 4.0 / 3.4 + 1 * 7 * kUs);
   expect_close(est(big, shape(CollOp::all_reduce, 16 * kMiB, 16, 2), CollAlgo::tree, Protocol::simple).latency,
