@@ -74,6 +74,9 @@ def machine(name, header=""):
             return ("aws-p5.yaml", [f"nodes={nodes}", "collectives.tuner=tuners/aws-p5.conf"],
                     p5 + "; AWS's tuner plugin chose all_reduce's algorithm and protocol (topologies/tuners/aws-p5.conf)")
         return ("aws-p5.yaml", [f"nodes={nodes}"], p5)
+    if "_roce_" in name:  # the H100 cluster's constants, on RoCE
+        return ("h100-cluster.yaml", [f"nodes={nodes}", "network.transport=roce"],
+                "RoCE (8 x 400 Gb/s ConnectX-7 a node), not InfiniBand")
     ctas = re.search(r"NCCL_MIN_CTAS=(\d+)", header)
     if ctas:  # at least that many channels
         return ("h100-cluster.yaml", [f"nodes={nodes}", f"collectives.channels={ctas.group(1)}"],
