@@ -72,8 +72,8 @@ double predict_row(const sim::CollectiveModel& model, const FitCase& c, double b
 double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, double seconds);
 
 // The constants fit_collectives can fit, in the order it reports them (`--fit` takes these).
-// simple_latency, channel_network_bandwidth, nvls_tree_network_efficiency, peer_latency and
-// message_latency are fitted only when named.
+// simple_latency, channel_network_bandwidth, nvls_tree_network_efficiency, peer_latency,
+// message_latency and ll_net_overhead are fitted only when named.
 const std::vector<std::string>& fit_constant_names();
 
 // Fits the constants of `topology` (with `start` as the starting point) to the cases.

@@ -51,6 +51,12 @@ double step_bytes(Protocol proto, const CollectiveTiming& c) {
   return proto == Protocol::simple ? static_cast<double>(c.buffer_size) / 8 : kLowLatencyStepBytes[pi(proto)];
 }
 
+// What a step or chunk across nodes waits on the proxy: LL's own wait when the topology sets one.
+double net_wait(const CollectiveTiming& c, Protocol proto) {
+  return proto == Protocol::ll && c.ll_net_overhead > Time::zero() ? c.ll_net_overhead.seconds()
+                                                                   : c.net_overhead.seconds();
+}
+
 int log2_floor(int v) {
   int r = 0;
   while (v > 1) {
@@ -294,7 +300,7 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
         const double chunk = step_bytes(proto, c_) * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
         const double loop = used * chunk * (per_rank ? n : 1);
         const double loops = std::max(1.0, std::ceil(s.bytes / loop));
-        e.latency += (per_rank ? nsteps * loops : nsteps + loops - 1) * (p == 1 ? 2 : 1) * c_.net_overhead.seconds();
+        e.latency += (per_rank ? nsteps * loops : nsteps + loops - 1) * (p == 1 ? 2 : 1) * net_wait(c_, proto);
       }
       break;
     }
@@ -317,8 +323,8 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       e.latency = base_latency(kBaseTree, proto) + 2 * ((p - 1) * intra_hop + log2_floor(N) * inter_hop);
       // Across nodes, each chunk waits for the network's host proxy, as a ring's steps do.
       if (N > 1)
-        e.latency += tree_waits(s.bytes, used, p - 1 + log2_ceil(N), proto, N, p, step_bytes(proto, c_)) *
-                     c_.net_overhead.seconds();
+        e.latency +=
+            tree_waits(s.bytes, used, p - 1 + log2_ceil(N), proto, N, p, step_bytes(proto, c_)) * net_wait(c_, proto);
       break;
     }
     case CollAlgo::nvls:

@@ -66,6 +66,7 @@ struct Schemas {
                           "intra_latency",
                           "inter_latency",
                           "net_overhead",
+                          "ll_net_overhead",
                           "peer_latency",
                           "message_latency",
                           "nvls_latency",
@@ -587,6 +588,7 @@ class TopologyReader {
     latency("intra_latency", c.intra_latency);
     latency("inter_latency", c.inter_latency);
     latency("net_overhead", c.net_overhead);
+    latency("ll_net_overhead", c.ll_net_overhead);
     latency("peer_latency", c.peer_latency);
     latency("message_latency", c.message_latency);
     latency("nvls_latency", c.nvls_latency);

@@ -121,6 +121,10 @@ struct CollectiveTiming {
   // The host proxy's cost per network step: a ring that spans nodes pays at least this on every
   // step, three times for Simple (NCCL's getNetOverhead: 1 us on Intel hosts, 2 us on AMD).
   Time net_overhead = Time::us(1);
+  // The same wait for a step or chunk on the LL protocol (a few KiB a channel, flags in every
+  // line); 0 (the default) means net_overhead. NCCL's own model costs LL's network hop at 2.7 us
+  // against Simple's 14: h100-cluster.yaml sets net_overhead x 2.7 / 14.
+  Time ll_net_overhead = Time::zero();
   // What each peer on another node adds to a point-to-point call (all_to_all, gather, scatter):
   // its send and receive through the proxies, the peers spread over the channels. 0 (the default)
   // means NCCL's network ring LL hop scaled as inter_latency is: peer_cost() in

@@ -371,6 +371,32 @@ TEST(CollectiveModelMultiNode, NvlsTreeChunksAreNcclsPerChannelAndHead) {
                est(four, ring, CollAlgo::ring, Protocol::simple).seconds);
 }
 
+TEST(CollectiveModelMultiNode, LlStepsWaitTheirOwnTimeOnTheProxy) {
+  // ll_net_overhead: what an LL step or chunk across nodes waits (unset: net_overhead, 2 us
+  // here). Set to 0.5 us, an LL ring all_gather of 64 KiB on 16 ranks of 2 nodes (one loop of
+  // 15 steps) waits 15 x 0.5 us instead of 15 x 2; a tree's LL chunks likewise; LL128 and Simple
+  // keep net_overhead.
+  const CollectiveModel base(cluster(2, 8, 0.7));
+  const CollectiveModel ll(cluster(2, 8, 0.7, "  ll_net_overhead: 0.5 us\n"));
+  auto lat = [](const CollectiveModel& m, CollOp op, CollAlgo a, Protocol p, double bytes) {
+    return est(m, shape(op, bytes, 16, 2), a, p).latency;
+  };
+  expect_close(lat(base, CollOp::all_gather, CollAlgo::ring, Protocol::ll, 64 * 1024) -
+                   lat(ll, CollOp::all_gather, CollAlgo::ring, Protocol::ll, 64 * 1024),
+               15 * (2 - 0.5) * kUs);
+  // A broadcast's chain: 15 waits for one loop.
+  expect_close(lat(base, CollOp::broadcast, CollAlgo::ring, Protocol::ll, 64 * 1024) -
+                   lat(ll, CollOp::broadcast, CollAlgo::ring, Protocol::ll, 64 * 1024),
+               15 * (2 - 0.5) * kUs);
+  // A tree all_reduce of 16 KiB: one LL chunk a channel, one wait.
+  expect_close(lat(base, CollOp::all_reduce, CollAlgo::tree, Protocol::ll, 16 * 1024) -
+                   lat(ll, CollOp::all_reduce, CollAlgo::tree, Protocol::ll, 16 * 1024),
+               1 * (2 - 0.5) * kUs);
+  for (const Protocol p : {Protocol::ll128, Protocol::simple})
+    expect_close(lat(ll, CollOp::all_gather, CollAlgo::ring, p, 64 * kMiB),
+                 lat(base, CollOp::all_gather, CollAlgo::ring, p, 64 * kMiB));
+}
+
 TEST(CollectiveModelMultiNode, OneRankANodeWaitsTwiceAStep) {
   // One rank on each of 4 nodes: every step's chunk comes in through the network and goes out
   // through it, and both pass the rank's proxy: 3 steps x 2 waits x 2 us, and no NVLink hop.

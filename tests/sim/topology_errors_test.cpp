@@ -645,6 +645,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                                                    "  nvls_chunk_size: 512 KiB",
                                                    "  nvls_tree_max_chunk_size: 256 KiB",
                                                    "  p2p_chunk_size: 512 KiB",
+                                                   "  ll_net_overhead: 700 ns",
                                                    "  message_latency: 2 us"}),
                                      "ok.yaml");
   const CollectiveTiming& c = t.collectives();
@@ -674,6 +675,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.nvls_chunk_size, 512u << 10);
   EXPECT_EQ(c.nvls_tree_max_chunk_size, 256u << 10);
   EXPECT_EQ(c.p2p_chunk_size, 512u << 10);
+  EXPECT_EQ(c.ll_net_overhead, Time::ns(700));
   EXPECT_EQ(c.message_latency, Time::us(2));
   EXPECT_EQ(t.nics_per_node(), 2);
   EXPECT_EQ(t.network().transport, Transport::roce);
