@@ -161,11 +161,11 @@ struct CollectiveTiming {
   // nvls_chunk_size). AWS's plugin sets both to 512 KiB on p5. Across nodes each chunk waits on
   // the proxy until the pipeline is full, so smaller chunks cost more waits on mid-size calls.
   uint64_t nvls_chunk_size = 128u << 10;
+  uint64_t nvls_tree_max_chunk_size = 0;
   // A point-to-point message across nodes (NCCL_P2P_NET_CHUNKSIZE, 128 KiB by default; AWS's
   // plugin sets 512 KiB on p4d, p5 and later). NCCL halves it for a peer's bytes below 8 of it
   // and quarters it below one.
   uint64_t p2p_chunk_size = 128u << 10;
-  uint64_t nvls_tree_max_chunk_size = 0;
 };
 
 // A topology as written: validated, not yet laid out as a graph.
