@@ -56,6 +56,15 @@ Param latency_param(const char* name, sim::Time sim::CollectiveTiming::*field) {
   return {name, false, [field](const sim::CollectiveTiming& c) { return (c.*field).seconds(); },
           [field](sim::CollectiveTiming& c, double v) { c.*field = sim::Time::from_seconds(v); }};
 }
+// A latency that is unset at 0 and then reads as `unset` of the constants: the fit starts there.
+Param unset_latency_param(const char* name, sim::Time sim::CollectiveTiming::*field,
+                          double (*unset)(const sim::CollectiveTiming&)) {
+  return {name, false,
+          [field, unset](const sim::CollectiveTiming& c) {
+            return c.*field > sim::Time::zero() ? (c.*field).seconds() : unset(c);
+          },
+          [field](sim::CollectiveTiming& c, double v) { c.*field = sim::Time::from_seconds(v); }};
+}
 // A fraction that is unset at 0 and then reads as another constant (`share`): the fit starts there.
 Param share_param(const char* name, double sim::CollectiveTiming::*field,
                   double (sim::CollectiveTiming::*share)() const) {
@@ -252,6 +261,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     nvls_tree = nvls_tree || (can_nvls && c.shape.nodes > 1);
     nvls_tree_wide = nvls_tree_wide || (can_nvls && c.shape.nodes > 2);
   }
+  // The constants fitted only when --fit names them.
+  auto named = [&](const char* name) { return std::find(only.begin(), only.end(), name) != only.end(); };
   std::vector<Param> params;
   if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
   if (intra) params.push_back(latency_param("intra_latency", &sim::CollectiveTiming::intra_latency));
@@ -260,12 +271,9 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (ring_inter) params.push_back(latency_param("net_overhead", &sim::CollectiveTiming::net_overhead));
   // LL's own wait: only when named, since only tables whose small calls cross nodes on LL tell it
   // from net_overhead. Unset (0), the fit starts at net_overhead.
-  if (ring_inter && std::find(only.begin(), only.end(), "ll_net_overhead") != only.end())
-    params.push_back({"ll_net_overhead", false,
-                      [](const sim::CollectiveTiming& c) {
-                        return (c.ll_net_overhead > sim::Time::zero() ? c.ll_net_overhead : c.net_overhead).seconds();
-                      },
-                      [](sim::CollectiveTiming& c, double v) { c.ll_net_overhead = sim::Time::from_seconds(v); }});
+  if (ring_inter && named("ll_net_overhead"))
+    params.push_back(unset_latency_param("ll_net_overhead", &sim::CollectiveTiming::ll_net_overhead,
+                                         [](const sim::CollectiveTiming& c) { return c.net_overhead.seconds(); }));
   if (nvls) params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
   if (nvls_tree)
     params.push_back(share_param("nvls_tree_efficiency", &sim::CollectiveTiming::nvls_tree_efficiency,
@@ -273,7 +281,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (nvls || nvls_tree) params.push_back(latency_param("nvls_latency", &sim::CollectiveTiming::nvls_latency));
   // An NVLS tree's own share of the NICs: only when named (--fit), since only NVLS trees on more
   // than two nodes tell it from the rings'. Unset (0), the fit starts at the rings' share.
-  if (nvls_tree_wide && std::find(only.begin(), only.end(), "nvls_tree_network_efficiency") != only.end()) {
+  if (nvls_tree_wide && named("nvls_tree_network_efficiency")) {
     const double nics = topology.nics_per_node() * topology.network().nic_bandwidth;
     params.push_back({"nvls_tree_network_efficiency", true,
                       [nics](const sim::CollectiveTiming& c) {
@@ -289,12 +297,12 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (a2a) params.push_back(fraction_param("alltoall_efficiency", &sim::CollectiveTiming::alltoall_efficiency));
   // The Simple protocol's base latency: only when named (--fit), since only tables whose small
   // calls run LL or LL128 and whose large ones run Simple tell it from call_overhead.
-  if (std::find(only.begin(), only.end(), "simple_latency") != only.end())
+  if (named("simple_latency"))
     params.push_back(latency_param("simple_latency", &sim::CollectiveTiming::simple_latency));
   // The channels' cap on network traffic: only when named (--fit), since it binds only where a
   // node's NICs outrun its channels. Unset (0, no cap), the fit starts where it binds: 0.8 of the
   // NICs' line rate shared by the channels.
-  if (net && std::find(only.begin(), only.end(), "channel_network_bandwidth") != only.end()) {
+  if (net && named("channel_network_bandwidth")) {
     const double nics = topology.nics_per_node() * topology.network().nic_bandwidth;
     const int channels = std::max(1, start.channels);
     params.push_back({"channel_network_bandwidth", false,
@@ -308,17 +316,13 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                                  &sim::CollectiveTiming::alltoall_network_share));
     // Each peer across nodes: only when named (--fit), since only tables of many nodes' small
     // calls tell it from call_overhead. Unset (0), the fit starts at what it reads as.
-    if (std::find(only.begin(), only.end(), "peer_latency") != only.end())
-      params.push_back({"peer_latency", false, [](const sim::CollectiveTiming& c) { return sim::peer_cost(c); },
-                        [](sim::CollectiveTiming& c, double v) { c.peer_latency = sim::Time::from_seconds(v); }});
+    if (named("peer_latency"))
+      params.push_back(unset_latency_param("peer_latency", &sim::CollectiveTiming::peer_latency, sim::peer_cost));
     // Each message of those peers: only when named, since only tables of several node counts
     // (many small messages or few large ones) tell it from peer_latency. Unset (0), from 1 us.
-    if (std::find(only.begin(), only.end(), "message_latency") != only.end())
-      params.push_back({"message_latency", false,
-                        [](const sim::CollectiveTiming& c) {
-                          return c.message_latency > sim::Time::zero() ? c.message_latency.seconds() : 1e-6;
-                        },
-                        [](sim::CollectiveTiming& c, double v) { c.message_latency = sim::Time::from_seconds(v); }});
+    if (named("message_latency"))
+      params.push_back(unset_latency_param("message_latency", &sim::CollectiveTiming::message_latency,
+                                           [](const sim::CollectiveTiming&) { return 1e-6; }));
   }
   params.push_back(latency_param("call_overhead", &sim::CollectiveTiming::call_overhead));
   // A table of one thread driving several GPUs has a floor: their issue time.
