@@ -572,12 +572,15 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   n["sharp_latency"] = latency_text(c.sharp_latency);
   n["call_overhead"] = latency_text(c.call_overhead);
   n["group_launch"] = latency_text(c.group_launch);
-  // Sizes as NCCL's environment sets them, written only where they differ from NCCL's defaults.
+  // Sizes as NCCL's environment sets them, written only where they differ from NCCL's defaults,
+  // exactly: in the largest binary unit that divides them.
   const sim::CollectiveTiming defaults;
   auto size = [&](const char* key, uint64_t v, uint64_t d) {
-    if (v != d)
-      n[key] = v % (1u << 20) == 0 ? fmt("%.6g MiB", static_cast<double>(v) / 1048576.0)
-                                   : fmt("%.6g KiB", static_cast<double>(v) / 1024.0);
+    if (v == d) return;
+    const auto whole = [](uint64_t x) { return std::to_string(x); };
+    n[key] = v % (1u << 20) == 0   ? whole(v >> 20) + " MiB"
+             : v % (1u << 10) == 0 ? whole(v >> 10) + " KiB"
+                                   : whole(v) + " B";
   };
   size("buffer_size", c.buffer_size, defaults.buffer_size);
   size("nvls_chunk_size", c.nvls_chunk_size, defaults.nvls_chunk_size);

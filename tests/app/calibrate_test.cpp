@@ -609,6 +609,13 @@ TEST_F(CalibrateCommand, TheWrittenTopologyKeepsItsBufferSizes) {
   EXPECT_EQ(cal.message_latency, sim::Topology::load_file(o.topology).collectives().message_latency);
   EXPECT_THAT(read(out_), HasSubstr("buffer_size: 8 MiB"));
   EXPECT_THAT(read(out_), HasSubstr("nvls_chunk_size: 512 KiB"));
+  // A size no binary unit divides is written in bytes, so that it reads back exactly.
+  o.sets = {"collectives.buffer_size=10000001B", "collectives.p2p_chunk_size=1536KiB"};
+  ASSERT_EQ(calibrate(o, printed), 0);
+  EXPECT_EQ(sim::Topology::load_file(out_).collectives().buffer_size, 10000001u);
+  EXPECT_EQ(sim::Topology::load_file(out_).collectives().p2p_chunk_size, 1536u << 10);
+  EXPECT_THAT(read(out_), HasSubstr("buffer_size: 10000001 B"));
+  o.sets = {};
   o.topology = std::string(RANKSIM_SOURCE_DIR) + "/topologies/h100-cluster.yaml";
   o.sets = {"nodes=2"};
   ASSERT_EQ(calibrate(o, printed), 0);
