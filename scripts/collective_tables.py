@@ -25,6 +25,7 @@ FITTED = {
     "h100sxm_1node8gpu_all_reduce_together_nvls.csv",
     "h100sxm_1node8gpu_all_gather_together_ring.csv",
     "h100sxm_1node8gpu_all_reduce_dgxc.csv",
+    "h100sxm_1node8gpu_all_to_all_xxrjun.csv",
     "h100sxm_2node16gpu_ibndr_all_reduce_user2.csv",
     "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
     "h100sxm_10node80gpu_all_gather_xxrjun.csv",
