@@ -40,11 +40,6 @@ constexpr std::array<double, 3> kChannelBytes{512.0 * 8, 640.0 * 8, 512.0 * 64};
 // data. Simple's is the topology's buffer_size (NCCL_BUFFSIZE, 4 MiB by default) / 8.
 constexpr std::array<double, 2> kLowLatencyStepBytes{32768.0, 576000.0};
 
-// A ring all_reduce, all_gather or reduce_scatter moves a chunk of this many steps per step of its
-// loop (NCCL: Simple chunks are NCCL_STEPS / 2 steps; LL and LL128 one); broadcast and reduce
-// move one step.
-constexpr std::array<double, 3> kRingChunkSteps{1, 1, 4};
-
 size_t pi(Protocol p) { return static_cast<size_t>(p); }
 
 double step_bytes(Protocol proto, const CollectiveTiming& c) {
@@ -286,21 +281,25 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
       // NCCL's latency: the first chunk's path round the ring, its NVLink hops. The steps that
       // cross the network are paced by the waits below, as every step across nodes is.
       e.latency = base_latency(kBaseRing, proto) + (nsteps - inter) * intra_hop;
-      // Across nodes, every step of every loop waits for its chunk to come through the network's
-      // host proxy; each rank runs its steps in order, so the ring is paced by them. With two or
-      // more ranks on a node a rank's step passes one proxy (the rank that receives from the
+      // Across nodes, each step waits for its chunk to come through the network's host proxy;
+      // each rank runs its steps in order, so the ring's first loop is paced by them. With two
+      // or more ranks on a node a rank's step passes one proxy (the rank that receives from the
       // network, or the one that sends to it); with one rank a node it passes two, its own
       // receive and its own send. A loop moves one chunk per rank and channel (all_reduce,
-      // all_gather, reduce_scatter), and each rank runs every step of every loop. A broadcast or
+      // all_gather, reduce_scatter); once the first has gone round, the NCCL_STEPS buffers of
+      // each connection hold the next loops' chunks while the proxy posts the earlier ones, so
+      // their waits overlap the transfers and only the first loop's are exposed. A broadcast or
       // reduce is a chain: a loop moves one step per channel, which each rank forwards once, so
       // the loops follow each other down the chain, the first reaching its end in nsteps steps
       // and each further one a step after it.
       if (N > 1) {
         const bool per_rank = all_reduce || is_reduce_gather(s.op);
-        const double chunk = step_bytes(proto, c_) * (per_rank ? kRingChunkSteps[pi(proto)] : 1.0);
-        const double loop = used * chunk * (per_rank ? n : 1);
-        const double loops = std::max(1.0, std::ceil(s.bytes / loop));
-        e.latency += (per_rank ? nsteps * loops : nsteps + loops - 1) * (p == 1 ? 2 : 1) * net_wait(c_, proto);
+        double waits = nsteps;
+        if (!per_rank) {
+          const double loop = used * step_bytes(proto, c_);
+          waits += std::max(1.0, std::ceil(s.bytes / loop)) - 1;
+        }
+        e.latency += waits * (p == 1 ? 2 : 1) * net_wait(c_, proto);
       }
       break;
     }

@@ -49,11 +49,14 @@
 // Pipelining across nodes. NCCL's latency is the first chunk's path; what it leaves out is the
 // host proxy that moves every chunk through the network. A ring runs in loops of one chunk per
 // rank and channel (NCCL's chunk: a Simple step of 512 KiB x 4, an LL128 step of 576,000 bytes,
-// an LL step of 32 KiB) and each rank runs its steps in order, so across nodes every step of
-// every loop waits net_overhead on the ranks that receive from the network: nsteps x loops x
-// net_overhead more. A tree's chunks (one step each; LL128 halves them for small calls as NCCL
-// does) wait net_overhead each until its pipeline holds NCCL_STEPS (8) chunks per level of its
-// depth, after which the waits overlap the transfers.
+// an LL step of 32 KiB) and each rank runs its steps in order, so across nodes each step of the
+// first loop waits net_overhead on the ranks that receive from the network: nsteps x
+// net_overhead more (the later loops' waits overlap the transfers: each connection's NCCL_STEPS
+// buffers hold their chunks while the proxy posts). A broadcast or reduce chain waits nsteps +
+// loops - 1 times (its loops of one step a channel follow each other down it). A tree's chunks
+// (one step each; LL128 halves them for small calls as NCCL does) wait net_overhead each until
+// its pipeline holds NCCL_STEPS (8) chunks per level of its depth, after which the waits overlap
+// the transfers.
 //
 // Selection: the (algorithm, protocol) with the least predicted time among those that apply
 // (ties to the earlier in enum order); a forced algorithm or protocol (NCCL_ALGO / NCCL_PROTO)

@@ -212,13 +212,13 @@ std::vector<FaultCase> fault_cases() {
        {},
        {"faults injected (docs/scenarios.md, \"Faults\"):\n"
         "  faults[0] (network_degrades: node 1): its network links run at 0.5 of their bandwidth from 0 s\n"
-        "  effect: virtual time 43.55 ms against 22.08 ms without the faults (+97.28%)\n"}},
+        "  effect: virtual time 43.57 ms against 21.92 ms without the faults (+98.76%)\n"}},
       {"network_degrades, rank",
        two_nodes("network_degrades: {rank: 3, factor: 0.5, at: 0 s}"),
        0,
        {},
        {"  faults[0] (network_degrades: rank 3's NIC): its network links run at 0.5 of their bandwidth from 0 s\n"
-        "  effect: virtual time 43.55 ms against 22.08 ms without the faults (+97.28%)\n"}},
+        "  effect: virtual time 43.57 ms against 21.92 ms without the faults (+98.76%)\n"}},
       // Node 1's links carry every DP group: all 16 ranks fail, each naming the fault.
       {"network_fails, node",
        two_nodes("network_fails: {node: 1, at: 0 s}"),
