@@ -33,8 +33,10 @@ write_dict() {
   {
     echo '"#set "'
     echo '"="'
+    # awk reads the whole list (head would close the pipe early: sort's SIGPIPE, exit 141 under
+    # pipefail, whenever the list outgrows the pipe's buffer before head has read its 400 lines).
     cat -- "$@" 2>/dev/null | LC_ALL=C grep -aoE '[A-Za-z_][A-Za-z0-9_]{1,30}:?' | LC_ALL=C sort | uniq -c |
-      LC_ALL=C sort -rn | head -n 400 | awk '{ printf "\"%s\"\n", $2 }'
+      LC_ALL=C sort -rn | awk 'NR <= 400 { printf "\"%s\"\n", $2 }'
   } >"$out"
 }
 
@@ -83,7 +85,7 @@ if [ ${#failed[@]} -gt 0 ]; then
     echo
     echo "fuzz.sh: $name found a problem; libFuzzer's report (build/fuzz/runs/$name/log) ends:"
     grep -E '^(==[0-9]+==|SUMMARY|.*runtime error|.*terminate called|.*what\(\)|    #[0-9]+ )' \
-      "build/fuzz/runs/$name/log" | head -n 40
+      "build/fuzz/runs/$name/log" | awk 'NR <= 40'
   done
   echo
   echo "fuzz.sh: to keep a finding as a regression test, copy its input (the crash-*, leak-*, timeout-* or"
