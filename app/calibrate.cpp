@@ -272,8 +272,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   // LL's own wait: only when named, since only tables whose small calls cross nodes on LL tell it
   // from net_overhead. Unset (0), the fit starts at net_overhead.
   if (ring_inter && named("ll_net_overhead"))
-    params.push_back(unset_latency_param("ll_net_overhead", &sim::CollectiveTiming::ll_net_overhead,
-                                         [](const sim::CollectiveTiming& c) { return c.net_overhead.seconds(); }));
+    params.push_back(unset_latency_param("ll_net_overhead", &sim::CollectiveTiming::ll_net_overhead, sim::ll_net_wait));
   if (nvls) params.push_back(fraction_param("nvls_efficiency", &sim::CollectiveTiming::nvls_efficiency));
   if (nvls_tree)
     params.push_back(share_param("nvls_tree_efficiency", &sim::CollectiveTiming::nvls_tree_efficiency,
@@ -577,10 +576,9 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   const sim::CollectiveTiming defaults;
   auto size = [&](const char* key, uint64_t v, uint64_t d) {
     if (v == d) return;
-    const auto whole = [](uint64_t x) { return std::to_string(x); };
-    n[key] = v % (1u << 20) == 0   ? whole(v >> 20) + " MiB"
-             : v % (1u << 10) == 0 ? whole(v >> 10) + " KiB"
-                                   : whole(v) + " B";
+    n[key] = v % (1u << 20) == 0   ? std::to_string(v >> 20) + " MiB"
+             : v % (1u << 10) == 0 ? std::to_string(v >> 10) + " KiB"
+                                   : std::to_string(v) + " B";
   };
   size("buffer_size", c.buffer_size, defaults.buffer_size);
   size("nvls_chunk_size", c.nvls_chunk_size, defaults.nvls_chunk_size);

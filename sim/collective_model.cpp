@@ -48,8 +48,7 @@ double step_bytes(Protocol proto, const CollectiveTiming& c) {
 
 // What a step or chunk across nodes waits on the proxy: LL's own wait when the topology sets one.
 double net_wait(const CollectiveTiming& c, Protocol proto) {
-  return proto == Protocol::ll && c.ll_net_overhead > Time::zero() ? c.ll_net_overhead.seconds()
-                                                                   : c.net_overhead.seconds();
+  return proto == Protocol::ll ? ll_net_wait(c) : c.net_overhead.seconds();
 }
 
 int log2_floor(int v) {
@@ -164,6 +163,10 @@ double bus_factor(CollOp op, int n) {
 
 double peer_cost(const CollectiveTiming& c) {
   return c.peer_latency > Time::zero() ? c.peer_latency.seconds() : c.inter_latency.seconds() * kNetRing[0] / kNetRef;
+}
+
+double ll_net_wait(const CollectiveTiming& c) {
+  return c.ll_net_overhead > Time::zero() ? c.ll_net_overhead.seconds() : c.net_overhead.seconds();
 }
 
 CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nranks) {

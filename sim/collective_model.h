@@ -91,6 +91,10 @@ double bus_factor(CollOp op, int nranks);
 // inter_latency / 14 us, NCCL's network ring Simple hop).
 double peer_cost(const CollectiveTiming& c);
 
+// Seconds an LL step or chunk across nodes waits on the proxy: the constants' ll_net_overhead, or
+// where unset their net_overhead.
+double ll_net_wait(const CollectiveTiming& c);
+
 struct CollectiveEstimate {
   CollAlgo algorithm = CollAlgo::ring;
   Protocol protocol = Protocol::simple;

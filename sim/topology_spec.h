@@ -118,8 +118,10 @@ struct CollectiveTiming {
   // Per-hop latencies of the Simple protocol; LL and LL128 scale them by NCCL's published ratios.
   Time intra_latency = Time::ns(3400);  // one hop inside a node (NCCL's NVLink ring Simple: 3.4 us)
   Time inter_latency = Time::us(14);    // one hop between nodes (NCCL's NET ring Simple: 14 us)
-  // The host proxy's cost per network step: a ring that spans nodes pays at least this on every
-  // step, three times for Simple (NCCL's getNetOverhead: 1 us on Intel hosts, 2 us on AMD).
+  // The host proxy's cost per network step: a ring that spans nodes pays it on each step of its
+  // first loop (the later loops' waits overlap their transfers), a tree on each chunk until its
+  // pipeline is full, a broadcast or reduce chain once a step and loop (NCCL's own model charges
+  // getNetOverhead, 1 us on Intel hosts and 2 us on AMD, three times for Simple).
   Time net_overhead = Time::us(1);
   // The same wait for a step or chunk on the LL protocol (a few KiB a channel, flags in every
   // line); 0 (the default) means net_overhead. NCCL's own model costs LL's network hop at 2.7 us
@@ -153,8 +155,9 @@ struct CollectiveTiming {
   std::shared_ptr<const TunerConfig> tuner;
   // The Simple protocol's buffer per channel and peer (NCCL_BUFFSIZE, 4 MiB by default; AWS's
   // libfabric plugin sets 8 MiB on p4d, p5 and later). NCCL splits it into NCCL_STEPS (8) steps;
-  // a Simple ring's chunk is four of them, so across nodes a larger buffer means fewer chunks,
-  // each waiting once on the proxy (net_overhead).
+  // a Simple ring's chunk is four of them, a tree's one. Across nodes a larger buffer means fewer
+  // tree chunks and chain loops, each waiting on the proxy (net_overhead); a ring waits its first
+  // loop's steps whatever the buffer.
   uint64_t buffer_size = 4ull << 20;
   // An NVLS tree's chunk (NCCL_NVLS_CHUNKSIZE, 128 KiB by default) and its cap across nodes
   // (NCCL_NVLSTREE_MAX_CHUNKSIZE; 0, the default, means NCCL's own: 64 KiB from four nodes, else
