@@ -9,6 +9,7 @@ Usage: scripts/collective_tables.py RANKSIM_BINARY [--check]
   --check: do not write; exit 1 if the page is out of date.
 """
 import glob
+import math
 import os
 import re
 import subprocess
@@ -118,6 +119,68 @@ def summary(tally):
             f"Held-out tables within 10% from 1 MiB up, by how they were measured: {by_mode}."]
 
 
+def rows(path):
+    """{size in bytes: time in us} of a data file."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or line.startswith("size_bytes"):
+                continue
+            size, time = line.split(",")[:2]
+            out[int(size)] = float(time)
+    return out
+
+
+def common_sizes(a, b):
+    """(time in a, time in b) at the sizes from 1 MiB up that both tables measured. nccl-tests rounds
+    a size down to whole elements per rank, so two runs may list sizes a few bytes apart: sizes
+    within 0.1% of each other are the same."""
+    pairs = []
+    for size, t in sorted(a.items()):
+        if size < (1 << 20):
+            continue
+        near = [s for s in b if abs(s - size) <= size * 1e-3]
+        if near:
+            pairs.append((t, b[near[0]]))
+    return pairs
+
+
+def same_configuration(configs):
+    """Lines of a section comparing tables that the model cannot tell apart: the same topology and
+    overrides, operation, ranks, nodes, algorithm setting and GPUs per thread. Their spread bounds
+    what any one prediction can reach on them."""
+    groups = {}
+    for key, name, path, big in configs:
+        groups.setdefault(key, []).append((name, path, big))
+    out = ["", "## Tables of the same configuration", "",
+           "Tables measured on different machines (or days) that the model describes identically: the same "
+           "topology and overrides, operation, ranks, nodes, algorithm setting and GPUs per thread. Spread: "
+           "the geometric mean over the sizes from 1 MiB up that both measured of |ln(a/b)|, as a percentage "
+           "(exp(mean) - 1). One prediction per size cannot be within less than half the spread (in log terms) "
+           "of both tables: that floor is the last column.", "",
+           "| configuration | table a (model error) | table b (model error) | sizes | spread | floor for the worse |",
+           "|---|---|---|---|---|---|"]
+    count = 0
+    for key, members in sorted(groups.items()):
+        for i in range(len(members)):
+            for j in range(i + 1, len(members)):
+                (na, pa, ea), (nb, pb, eb) = members[i], members[j]
+                pairs = common_sizes(rows(pa), rows(pb))
+                if not pairs:
+                    continue
+                mean = sum(abs(math.log(x / y)) for x, y in pairs) / len(pairs)
+                topo, sets, op, ranks, nodes, algo, gpt = key
+                what = f"{op}, {ranks} x {nodes}, {topo} {' '.join(sets[1:])}".rstrip()
+                if algo.lower() != "default":
+                    what += f", NCCL_ALGO={algo}"
+                if gpt != "1":
+                    what += f", -g {gpt}"
+                out.append(f"| {what} | {na} ({ea}) | {nb} ({eb}) | {len(pairs)} | "
+                           f"{100 * (math.exp(mean) - 1):.1f}% | {100 * (math.exp(mean / 2) - 1):.1f}% |")
+                count += 1
+    return out if count else []
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -132,6 +195,8 @@ def main():
     details = []
     # (fitted, GPU family, how measured, error >= 1 MiB, error < 1 MiB) per table, for the tally.
     tally = []
+    # (what the model sees, table, path, its error from 1 MiB up) per table, for the spreads.
+    configs = []
     for path in sorted(glob.glob(os.path.join(ROOT, DATA, "*.csv"))):
         name = os.path.basename(path)
         with open(path) as f:
@@ -158,12 +223,16 @@ def main():
                    f"{small.group(1) if small else '-'} |")
         tally.append((name in FITTED, name.split("_")[0], mode(name, head),
                       float(big.group(1)[:-1]) if big else None, float(small.group(1)[:-1]) if small else None))
+        configs.append(((topo, tuple(sets), head.get("op", "?"), head.get("ranks", "?"), head.get("nodes", "?"),
+                         head.get("algo", "default"), head.get("gpus_per_thread", "1")),
+                        name, path, big.group(1) if big else "-"))
         body = [l for l in r.stdout.splitlines() if not l.startswith("# ranksim")]
         details += ["", f"### {name}", "", f"Source: {head.get('source', '?')}", ""]
         if note:
             details += [f"Machine as modelled: {note}.", ""]
         details += ["```"] + [l for l in body if l.strip()] + ["```"]
     out += [""] + summary(tally)
+    out += same_configuration(configs)
     text = "\n".join(out + details) + "\n"
     with open(PAGE) as f:
         page = f.read()
