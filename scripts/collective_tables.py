@@ -3,7 +3,9 @@
 
 Runs `ranksim calibrate --check` on each table with the shipped topology that models its machine
 (and the overrides that describe it: node count, NVLS off, fewer devices or NICs), and writes the
-tables and a summary into docs/collective-timing.md below the line '<!-- tables -->'.
+tables and a summary into docs/collective-timing.md below the line '<!-- tables -->', with two
+checks of the data and the fits: the spread between tables the model describes identically, and
+each joint fit refitted without each of its tables in turn, predicting the table left out.
 
 Usage: scripts/collective_tables.py RANKSIM_BINARY [--check]
   --check: do not write; exit 1 if the page is out of date.
@@ -12,8 +14,10 @@ import glob
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "docs/data/nccl-tests"
@@ -39,6 +43,25 @@ FITTED = {
     "a100sxm4_2node16gpu_all_gather_alcf_sophia.csv",
     "a100sxm4_2node16gpu_all_to_all_alcf_sophia.csv",
 }
+
+
+# The joint fits of the shipped constants (the commands in the topology files' headers): the
+# topology, the node count it is fitted at, the constants fitted and the tables. The page checks
+# each by leaving one table out at a time.
+JOINT_FITS = [
+    ("h100-cluster.yaml", 10,
+     "intra_latency,nvls_efficiency,nvls_latency,call_overhead,group_launch,simple_latency,network_efficiency,"
+     "inter_latency,net_overhead,channel_network_bandwidth,nvls_tree_efficiency",
+     ["h100sxm_8gpu_all_reduce_k8s_ring.csv", "h100sxm_1node8gpu_all_reduce_together_nvls.csv",
+      "h100sxm_1node8gpu_all_gather_together_ring.csv", "h100sxm_1node8gpu_all_reduce_dgxc.csv",
+      "h100sxm_1node8gpu_all_to_all_xxrjun.csv", "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
+      "h100sxm_10node80gpu_all_gather_xxrjun.csv", "h100sxm_2node16gpu_ibndr_all_reduce_user2.csv"]),
+    ("dgx-a100.yaml", 2,
+     "intra_latency,network_efficiency,inter_latency,net_overhead,call_overhead,alltoall_network_efficiency,"
+     "simple_latency",
+     ["a100sxm4_2node16gpu_all_reduce_alcf_sophia.csv", "a100sxm4_2node16gpu_all_gather_alcf_sophia.csv",
+      "a100sxm4_2node16gpu_all_to_all_alcf_sophia.csv"]),
+]
 
 
 def machine(name, header=""):
@@ -181,11 +204,60 @@ def same_configuration(configs):
     return out if count else []
 
 
+def leave_one_out(binary, errors):
+    """Lines of a section refitting each joint fit without each of its tables in turn and predicting
+    the table left out. A constant that the other tables do not inform (calibrate says so) is held
+    at its shipped value."""
+    out = ["", "## Leave one out", "",
+           "Each joint fit of the shipped constants (the commands in the topology files' headers) refitted "
+           "without one of its tables, which the refitted constants then predict: how well the fit predicts a "
+           "table of its own kind that it did not see. A constant that only the left-out table informs is held "
+           "at its shipped value (last column).", "",
+           "| fit | table left out | fitted with it (>= 1 MiB) | predicted without it (>= 1 MiB) | held at the shipped value |",
+           "|---|---|---|---|---|"]
+    work = tempfile.mkdtemp(prefix="ranksim-loo-")
+    try:
+        for topo, nodes, fit, tables in JOINT_FITS:
+            for left in tables:
+                params = fit.split(",")
+                held = []
+                result = os.path.join(work, "fit.yaml")
+                while True:
+                    cmd = [binary, "calibrate", "-t", "topologies/" + topo, "--set", f"nodes={nodes}",
+                           "--fit", ",".join(params), "-o", result]
+                    cmd += [os.path.join(DATA, t) for t in tables if t != left]
+                    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+                    if r.returncode == 0:
+                        break
+                    uninformed = re.search(r"--fit (\w+): the tables do not inform it", r.stderr)
+                    if not uninformed or uninformed.group(1) not in params:
+                        sys.exit(f"{' '.join(cmd)} failed: {r.stderr}")
+                    params.remove(uninformed.group(1))
+                    held.append(uninformed.group(1))
+                with open(os.path.join(ROOT, DATA, left)) as f:
+                    m = re.search(r"^# nodes: (\d+)", f.read(), re.M)
+                check = [binary, "calibrate", "--check", "-t", result, "--set", f"nodes={m.group(1) if m else 1}",
+                         os.path.join(DATA, left)]
+                r = subprocess.run(check, cwd=ROOT, capture_output=True, text=True)
+                if r.returncode != 0:
+                    sys.exit(f"{' '.join(check)} failed: {r.stderr}")
+                big = re.search(r"sizes >= 1 MiB: ([\d.]+%)", r.stdout)
+                out.append(f"| {topo} | {left} | {errors.get(left, '-')} | {big.group(1) if big else '-'} | "
+                           f"{', '.join(held) if held else '-'} |")
+    finally:
+        shutil.rmtree(work)
+    return out
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     binary = sys.argv[1]
     check = "--check" in sys.argv[2:]
+    for _, _, _, tables in JOINT_FITS:
+        for t in tables:
+            if t not in FITTED:
+                sys.exit(f"{t} is in a joint fit but not in FITTED")
     out = [MARK, "", "## Every public table: measured vs predicted",
            "", "Generated by `scripts/collective_tables.py` (`ranksim calibrate --check` on each table). "
            "Error: geometric mean of |predicted/measured - 1| over the sizes, computed as "
@@ -233,6 +305,7 @@ def main():
         details += ["```"] + [l for l in body if l.strip()] + ["```"]
     out += [""] + summary(tally)
     out += same_configuration(configs)
+    out += leave_one_out(binary, {name: err for _, name, _, err in configs})
     text = "\n".join(out + details) + "\n"
     with open(PAGE) as f:
         page = f.read()
