@@ -228,7 +228,8 @@ const std::vector<std::string>& fit_constant_names() {
 }
 
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
-                          const std::vector<FitCase>& cases, const std::vector<std::string>& only) {
+                          const std::vector<FitCase>& cases, const std::vector<std::string>& only,
+                          std::vector<std::string>* held) {
   const double launch = topology.kind_of(0).launch_overhead.seconds();
   bool ring_intra = false, ring_inter = false, nvls = false, nvls_tree = false, a2a = false, a2a_net = false;
   bool nvls_tree_wide = false;  // an NVLS tree on more than two nodes: its network share
@@ -334,6 +335,10 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
       if (std::find(all.begin(), all.end(), name) == all.end())
         throw Error("--fit " + name + ": not a constant calibrate fits; expected some of " + sim::join(all));
       const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
+      if (it == params.end() && held) {
+        held->push_back(name);
+        continue;
+      }
       if (it == params.end())
         throw Error("--fit " + name +
                     ": the tables do not inform it (e.g. no table spans nodes, none runs an "
@@ -375,6 +380,36 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   for (const Param& p : params) r.fitted.emplace_back(p.name);
   r.rms_log_error = std::sqrt(objective(x));
   return r;
+}
+
+CaseError case_errors(const sim::Topology& topology, const sim::CollectiveTiming& constants, const FitCase& c) {
+  const double launch = topology.kind_of(0).launch_overhead.seconds();
+  const sim::CollectiveModel m(topology, constants);
+  std::vector<std::pair<double, double>> big, small;
+  for (const MeasuredRow& r : c.rows)
+    (r.bytes >= kMiB ? big : small).emplace_back(predict_row(m, c, r.bytes, launch), r.seconds);
+  CaseError e;
+  if (!big.empty()) e.big = geomean_error(big);
+  if (!small.empty()) e.small = geomean_error(small);
+  return e;
+}
+
+std::vector<LeftOut> leave_one_out(const sim::Topology& topology, const sim::CollectiveTiming& start,
+                                   const std::vector<FitCase>& cases, const FitResult& all) {
+  if (cases.size() < 2)
+    throw Error("--leave-one-out needs two or more tables: it fits to all but one and predicts that one");
+  std::vector<LeftOut> out;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<FitCase> others;
+    for (size_t j = 0; j < cases.size(); ++j)
+      if (j != i) others.push_back(cases[j]);
+    LeftOut l;
+    const FitResult without = fit_collectives(topology, start, others, all.fitted, &l.held);
+    l.fitted = case_errors(topology, all.constants, cases[i]);
+    l.left_out = case_errors(topology, without.constants, cases[i]);
+    out.push_back(std::move(l));
+  }
+  return out;
 }
 
 namespace {
@@ -594,6 +629,10 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   if (!o.check_only && o.output.empty()) throw Error("calibrate needs -o OUT.yaml (or --check to compare only)");
   if (o.check_only && !o.output.empty()) throw Error("calibrate --check writes nothing; drop -o " + o.output);
   if (o.check_only && !o.fit.empty()) throw Error("calibrate --check fits nothing; drop --fit (or --check to fit)");
+  if (o.check_only && o.leave_one_out)
+    throw Error("calibrate --check fits nothing to leave a table out of; drop --leave-one-out (or --check)");
+  if (o.leave_one_out && o.files.size() < 2)
+    throw Error("--leave-one-out needs two or more tables: it fits to all but one and predicts that one");
   // The output is checked before the fit: its folder exists, and it is none of the inputs.
   if (!o.check_only) {
     std::vector<NamedPath> ins = {{"the topology", o.topology}};
@@ -627,6 +666,22 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   say_left_out(out, "# ");
   out << "\n";
   print_comparison(out, topo, cases, before, &fit.constants);
+  if (o.leave_one_out) {
+    out << "# leave one out: each table predicted by the constants fitted to the others\n";
+    const std::vector<LeftOut> loo = leave_one_out(topo, before, cases, fit);
+    auto pct = [](const std::optional<double>& e) { return e ? fmt("%.1f%%", *e * 100) : std::string("-"); };
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const LeftOut& l = loo[i];
+      out << "# " << cases[i].name << ":";
+      if (l.fitted.big)
+        out << " sizes >= 1 MiB " << pct(l.fitted.big) << " fitted, " << pct(l.left_out.big) << " left out;";
+      if (l.fitted.small)
+        out << " sizes < 1 MiB " << pct(l.fitted.small) << " fitted, " << pct(l.left_out.small) << " left out;";
+      if (!l.held.empty()) out << "; held at the topology's value: " << sim::join(l.held);
+      out << "\n";
+    }
+    out << "\n";
+  }
 
   // The calibrated file: the topology as loaded (overrides applied), with the fitted section.
   const std::string text = sim::read_text_file(o.topology, "topology YAML file");

@@ -42,6 +42,9 @@ struct CalibrateOptions {
   // The constants to fit (names in the collectives section); empty: every one the tables can
   // tell apart. A name the tables cannot inform is an Error.
   std::vector<std::string> fit;
+  // After the fit, refit once without each table and predict it (leave_one_out): how well the
+  // constants carry to a table they were not fitted to. Needs two or more tables.
+  bool leave_one_out = false;
 };
 
 // Runs the command: prints the tables and writes options.output. Returns 0. Throws ranksim::Error
@@ -78,9 +81,30 @@ const std::vector<std::string>& fit_constant_names();
 
 // Fits the constants of `topology` (with `start` as the starting point) to the cases.
 // only: restrict the fit to these constants (empty: all that the cases inform); throws Error for
-// a name that is not a constant or that the cases do not inform.
+// a name that is not a constant or that the cases do not inform, unless `held` is given: then such
+// a name stays at its value in `start` and is appended to *held.
 FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTiming& start,
-                          const std::vector<FitCase>& cases, const std::vector<std::string>& only = {});
+                          const std::vector<FitCase>& cases, const std::vector<std::string>& only = {},
+                          std::vector<std::string>* held = nullptr);
+
+// The geometric-mean errors of a case's rows from 1 MiB up and below (nullopt: no such rows) under
+// the constants.
+struct CaseError {
+  std::optional<double> big, small;
+};
+CaseError case_errors(const sim::Topology& topology, const sim::CollectiveTiming& constants, const FitCase& c);
+
+// One table left out of a fit: its errors under the fit to every table, and under the fit to the
+// others (the same constants as `all` fitted; those the others do not inform held at their value
+// in `start`, named in `held`).
+struct LeftOut {
+  CaseError fitted, left_out;
+  std::vector<std::string> held;
+};
+// Refits the constants of `all` once without each case, from `start`, and predicts the case left
+// out. Throws Error for fewer than two cases.
+std::vector<LeftOut> leave_one_out(const sim::Topology& topology, const sim::CollectiveTiming& start,
+                                   const std::vector<FitCase>& cases, const FitResult& all);
 
 // exp(mean |ln(predicted / measured)|) - 1 over the pairs: the geometric-mean error.
 double geomean_error(const std::vector<std::pair<double, double>>& predicted_measured);

@@ -263,6 +263,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                        sim::join(fit_constant_names()))
       ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
+  cal_cmd->add_flag("--leave-one-out", cal_opts.leave_one_out,
+                    "After the fit, refit without each table in turn and print how well that predicts it");
   cal_cmd->add_option("--sizes", cal_opts.sizes,
                       "Only the rows of sizes MIN:MAX (bytes, or with units: 1MiB:8GiB; 1MiB: for 1 MiB and up)");
   cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, a log of several, or CSV)")

@@ -204,46 +204,31 @@ def same_configuration(configs):
     return out if count else []
 
 
-def leave_one_out(binary, errors):
+def leave_one_out(binary):
     """Lines of a section refitting each joint fit without each of its tables in turn and predicting
-    the table left out. A constant that the other tables do not inform (calibrate says so) is held
-    at its shipped value."""
+    the table left out (`ranksim calibrate --leave-one-out`)."""
     out = ["", "## Leave one out", "",
            "Each joint fit of the shipped constants (the commands in the topology files' headers) refitted "
-           "without one of its tables, which the refitted constants then predict: how well the fit predicts a "
-           "table of its own kind that it did not see. A constant that only the left-out table informs is held "
-           "at its shipped value (last column).", "",
+           "without one of its tables, which the refitted constants then predict (`ranksim calibrate "
+           "--leave-one-out`): how well the fit predicts a table of its own kind that it did not see. A constant "
+           "that only the left-out table informs is held at its shipped value (last column).", "",
            "| fit | table left out | fitted with it (>= 1 MiB) | predicted without it (>= 1 MiB) | held at the shipped value |",
            "|---|---|---|---|---|"]
     work = tempfile.mkdtemp(prefix="ranksim-loo-")
     try:
         for topo, nodes, fit, tables in JOINT_FITS:
-            for left in tables:
-                params = fit.split(",")
-                held = []
-                result = os.path.join(work, "fit.yaml")
-                while True:
-                    cmd = [binary, "calibrate", "-t", "topologies/" + topo, "--set", f"nodes={nodes}",
-                           "--fit", ",".join(params), "-o", result]
-                    cmd += [os.path.join(DATA, t) for t in tables if t != left]
-                    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-                    if r.returncode == 0:
-                        break
-                    uninformed = re.search(r"--fit (\w+): the tables do not inform it", r.stderr)
-                    if not uninformed or uninformed.group(1) not in params:
-                        sys.exit(f"{' '.join(cmd)} failed: {r.stderr}")
-                    params.remove(uninformed.group(1))
-                    held.append(uninformed.group(1))
-                with open(os.path.join(ROOT, DATA, left)) as f:
-                    m = re.search(r"^# nodes: (\d+)", f.read(), re.M)
-                check = [binary, "calibrate", "--check", "-t", result, "--set", f"nodes={m.group(1) if m else 1}",
-                         os.path.join(DATA, left)]
-                r = subprocess.run(check, cwd=ROOT, capture_output=True, text=True)
-                if r.returncode != 0:
-                    sys.exit(f"{' '.join(check)} failed: {r.stderr}")
-                big = re.search(r"sizes >= 1 MiB: ([\d.]+%)", r.stdout)
-                out.append(f"| {topo} | {left} | {errors.get(left, '-')} | {big.group(1) if big else '-'} | "
-                           f"{', '.join(held) if held else '-'} |")
+            cmd = [binary, "calibrate", "-t", "topologies/" + topo, "--set", f"nodes={nodes}", "--fit", fit,
+                   "--leave-one-out", "-o", os.path.join(work, "fit.yaml")] + [os.path.join(DATA, t) for t in tables]
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"{' '.join(cmd)} failed: {r.stderr}")
+            loo = r.stdout[r.stdout.index("# leave one out"):]
+            for t in tables:
+                line = re.search(r"^# " + re.escape(os.path.join(DATA, t)) + r":(.*)$", loo, re.M).group(1)
+                big = re.search(r"sizes >= 1 MiB ([\d.]+%) fitted, ([\d.]+%) left out", line)
+                held = re.search(r"held at the topology's value: (.*)$", line)
+                out.append(f"| {topo} | {t} | {big.group(1) if big else '-'} | {big.group(2) if big else '-'} | "
+                           f"{held.group(1) if held else '-'} |")
     finally:
         shutil.rmtree(work)
     return out
@@ -305,7 +290,7 @@ def main():
         details += ["```"] + [l for l in body if l.strip()] + ["```"]
     out += [""] + summary(tally)
     out += same_configuration(configs)
-    out += leave_one_out(binary, {name: err for _, name, _, err in configs})
+    out += leave_one_out(binary)
     text = "\n".join(out + details) + "\n"
     with open(PAGE) as f:
         page = f.read()

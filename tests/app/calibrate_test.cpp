@@ -102,6 +102,18 @@ std::vector<FitCase> across_nodes(const sim::Topology& t, const sim::CollectiveT
   return {synthetic_case(m, launch, 16, 2, algorithm, op), synthetic_case(m, launch, 32, 4, algorithm, op)};
 }
 
+// `real` with the constants a fit across nodes moves set far from it: where a fit starts.
+sim::CollectiveTiming away_from(const sim::CollectiveTiming& real) {
+  sim::CollectiveTiming start = real;
+  start.fabric_efficiency = 0.6;
+  start.network_efficiency = 0.6;
+  start.intra_latency = sim::Time::us(5);
+  start.inter_latency = sim::Time::us(5);
+  start.call_overhead = sim::Time::us(1);
+  start.net_overhead = sim::Time::us(1);
+  return start;
+}
+
 void expect_within(double got, double want, double rel, const char* what) {
   EXPECT_NEAR(got, want, want * rel) << what;
 }
@@ -120,13 +132,7 @@ TEST(CalibrateFit, RecoversTheConstantsTheTablesWereMadeWith) {
   // Rings across nodes are paced by net_overhead; a tree's network hops inform inter_latency.
   cases.push_back(synthetic_case(m, launch, 32, 4, sim::CollAlgo::tree));
 
-  sim::CollectiveTiming start = real;
-  start.fabric_efficiency = 0.6;
-  start.network_efficiency = 0.6;
-  start.intra_latency = sim::Time::us(5);
-  start.inter_latency = sim::Time::us(5);
-  start.call_overhead = sim::Time::us(1);
-  start.net_overhead = sim::Time::us(1);
+  const sim::CollectiveTiming start = away_from(real);
   const FitResult fit = fit_collectives(t, start, cases);
 
   EXPECT_THAT(fit.fitted, UnorderedElementsAre("fabric_efficiency", "intra_latency", "network_efficiency",
@@ -391,6 +397,44 @@ TEST(CalibrateFit, RecoversTheIssueTimeOfATableDrivenByOneThread) {
   FitCase per_process = c;
   per_process.gpus_per_thread = 1;
   EXPECT_THROW(fit_collectives(t, start, {per_process}, {"group_launch"}), Error);
+}
+
+// Leaving a table out of tables the model made: the others inform the same constants, so the
+// refit predicts the one left out as the model made it; a constant only that table informs stays
+// at the start and is named.
+TEST(CalibrateFit, LeaveOneOutPredictsWhatTheOthersInformAndHoldsTheRest) {
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  const sim::CollectiveTiming real = truth(t);
+  const sim::CollectiveModel m(t, real);
+  std::vector<FitCase> cases;
+  for (auto [nranks, nodes] : {std::pair{8, 1}, {4, 1}, {16, 2}, {32, 4}})
+    cases.push_back(synthetic_case(m, launch, nranks, nodes));
+  // Only the tree's network hops inform inter_latency.
+  cases.push_back(synthetic_case(m, launch, 32, 4, sim::CollAlgo::tree));
+  const sim::CollectiveTiming start = away_from(real);
+  const FitResult all = fit_collectives(t, start, cases);
+  const std::vector<LeftOut> loo = leave_one_out(t, start, cases, all);
+  ASSERT_EQ(loo.size(), cases.size());
+  for (size_t i = 0; i + 1 < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].name);
+    EXPECT_TRUE(loo[i].held.empty());
+    ASSERT_TRUE(loo[i].fitted.big && loo[i].left_out.big && loo[i].left_out.small);
+    EXPECT_LT(*loo[i].fitted.big, 0.002);
+    EXPECT_LT(*loo[i].left_out.big, 0.005);
+    EXPECT_LT(*loo[i].left_out.small, 0.005);
+  }
+  // Without the tree, inter_latency is held at its start (5 us, not 9): the tree's small calls,
+  // whose four network hops scale with it, are predicted more than 5% fast.
+  const LeftOut& tree = loo.back();
+  EXPECT_THAT(tree.held, UnorderedElementsAre("inter_latency"));
+  ASSERT_TRUE(tree.left_out.small && tree.fitted.small);
+  EXPECT_GT(*tree.left_out.small, 0.05);
+  EXPECT_LT(*tree.fitted.small, 0.002);
+  // Each error is what case_errors gives under the constants: the full fit's for `fitted`.
+  EXPECT_EQ(*case_errors(t, all.constants, cases[0]).big, *loo[0].fitted.big);
+  // One table cannot be left out of itself.
+  EXPECT_THROW(leave_one_out(t, start, {cases[0]}, all), Error);
 }
 
 TEST(CalibrateFit, GeomeanError) {
@@ -840,6 +884,47 @@ TEST_F(CalibrateCommand, CheckRefusesAnOutputOrConstantsToFit) {
   o.output.clear();
   o.fit = {"call_overhead"};
   expect_refused(o, "calibrate --check fits nothing; drop --fit");
+  o.fit.clear();
+  o.leave_one_out = true;
+  expect_refused(o, "drop --leave-one-out");
+}
+
+TEST_F(CalibrateCommand, LeaveOneOutNeedsTwoTables) {
+  CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
+  o.leave_one_out = true;
+  expect_refused(o, "--leave-one-out needs two or more tables");
+}
+
+// End to end: the two tables' lines, after the comparison, and the file written as without it.
+TEST_F(CalibrateCommand, LeaveOneOutPrintsEachTableFittedAndLeftOut) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::string eight = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));
+  const std::string four =
+      write("four_" + name() + ".txt", nccl_text("all_reduce_perf", hosts(4, 4),
+                                                 [&] {
+                                                   const sim::CollectiveModel m(t, truth(t));
+                                                   FitCase c;
+                                                   c.shape.nranks = 4;
+                                                   c.shape.ranks_per_node = 4;
+                                                   std::vector<Row> rows;
+                                                   for (double bytes : sizes_1k_to_4g())
+                                                     rows.push_back({bytes, predict_row(m, c, bytes, 3e-6) * 1e6});
+                                                   return rows;
+                                                 }()))
+          .string();
+  tables_.push_back(four);
+  CalibrateOptions o = options({eight, four});
+  o.leave_one_out = true;
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  const std::string p = printed.str();
+  const size_t at = p.find("# leave one out: each table predicted by the constants fitted to the others\n");
+  ASSERT_NE(at, std::string::npos) << p;
+  EXPECT_LT(p.find("measured(us)"), at);
+  EXPECT_THAT(p.substr(at), HasSubstr("# " + eight + ": sizes >= 1 MiB "));
+  EXPECT_THAT(p.substr(at), HasSubstr("# " + four + ": sizes >= 1 MiB "));
+  EXPECT_THAT(p.substr(at), HasSubstr(" left out; sizes < 1 MiB "));
+  EXPECT_TRUE(fs::exists(out_));
 }
 
 TEST_F(CalibrateCommand, RefusesACsvWithoutItsCollective) {
