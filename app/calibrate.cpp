@@ -672,12 +672,13 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
     auto pct = [](const std::optional<double>& e) { return e ? fmt("%.1f%%", *e * 100) : std::string("-"); };
     for (size_t i = 0; i < cases.size(); ++i) {
       const LeftOut& l = loo[i];
-      out << "# " << cases[i].name << ":";
+      std::vector<std::string> parts;
       if (l.fitted.big)
-        out << " sizes >= 1 MiB " << pct(l.fitted.big) << " fitted, " << pct(l.left_out.big) << " left out;";
+        parts.push_back("sizes >= 1 MiB " + pct(l.fitted.big) + " fitted, " + pct(l.left_out.big) + " left out");
       if (l.fitted.small)
-        out << " sizes < 1 MiB " << pct(l.fitted.small) << " fitted, " << pct(l.left_out.small) << " left out;";
-      if (!l.held.empty()) out << "; held at the topology's value: " << sim::join(l.held);
+        parts.push_back("sizes < 1 MiB " + pct(l.fitted.small) + " fitted, " + pct(l.left_out.small) + " left out");
+      if (!l.held.empty()) parts.push_back("held at the topology's value: " + sim::join(l.held));
+      out << "# " << cases[i].name << ": " << sim::join(parts, "; ");
       out << "\n";
     }
     out << "\n";

@@ -45,22 +45,30 @@ FITTED = {
 }
 
 
-# The joint fits of the shipped constants (the commands in the topology files' headers): the
-# topology, the node count it is fitted at, the constants fitted and the tables. The page checks
-# each by leaving one table out at a time.
+# The joint fits of the shipped constants (the commands in the topology files' headers): what
+# they calibrate, the topology they start from and its overrides, the constants fitted and the
+# tables. The page checks each by leaving one table out at a time.
 JOINT_FITS = [
-    ("h100-cluster.yaml", 10,
+    ("h100-cluster.yaml", "h100-cluster.yaml", ["nodes=10"],
      "intra_latency,nvls_efficiency,nvls_latency,call_overhead,group_launch,simple_latency,network_efficiency,"
      "inter_latency,net_overhead,channel_network_bandwidth,nvls_tree_efficiency",
      ["h100sxm_8gpu_all_reduce_k8s_ring.csv", "h100sxm_1node8gpu_all_reduce_together_nvls.csv",
       "h100sxm_1node8gpu_all_gather_together_ring.csv", "h100sxm_1node8gpu_all_reduce_dgxc.csv",
       "h100sxm_1node8gpu_all_to_all_xxrjun.csv", "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
       "h100sxm_10node80gpu_all_gather_xxrjun.csv", "h100sxm_2node16gpu_ibndr_all_reduce_user2.csv"]),
-    ("dgx-a100.yaml", 2,
+    ("dgx-a100.yaml", "dgx-a100.yaml", ["nodes=2"],
      "intra_latency,network_efficiency,inter_latency,net_overhead,call_overhead,alltoall_network_efficiency,"
      "simple_latency",
      ["a100sxm4_2node16gpu_all_reduce_alcf_sophia.csv", "a100sxm4_2node16gpu_all_gather_alcf_sophia.csv",
       "a100sxm4_2node16gpu_all_to_all_alcf_sophia.csv"]),
+    # aws-p5.yaml's first step (its header): from h100-cluster.yaml with AWS's buffers.
+    ("aws-p5.yaml (step 1)", "h100-cluster.yaml",
+     ["nodes=16", "collectives.buffer_size=8MiB", "collectives.nvls_chunk_size=512KiB",
+      "collectives.nvls_tree_max_chunk_size=512KiB", "collectives.p2p_chunk_size=512KiB",
+      "collectives.network_efficiency=1.0", "collectives.channel_network_bandwidth=1000GB/s"],
+     "inter_latency,net_overhead,nvls_tree_efficiency,alltoall_network_efficiency,peer_latency,message_latency",
+     ["h100sxm_2node16gpu_efa_all_reduce_awsome.csv", "h100sxm_16node128gpu_efa_all_gather_crazyguitar.csv",
+      "h100sxm_8node64gpu_efa_all_to_all_crazyguitar.csv"]),
 ]
 
 
@@ -216,9 +224,12 @@ def leave_one_out(binary):
            "|---|---|---|---|---|"]
     work = tempfile.mkdtemp(prefix="ranksim-loo-")
     try:
-        for topo, nodes, fit, tables in JOINT_FITS:
-            cmd = [binary, "calibrate", "-t", "topologies/" + topo, "--set", f"nodes={nodes}", "--fit", fit,
-                   "--leave-one-out", "-o", os.path.join(work, "fit.yaml")] + [os.path.join(DATA, t) for t in tables]
+        for label, topo, sets, fit, tables in JOINT_FITS:
+            cmd = [binary, "calibrate", "-t", "topologies/" + topo]
+            for s in sets:
+                cmd += ["--set", s]
+            cmd += ["--fit", fit, "--leave-one-out", "-o", os.path.join(work, "fit.yaml")]
+            cmd += [os.path.join(DATA, t) for t in tables]
             r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit(f"{' '.join(cmd)} failed: {r.stderr}")
@@ -227,7 +238,7 @@ def leave_one_out(binary):
                 line = re.search(r"^# " + re.escape(os.path.join(DATA, t)) + r":(.*)$", loo, re.M).group(1)
                 big = re.search(r"sizes >= 1 MiB ([\d.]+%) fitted, ([\d.]+%) left out", line)
                 held = re.search(r"held at the topology's value: (.*)$", line)
-                out.append(f"| {topo} | {t} | {big.group(1) if big else '-'} | {big.group(2) if big else '-'} | "
+                out.append(f"| {label} | {t} | {big.group(1) if big else '-'} | {big.group(2) if big else '-'} | "
                            f"{held.group(1) if held else '-'} |")
     finally:
         shutil.rmtree(work)
@@ -239,7 +250,7 @@ def main():
         sys.exit(__doc__)
     binary = sys.argv[1]
     check = "--check" in sys.argv[2:]
-    for _, _, _, tables in JOINT_FITS:
+    for _, _, _, _, tables in JOINT_FITS:
         for t in tables:
             if t not in FITTED:
                 sys.exit(f"{t} is in a joint fit but not in FITTED")
