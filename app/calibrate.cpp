@@ -631,8 +631,6 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   if (o.check_only && !o.fit.empty()) throw Error("calibrate --check fits nothing; drop --fit (or --check to fit)");
   if (o.check_only && o.leave_one_out)
     throw Error("calibrate --check fits nothing to leave a table out of; drop --leave-one-out (or --check)");
-  if (o.leave_one_out && o.files.size() < 2)
-    throw Error("--leave-one-out needs two or more tables: it fits to all but one and predicts that one");
   // The output is checked before the fit: its folder exists, and it is none of the inputs.
   if (!o.check_only) {
     std::vector<NamedPath> ins = {{"the topology", o.topology}};
@@ -643,6 +641,11 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   std::vector<MeasuredTable> tables;
   std::vector<std::string> left_out;  // tests of the logs that ranksim does not time
   const std::vector<FitCase> cases = load_cases(o, topo, tables, left_out);
+  // A table is a file or one test of a log: a single log of several tests can be left out of.
+  if (o.leave_one_out && cases.size() < 2)
+    throw Error(
+        "--leave-one-out needs two or more tables (files, or tests of a log): it fits to all but one and "
+        "predicts that one");
   auto say_left_out = [&](std::ostream& to, const char* lead) {
     for (const std::string& l : left_out) to << lead << "left out " << l << "\n";
   };

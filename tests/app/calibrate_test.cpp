@@ -510,12 +510,13 @@ std::vector<std::string> hosts(int n, int per_host) {
   return out;
 }
 
-// A measured-looking all_reduce on 8 ranks of one node: the model's times with truth's constants.
-std::vector<Row> synthetic_rows(const sim::Topology& t) {
+// A measured-looking all_reduce on `nranks` ranks of one node: the model's times with truth's
+// constants.
+std::vector<Row> synthetic_rows(const sim::Topology& t, int nranks = 8) {
   const sim::CollectiveModel m(t, truth(t));
   FitCase c;
-  c.shape.nranks = 8;
-  c.shape.ranks_per_node = 8;
+  c.shape.nranks = nranks;
+  c.shape.ranks_per_node = nranks;
   std::vector<Row> rows;
   for (double bytes : sizes_1k_to_4g()) rows.push_back({bytes, predict_row(m, c, bytes, 3e-6) * 1e6});
   return rows;
@@ -895,36 +896,38 @@ TEST_F(CalibrateCommand, LeaveOneOutNeedsTwoTables) {
   expect_refused(o, "--leave-one-out needs two or more tables");
 }
 
-// End to end: the two tables' lines, after the comparison, and the file written as without it.
+// Runs the options with --leave-one-out; what it printed from its first line on (after the
+// comparison), checked to be there.
+std::string left_out_lines(CalibrateOptions o) {
+  o.leave_one_out = true;
+  std::ostringstream printed;
+  EXPECT_EQ(calibrate(o, printed), 0);
+  const std::string p = printed.str();
+  const size_t at = p.find("# leave one out: each table predicted by the constants fitted to the others\n");
+  EXPECT_NE(at, std::string::npos) << p;
+  EXPECT_LT(p.find("measured(us)"), at);
+  return at == std::string::npos ? "" : p.substr(at);
+}
+
+// End to end: each table's line, after the comparison, and the file written as without it.
 TEST_F(CalibrateCommand, LeaveOneOutPrintsEachTableFittedAndLeftOut) {
   const sim::Topology t = sim::Topology::load_file(topo_);
   const std::string eight = table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)));
-  const std::string four =
-      write("four_" + name() + ".txt", nccl_text("all_reduce_perf", hosts(4, 4),
-                                                 [&] {
-                                                   const sim::CollectiveModel m(t, truth(t));
-                                                   FitCase c;
-                                                   c.shape.nranks = 4;
-                                                   c.shape.ranks_per_node = 4;
-                                                   std::vector<Row> rows;
-                                                   for (double bytes : sizes_1k_to_4g())
-                                                     rows.push_back({bytes, predict_row(m, c, bytes, 3e-6) * 1e6});
-                                                   return rows;
-                                                 }()))
-          .string();
-  tables_.push_back(four);
-  CalibrateOptions o = options({eight, four});
-  o.leave_one_out = true;
-  std::ostringstream printed;
-  ASSERT_EQ(calibrate(o, printed), 0);
-  const std::string p = printed.str();
-  const size_t at = p.find("# leave one out: each table predicted by the constants fitted to the others\n");
-  ASSERT_NE(at, std::string::npos) << p;
-  EXPECT_LT(p.find("measured(us)"), at);
-  EXPECT_THAT(p.substr(at), HasSubstr("# " + eight + ": sizes >= 1 MiB "));
-  EXPECT_THAT(p.substr(at), HasSubstr("# " + four + ": sizes >= 1 MiB "));
-  EXPECT_THAT(p.substr(at), HasSubstr(" left out; sizes < 1 MiB "));
+  const std::string four = table(nccl_text("all_reduce_perf", hosts(4, 4), synthetic_rows(t, 4)), ".four.txt");
+  const std::string lines = left_out_lines(options({eight, four}));
+  EXPECT_THAT(lines, HasSubstr("# " + eight + ": sizes >= 1 MiB "));
+  EXPECT_THAT(lines, HasSubstr("# " + four + ": sizes >= 1 MiB "));
+  EXPECT_THAT(lines, HasSubstr(" left out; sizes < 1 MiB "));
   EXPECT_TRUE(fs::exists(out_));
+}
+
+// The tables of --leave-one-out are the tests: one log of two collectives' tests is two tables.
+TEST_F(CalibrateCommand, LeaveOneOutTakesTheTestsOfOneLog) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::string log = table(three_tests(synthetic_rows(t)));
+  const std::string lines = left_out_lines(options({log}));
+  EXPECT_THAT(lines, HasSubstr("# " + log + ":2 (all_reduce_perf): sizes >= 1 MiB "));
+  EXPECT_THAT(lines, HasSubstr(" (all_gather_perf): sizes >= 1 MiB "));
 }
 
 TEST_F(CalibrateCommand, RefusesACsvWithoutItsCollective) {
