@@ -394,10 +394,21 @@ CaseError case_errors(const sim::Topology& topology, const sim::CollectiveTiming
   return e;
 }
 
+namespace {
+
+// A table is a file or one test of a log: a single log of several tests can be left out of.
+void require_tables_to_leave_out(size_t tables) {
+  if (tables < 2)
+    throw Error(
+        "--leave-one-out needs two or more tables (files, or tests of a log): it fits to all but one and "
+        "predicts that one");
+}
+
+}  // namespace
+
 std::vector<LeftOut> leave_one_out(const sim::Topology& topology, const sim::CollectiveTiming& start,
                                    const std::vector<FitCase>& cases, const FitResult& all) {
-  if (cases.size() < 2)
-    throw Error("--leave-one-out needs two or more tables: it fits to all but one and predicts that one");
+  require_tables_to_leave_out(cases.size());
   std::vector<LeftOut> out;
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<FitCase> others;
@@ -641,11 +652,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   std::vector<MeasuredTable> tables;
   std::vector<std::string> left_out;  // tests of the logs that ranksim does not time
   const std::vector<FitCase> cases = load_cases(o, topo, tables, left_out);
-  // A table is a file or one test of a log: a single log of several tests can be left out of.
-  if (o.leave_one_out && cases.size() < 2)
-    throw Error(
-        "--leave-one-out needs two or more tables (files, or tests of a log): it fits to all but one and "
-        "predicts that one");
+  if (o.leave_one_out) require_tables_to_leave_out(cases.size());  // before the fit
   auto say_left_out = [&](std::ostream& to, const char* lead) {
     for (const std::string& l : left_out) to << lead << "left out " << l << "\n";
   };
@@ -681,8 +688,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
       if (l.fitted.small)
         parts.push_back("sizes < 1 MiB " + pct(l.fitted.small) + " fitted, " + pct(l.left_out.small) + " left out");
       if (!l.held.empty()) parts.push_back("held at the topology's value: " + sim::join(l.held));
-      out << "# " << cases[i].name << ": " << sim::join(parts, "; ");
-      out << "\n";
+      out << "# " << cases[i].name << ": " << sim::join(parts, "; ") << "\n";
     }
     out << "\n";
   }
