@@ -40,6 +40,34 @@ std::optional<sim::Protocol> parse_protocol_option(const std::string& name) {
   throw Error("unknown --proto '" + name + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
 }
 
+bool is_nccl_list(const std::string& value) { return value.find_first_of(",^;:") != std::string::npos; }
+
+std::string single_name(const std::string& value) { return is_nccl_list(value) ? "auto" : value; }
+
+std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const std::string& protocol,
+                                           const std::string& algo_option, const std::string& proto_option) {
+  if (!is_nccl_list(algorithm) && !is_nccl_list(protocol)) return std::nullopt;
+  sim::NcclAllowed allowed;
+  auto as = [](const std::string& option, const std::function<void()>& set) {
+    try {
+      set();
+    } catch (const Error& e) {
+      throw Error(option + ": " + e.what());
+    }
+  };
+  if (is_nccl_list(algorithm)) {
+    as(algo_option, [&] { allowed.set_algorithms(algorithm); });
+  } else if (const std::optional<sim::CollAlgo> a =
+                 algorithm.empty() ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(algorithm))) {
+    allowed.only(*a);
+  }
+  if (is_nccl_list(protocol))
+    as(proto_option, [&] { allowed.set_protocols(protocol); });
+  else if (const std::optional<sim::Protocol> p = parse_protocol_option(protocol))
+    allowed.only(*p);
+  return allowed;
+}
+
 std::vector<int64_t> parse_size_sweep(const std::string& spec) {
   const auto colon = spec.find(':');
   try {
@@ -69,22 +97,27 @@ SweepOp find_op(const std::string& name) {
   throw Error("unknown --op '" + name +
               "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
 }
-// With the nccl model, an asked-for algorithm and protocol must serve the collective at every
-// size (the sim backend would otherwise leave the call to NCCL's choice): refused up front.
+// With the nccl model, an asked-for algorithm and protocol (or what NCCL_ALGO / NCCL_PROTO lists
+// allow) must serve the collective at every size (the sim backend would otherwise leave the call
+// to NCCL's choice, or refuse it mid-sweep): refused up front.
 void check_nccl_choice(const sim::Topology& topo, const SweepOp& op, int n, const std::vector<int64_t>& sizes,
                        const std::string& algorithm, const std::string& protocol) {
   if (topo.collectives().model != sim::CollectiveTimingModel::nccl || op.sendrecv) return;
   const bool p2p = op.kind == CollectiveKind::all_to_all;
   const std::optional<sim::CollAlgo> forced =
-      p2p ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(algorithm));
-  const std::optional<sim::Protocol> proto = parse_protocol_option(protocol);
-  if (!forced && !proto) return;
+      p2p ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(single_name(algorithm)));
+  const std::optional<sim::Protocol> proto = parse_protocol_option(single_name(protocol));
+  const std::optional<sim::NcclAllowed> lists = nccl_lists(algorithm, protocol);
+  if (!forced && !proto && !lists) return;
   sim::CollectiveShape s = sim::first_devices_shape(topo, runtime::nccl_op(op.kind), n);
   const sim::CollectiveModel model(topo);
   for (const int64_t size : sizes) {
     s.bytes = static_cast<double>(size);
     try {
-      (void)model.choose(s, forced, proto);
+      if (lists)
+        (void)model.choose(s, *lists);
+      else
+        (void)model.choose(s, forced, proto);
     } catch (const Error& e) {
       throw Error("--algo " + algorithm + " --proto " + protocol + " on topology '" + topo.name() + "': " + e.what());
     }
@@ -216,8 +249,9 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
   if (!runtime::dtype_from_name(o.dtype))
     throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
-  (void)runtime::parse_algorithm(o.algorithm);
-  (void)parse_protocol_option(o.protocol);
+  (void)runtime::parse_algorithm(single_name(o.algorithm));
+  (void)parse_protocol_option(single_name(o.protocol));
+  (void)nccl_lists(o.algorithm, o.protocol);
   if (n > topo.num_devices())
     throw Error("--ranks " + std::to_string(n) + " is more than the " + std::to_string(topo.num_devices()) +
                 " devices of topology '" + topo.name() + "' (" + o.topology +
@@ -282,8 +316,9 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
   const SweepOp op = find_op(o.op);
   const auto dtype = runtime::dtype_from_name(o.dtype);
   if (!dtype) throw Error("unknown dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
-  const runtime::Algorithm algo = runtime::parse_algorithm(o.algorithm);
-  const std::optional<sim::Protocol> protocol = parse_protocol_option(o.protocol);
+  const runtime::Algorithm algo = runtime::parse_algorithm(single_name(o.algorithm));
+  const std::optional<sim::Protocol> protocol = parse_protocol_option(single_name(o.protocol));
+  const std::optional<sim::NcclAllowed> lists = nccl_lists(o.algorithm, o.protocol);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
   if (n > topo.num_devices())
     throw Error(std::to_string(n) + " ranks are more than the " + std::to_string(topo.num_devices()) +
@@ -304,6 +339,7 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     runtime::SpawnOptions so;
     so.topology = &topo;
     so.protocol = protocol;
+    so.nccl_allowed = lists;
     so.guard = guard;
     so.engine.trace = false;
     so.engine.stack.size = 64 * 1024;

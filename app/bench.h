@@ -21,8 +21,8 @@ struct BenchOptions {
   std::string op = "all_reduce";    // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv
   int ranks = 0;                    // 0: every device of the topology
   std::string sizes = "8B:128MiB";  // MIN:MAX (doubling) or one size
-  std::string algorithm = "auto";
-  std::string protocol = "auto";  // NCCL_PROTO: auto, LL, LL128, Simple (nccl timing model only)
+  std::string algorithm = "auto";   // one name, or NCCL_ALGO's list syntax (is_nccl_list)
+  std::string protocol = "auto";    // NCCL_PROTO: auto, LL, LL128, Simple, or a list (nccl timing model only)
   std::string dtype = "f32";
   bool check = false;
   // Time the calls as nccl-tests -g G prints them: one thread driving G GPUs issues a call no
@@ -34,6 +34,21 @@ struct BenchOptions {
 // The --proto option (bench, calibrate, a scenario's protocol): nullopt for "auto", else NCCL's
 // protocol name (any case). Throws ranksim::Error naming the choices otherwise.
 std::optional<sim::Protocol> parse_protocol_option(const std::string& name);
+
+// --algo and --proto (bench, calibrate, a scenario's algorithm and protocol) as NCCL_ALGO and
+// NCCL_PROTO take them. One name keeps its meaning: that algorithm (ranksim's own schedules,
+// direct and hierarchical, among them) or protocol forced. A list in NCCL's syntax (names with
+// commas, `^` first to exclude them, `;function:list` entries: sim/nccl_env.h) restricts NCCL's
+// choice instead, with the nccl timing model.
+bool is_nccl_list(const std::string& value);
+// The value's single name, or "auto" for a list (what the runtime's algorithm and the forced
+// protocol take).
+std::string single_name(const std::string& value);
+// What the lists allow, with a single name beside them narrowing it; nullopt when neither value
+// is a list. Throws ranksim::Error naming the option and the fault for a malformed list.
+std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const std::string& protocol,
+                                           const std::string& algo_option = "--algo",
+                                           const std::string& proto_option = "--proto");
 
 // The least time of a call when one thread drives `gpus_per_thread` GPUs (nccl-tests -g G): it
 // launches each GPU's kernel in turn, G x the topology's group_launch; 0 for one GPU a thread.

@@ -186,6 +186,10 @@ double case_error(const sim::CollectiveModel& m, const FitCase& c, double launch
 
 }  // namespace
 
+sim::CollectiveEstimate choose_for(const sim::CollectiveModel& model, const FitCase& c, const sim::CollectiveShape& s) {
+  return c.allowed ? model.choose(s, *c.allowed) : model.choose(s, c.algorithm, c.protocol);
+}
+
 double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, double seconds) {
   // nccl-tests issues its calls back to back: the thread that launches each GPU's kernel in turn
   // and the GPUs overlap, and a call takes the longer of the two.
@@ -195,7 +199,7 @@ double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, dou
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds) {
   sim::CollectiveShape s = c.shape;
   s.bytes = bytes;
-  return as_measured(c, model.constants(), launch_seconds + model.choose(s, c.algorithm, c.protocol).seconds);
+  return as_measured(c, model.constants(), launch_seconds + choose_for(model, c, s).seconds);
 }
 
 double geomean_error(const std::vector<std::pair<double, double>>& pm) {
@@ -255,9 +259,11 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     // (across nodes the NICs bound it, at alltoall_network_efficiency).
     a2a = a2a || (direct && c.shape.nodes == 1);
     // NVLS in one node informs nvls_efficiency; an NVLS tree across nodes nvls_tree_efficiency.
-    const bool can_nvls =
-        start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
-        (!c.algorithm || *c.algorithm == sim::CollAlgo::nvls || *c.algorithm == sim::CollAlgo::nvls_tree);
+    auto may_run = [&](sim::CollAlgo a) {
+      return c.allowed ? c.allowed->allows(c.shape.op, a, sim::Protocol::simple) : !c.algorithm || *c.algorithm == a;
+    };
+    const bool can_nvls = start.nvls && c.shape.op == sim::CollOp::all_reduce && c.shape.ranks_per_node > 1 &&
+                          (may_run(sim::CollAlgo::nvls) || may_run(sim::CollAlgo::nvls_tree));
     nvls = nvls || (can_nvls && c.shape.nodes == 1);
     nvls_tree = nvls_tree || (can_nvls && c.shape.nodes > 1);
     nvls_tree_wide = nvls_tree_wide || (can_nvls && c.shape.nodes > 2);
@@ -487,8 +493,17 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
   if (!o.algorithm.empty() && !t.algorithm.empty() && t.algorithm != o.algorithm)
     throw Error(path + ": the file says the run used algorithm " + t.algorithm + " but --algo says " + o.algorithm);
   const std::string algo = !t.algorithm.empty() ? t.algorithm : o.algorithm;
-  if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
-  c.protocol = proto;
+  try {
+    c.allowed = nccl_lists(algo, o.protocol, "the runs' algorithm", "--proto");
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  if (c.allowed) {
+    c.algorithm = c.allowed->single_algorithm(c.shape.op);
+  } else {
+    if (c.shape.op != sim::CollOp::all_to_all) c.algorithm = parse_nccl_algo(algo, path);
+    c.protocol = proto;
+  }
   c.gpus_per_thread = t.gpus_per_thread;
   for (const MeasuredRow& r : t.rows)
     if (r.bytes >= range.lo && r.bytes <= range.hi) c.rows.push_back(r);
@@ -512,7 +527,7 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
 std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& topo,
                                 std::vector<MeasuredTable>& tables, std::vector<std::string>& left_out) {
   std::vector<FitCase> cases;
-  const std::optional<sim::Protocol> proto = parse_protocol_option(o.protocol);
+  const std::optional<sim::Protocol> proto = parse_protocol_option(single_name(o.protocol));
   if (!o.op.empty()) (void)coll_op(o.op);
   const SizeRange range = parse_size_range(o.sizes);
   const sim::CollectiveModel model(topo);
@@ -532,11 +547,16 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
   std::optional<sim::CollectiveModel> ma;
   if (after) ma.emplace(topo, *after);
   for (const FitCase& c : cases) {
-    out << "# " << c.name << ": "
-        << sim::to_string(c.shape.op == sim::CollOp::all_to_all ? sim::CollAlgo::direct
-                                                                : c.algorithm.value_or(sim::CollAlgo::ring))
-        << (c.algorithm || c.shape.op == sim::CollOp::all_to_all ? "" : " (or NCCL's choice: default algorithm)")
-        << ", " << c.shape.nranks << " ranks on " << c.shape.nodes << " node(s)"
+    std::string how;
+    if (c.shape.op == sim::CollOp::all_to_all)
+      how = sim::to_string(sim::CollAlgo::direct);
+    else if (c.allowed)
+      how = "NCCL's choice among what " + c.allowed->describe() + " allows";
+    else if (c.algorithm)
+      how = sim::to_string(*c.algorithm);
+    else
+      how = "ring (or NCCL's choice: default algorithm)";
+    out << "# " << c.name << ": " << how << ", " << c.shape.nranks << " ranks on " << c.shape.nodes << " node(s)"
         << (c.gpus_per_thread > 1 ? ", one thread driving " + std::to_string(c.gpus_per_thread) + " GPUs (-g)" : "")
         << "\n";
     char buf[256];
@@ -552,7 +572,7 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
       sim::CollectiveShape s = c.shape;
       s.bytes = r.bytes;
       // each model's choice once: its time is the prediction (predict_row), its name the column
-      const sim::CollectiveEstimate eb = mb.choose(s, c.algorithm, c.protocol);
+      const sim::CollectiveEstimate eb = choose_for(mb, c, s);
       const double pb = as_measured(c, before, launch + eb.seconds);
       (r.bytes >= kMiB ? big_b : small_b).emplace_back(pb, r.seconds);
       std::snprintf(buf, sizeof buf, "%14.0f %12.2f %12.2f %+7.1f%%", r.bytes, r.seconds * 1e6, pb * 1e6,
@@ -560,7 +580,7 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
       out << buf;
       std::optional<sim::CollectiveEstimate> ea;
       if (ma) {
-        ea = ma->choose(s, c.algorithm, c.protocol);
+        ea = choose_for(*ma, c, s);
         const double pa = as_measured(c, *after, launch + ea->seconds);
         (r.bytes >= kMiB ? big_a : small_a).emplace_back(pa, r.seconds);
         std::snprintf(buf, sizeof buf, " %12.2f %+7.1f%%", pa * 1e6, (pa / r.seconds - 1) * 100);

@@ -57,6 +57,9 @@ struct FitCase {
   sim::CollectiveShape shape;  // bytes ignored: each row's size
   std::optional<sim::CollAlgo> algorithm;
   std::optional<sim::Protocol> protocol;
+  // NCCL_ALGO / NCCL_PROTO lists the runs set (app/bench.h's is_nccl_list): the model's choice is
+  // made among what they allow, and `algorithm` is the one algorithm they allow, if they allow one.
+  std::optional<sim::NcclAllowed> allowed;
   int gpus_per_thread = 1;  // one thread drove this many GPUs (nccl-tests -g): see group_launch
   std::vector<MeasuredRow> rows;
 };
@@ -68,6 +71,9 @@ struct FitResult {
   double rms_log_error = 0;  // root mean square of ln(predicted / measured), tables weighted equally
 };
 
+// The model's choice for a row of shape `s` of the case: among what its lists allow, or its forced
+// algorithm and protocol.
+sim::CollectiveEstimate choose_for(const sim::CollectiveModel& model, const FitCase& c, const sim::CollectiveShape& s);
 // The predicted seconds of one row: launch overhead + the model's choice for the case, or, when one
 // thread drove several GPUs, the thread's issue time (gpus_per_thread x group_launch) if longer.
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds);

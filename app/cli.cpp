@@ -122,10 +122,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   coll_cmd->add_option("--sizes", bench_opts.sizes, "MIN:MAX bytes, doubling (e.g. 8B:8GiB)")->capture_default_str();
   coll_cmd
       ->add_option("--algo", bench_opts.algorithm,
-                   "auto|ring|tree|direct|hierarchical, and with the nccl timing model nvls|nvls_tree|collnet|pat "
-                   "(as NCCL_ALGO)")
+                   "auto|ring|tree|direct|hierarchical, and with the nccl timing model nvls|nvls_tree|collnet|pat, "
+                   "or a list as NCCL_ALGO takes it (^nvls; ring,tree;allreduce:nvls,nvlstree)")
       ->capture_default_str();
-  coll_cmd->add_option("--proto", bench_opts.protocol, "auto|LL|LL128|Simple (as NCCL_PROTO; nccl timing model)")
+  coll_cmd
+      ->add_option("--proto", bench_opts.protocol,
+                   "auto|LL|LL128|Simple, or a list as NCCL_PROTO takes it (^LL128; allreduce:LL,Simple); nccl "
+                   "timing model")
       ->capture_default_str();
   coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
   coll_cmd->add_flag("--check,-c", bench_opts.check, "Move real numbers and verify every rank's result");
@@ -250,9 +253,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                       "The collective, when a file does not name it (all_reduce, ...); of a log of several "
                       "tests, take that collective's");
   cal_cmd->add_option("--algo", cal_opts.algorithm,
-                      "NCCL_ALGO of the measured runs: auto|ring|tree|nvls|nvls_tree|collnet|pat (default: as the "
-                      "files say, else auto)");
-  cal_cmd->add_option("--proto", cal_opts.protocol, "NCCL_PROTO of the measured runs: auto|LL|LL128|Simple")
+                      "NCCL_ALGO of the measured runs: auto|ring|tree|nvls|nvls_tree|collnet|pat, or NCCL_ALGO's list "
+                      "(default: as the files say, else auto)");
+  cal_cmd
+      ->add_option("--proto", cal_opts.protocol,
+                   "NCCL_PROTO of the measured runs: auto|LL|LL128|Simple, or NCCL_PROTO's list")
       ->capture_default_str();
   cal_cmd->add_option("--output,-o", cal_opts.output, "The calibrated topology YAML to write")->check(not_a_folder);
   cal_cmd

@@ -10,8 +10,10 @@
 #include <set>
 #include <sstream>
 
+#include "app/bench.h"
 #include "sim/error.h"
 #include "sim/io.h"
+#include "sim/nccl_env.h"
 #include "sim/text.h"
 
 namespace ranksim::app {
@@ -244,7 +246,14 @@ class Parser {
           once(key, value, no);
           t_.algorithm = algo_name(value);
           static const std::set<std::string> known = {"auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "pat"};
-          if (known.count(t_.algorithm) == 0)
+          if (is_nccl_list(value)) {  // a list in NCCL_ALGO's syntax: kept as written
+            t_.algorithm = trimmed(value);
+            try {
+              sim::NcclAllowed().set_algorithms(t_.algorithm);
+            } catch (const Error& e) {
+              fail(no, "'# algo: " + value + "': " + e.what());
+            }
+          } else if (known.count(t_.algorithm) == 0)
             fail(no, "'# algo: " + value + "': algorithm '" + value +
                          "' is not one of NCCL's: auto, ring, tree, nvls, nvls_tree, collnet, pat");
         } else if (key == "source" || key == "hardware") {

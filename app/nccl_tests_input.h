@@ -33,14 +33,16 @@ struct MeasuredRow {
 };
 
 struct MeasuredTable {
-  std::string path;                // as given; one test of a log of several: "FILE:LINE (X_perf)"
-  std::string test;                // the nccl-tests binary its header names ("all_gather_perf"); "" none
-  int line = 0;                    // the line its test starts at (1 for a file of one table)
-  std::string op;                  // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce; "" unknown
-  int ranks = 0;                   // 0: not stated
-  int nodes = 0;                   // 0: not stated
-  int gpus_per_thread = 1;         // GPUs one thread drove (nccl-tests -g; "nGpus" in the header)
-  std::string algorithm;           // the forced NCCL_ALGO in ranksim's names ("ring", ...), "auto", or "" unknown
+  std::string path;         // as given; one test of a log of several: "FILE:LINE (X_perf)"
+  std::string test;         // the nccl-tests binary its header names ("all_gather_perf"); "" none
+  int line = 0;             // the line its test starts at (1 for a file of one table)
+  std::string op;           // all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce; "" unknown
+  int ranks = 0;            // 0: not stated
+  int nodes = 0;            // 0: not stated
+  int gpus_per_thread = 1;  // GPUs one thread drove (nccl-tests -g; "nGpus" in the header)
+  // The forced NCCL_ALGO in ranksim's names ("ring", ...), "auto", "" unknown, or a list in
+  // NCCL_ALGO's syntax as written ("^nvls", "allreduce:tree,ring": sim/nccl_env.h).
+  std::string algorithm;
   std::vector<std::string> about;  // the `# source:` and `# hardware:` lines, for the calibrated file's comment
   std::vector<MeasuredRow> rows;
 };

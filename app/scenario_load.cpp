@@ -327,11 +327,26 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
                topo.name() + "' has " + std::to_string(topo.num_devices()) +
                "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
-  if (auto a = entry(root, "algorithm"); a.IsDefined()) sc.algorithm = r.one_of(a, "algorithm", kAlgorithms);
+  // One name, or a list in NCCL_ALGO's syntax (app/bench.h's is_nccl_list).
+  if (auto a = entry(root, "algorithm"); a.IsDefined()) {
+    sc.algorithm = is_nccl_list(r.str(a, "algorithm")) ? r.str(a, "algorithm") : r.one_of(a, "algorithm", kAlgorithms);
+    try {
+      (void)nccl_lists(sc.algorithm, "auto", "algorithm", "protocol");
+    } catch (const Error& e) {
+      r.fail(a, e.what());
+    }
+  }
   if (auto mc = entry(root, "memory_check"); mc.IsDefined())
     sc.memory_warn_only = r.one_of(mc, "memory_check", {"error", "warn"}) == "warn";
-  if (auto a = entry(root, "protocol"); a.IsDefined())
-    sc.protocol = r.one_of(a, "protocol", {"auto", "LL", "LL128", "Simple"});
+  if (auto a = entry(root, "protocol"); a.IsDefined()) {
+    sc.protocol = is_nccl_list(r.str(a, "protocol")) ? r.str(a, "protocol")
+                                                     : r.one_of(a, "protocol", {"auto", "LL", "LL128", "Simple"});
+    try {
+      (void)nccl_lists("auto", sc.protocol, "algorithm", "protocol");
+    } catch (const Error& e) {
+      r.fail(a, e.what());
+    }
+  }
   const YAML::Node data_node = entry(root, "data");
   if (data_node.IsDefined()) sc.real_data = r.one_of(data_node, "data", {"shape_only", "real"}) == "real";
 
@@ -436,7 +451,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
         }
         // The scenario's default algorithm applies to the steps that leave theirs at auto.
         if (st.kind == ScenarioStep::Kind::collective && st.algorithm == "auto") {
-          check_collective_algorithm(st.name, sc.algorithm, entry(root, "algorithm"), r);
+          check_collective_algorithm(st.name, single_name(sc.algorithm), entry(root, "algorithm"), r);
         }
       }
     }

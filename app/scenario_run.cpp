@@ -51,8 +51,9 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
                                   const std::function<void(int)>& rank) {
   runtime::SpawnOptions so;
   so.topology = sc.topology.get();
-  so.algorithm = runtime::parse_algorithm(sc.algorithm);
-  so.protocol = parse_protocol_option(sc.protocol);
+  so.algorithm = runtime::parse_algorithm(single_name(sc.algorithm));
+  so.protocol = parse_protocol_option(single_name(sc.protocol));
+  so.nccl_allowed = nccl_lists(sc.algorithm, sc.protocol, "algorithm", "protocol");
   so.backend = runtime::parse_backend(flags.backend);
   so.device_collectives = flags.device_collectives;
   so.engine.trace = trace;

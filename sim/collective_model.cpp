@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -115,38 +116,6 @@ double p2p_messages(double bytes, const CollectiveTiming& c) {
 }
 
 }  // namespace
-
-const char* to_string(CollAlgo a) {
-  switch (a) {
-    case CollAlgo::ring:
-      return "ring";
-    case CollAlgo::tree:
-      return "tree";
-    case CollAlgo::nvls:
-      return "nvls";
-    case CollAlgo::nvls_tree:
-      return "nvls_tree";
-    case CollAlgo::collnet:
-      return "collnet";
-    case CollAlgo::pat:
-      return "pat";
-    case CollAlgo::direct:
-      return "direct";
-  }
-  return "?";
-}
-
-const char* to_string(Protocol p) {
-  switch (p) {
-    case Protocol::ll:
-      return "LL";
-    case Protocol::ll128:
-      return "LL128";
-    case Protocol::simple:
-      return "Simple";
-  }
-  return "?";
-}
 
 double bus_factor(CollOp op, int n) {
   switch (op) {
@@ -414,12 +383,28 @@ std::vector<CollectiveEstimate> CollectiveModel::candidates(const CollectiveShap
 
 CollectiveEstimate CollectiveModel::choose(const CollectiveShape& s, std::optional<CollAlgo> algo,
                                            std::optional<Protocol> proto) const {
+  std::string forced;
+  if (algo) forced += std::string("algorithm ") + to_string(*algo);
+  if (proto) forced += (forced.empty() ? "" : " with ") + std::string("protocol ") + to_string(*proto);
+  return choose_among(
+      s, [&](CollAlgo a, Protocol q) { return (!algo || *algo == a) && (!proto || *proto == q); }, forced);
+}
+
+CollectiveEstimate CollectiveModel::choose(const CollectiveShape& s, const NcclAllowed& allowed) const {
+  return choose_among(
+      s, [&](CollAlgo a, Protocol q) { return allowed.allows(s.op, a, q); },
+      allowed.restricted() ? "what " + allowed.describe() + " allows" : "");
+}
+
+CollectiveEstimate CollectiveModel::choose_among(const CollectiveShape& s,
+                                                 const std::function<bool(CollAlgo, Protocol)>& allowed,
+                                                 const std::string& forced) const {
   // A tuner plugin sees NCCL's cost table with the pairs NCCL_ALGO / NCCL_PROTO exclude, and
   // those that cannot serve the call, marked ignored; its first rule that applies to a pair
   // still open decides.
   if (c_.tuner)
     for (const TunerRule& r : c_.tuner->rules) {
-      if (!r.applies_to(s) || (algo && *algo != r.algorithm) || (proto && *proto != r.protocol)) continue;
+      if (!r.applies_to(s) || !allowed(r.algorithm, r.protocol)) continue;
       if (auto e = estimate(s, r.algorithm, r.protocol, nullptr, std::max(0, r.channels))) {
         e->tuner_line = r.line;
         e->tuner_channels = std::max(0, r.channels);
@@ -429,9 +414,8 @@ CollectiveEstimate CollectiveModel::choose(const CollectiveShape& s, std::option
   std::optional<CollectiveEstimate> best;
   std::string why;
   for (int a = 0; a <= static_cast<int>(CollAlgo::direct); ++a) {
-    if (algo && static_cast<int>(*algo) != a) continue;
     for (int q = 0; q <= static_cast<int>(Protocol::simple); ++q) {
-      if (proto && static_cast<int>(*proto) != q) continue;
+      if (!allowed(static_cast<CollAlgo>(a), static_cast<Protocol>(q))) continue;
       std::string reason;
       const auto e = estimate(s, static_cast<CollAlgo>(a), static_cast<Protocol>(q), &reason);
       if (!e) {
@@ -442,9 +426,7 @@ CollectiveEstimate CollectiveModel::choose(const CollectiveShape& s, std::option
     }
   }
   if (best) return *best;
-  std::string forced;
-  if (algo) forced += std::string("algorithm ") + to_string(*algo);
-  if (proto) forced += (forced.empty() ? "" : " with ") + std::string("protocol ") + to_string(*proto);
+  if (why.empty()) why = "that leaves this collective no algorithm and protocol";
   throw Error("no NCCL algorithm can run this collective" + (forced.empty() ? "" : " as " + forced) + ": " + why);
 }
 

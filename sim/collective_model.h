@@ -59,26 +59,28 @@
 // the transfers.
 //
 // Selection: the (algorithm, protocol) with the least predicted time among those that apply
-// (ties to the earlier in enum order); a forced algorithm or protocol (NCCL_ALGO / NCCL_PROTO)
-// restricts the choice, and an algorithm that cannot serve the call is an Error naming why. A
-// topology with a tuner config (`collectives.tuner`) chooses first as that tuner plugin would.
+// (ties to the earlier in enum order); a forced algorithm or protocol, or NCCL_ALGO / NCCL_PROTO
+// lists (sim/nccl_env.h), restrict the choice, and nothing allowed that can serve the call is an
+// Error naming why. A topology with a tuner config (`collectives.tuner`) chooses first as that
+// tuner plugin would.
 //
 // Pure functions of the topology's constants and the call's shape: deterministic, thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "sim/collective_shape.h"
+#include "sim/nccl_env.h"
 #include "sim/time.h"
 #include "sim/topology.h"
 
 namespace ranksim::sim {
 
-const char* to_string(CollAlgo a);  // "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct"
-const char* to_string(Protocol p);  // "LL", "LL128", "Simple"
 // Parses NCCL_PROTO's names, case-insensitive; nullopt for anything else.
 std::optional<Protocol> parse_protocol(std::string_view name);
 
@@ -133,10 +135,19 @@ class CollectiveModel {
   // the forced choice and why.
   CollectiveEstimate choose(const CollectiveShape& shape, std::optional<CollAlgo> algo = std::nullopt,
                             std::optional<Protocol> proto = std::nullopt) const;
+  // The same among what NCCL_ALGO / NCCL_PROTO allow (sim/nccl_env.h): a tuner rule whose pair
+  // they exclude is passed over, and nothing they allow that can serve the call is an Error
+  // naming them and why, as NCCL 2.24 and later refuse it (no fall back to the ring).
+  CollectiveEstimate choose(const CollectiveShape& shape, const NcclAllowed& allowed) const;
 
   const CollectiveTiming& constants() const { return c_; }
 
  private:
+  // The fastest pair `allowed` lets through (after the tuner's rules); `forced` names the
+  // restriction in the Error when none can serve the call.
+  CollectiveEstimate choose_among(const CollectiveShape& shape, const std::function<bool(CollAlgo, Protocol)>& allowed,
+                                  const std::string& forced) const;
+
   CollectiveTiming c_;
   double fabric_bw_ = 0;  // per device, each direction (0: no fabric)
   double nic_bw_ = 0;     // per NIC

@@ -11,6 +11,9 @@ enum class CollOp : uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_
 enum class CollAlgo : uint8_t { ring, tree, nvls, nvls_tree, collnet, pat, direct };
 enum class Protocol : uint8_t { ll, ll128, simple };
 
+const char* to_string(CollAlgo a);  // "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct"
+const char* to_string(Protocol p);  // "LL", "LL128", "Simple"
+
 // A call's shape: what the model needs to know.
 struct CollectiveShape {
   CollOp op = CollOp::all_reduce;

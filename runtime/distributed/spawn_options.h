@@ -81,6 +81,11 @@ struct SpawnOptions {
   // The protocol collectives use where the topology times them with the nccl model, as NCCL_PROTO
   // forces it. Default: none, the model picks the fastest per call.
   std::optional<sim::Protocol> protocol;
+  // What NCCL_ALGO / NCCL_PROTO lists allow the nccl model's choice (sim/nccl_env.h), where the
+  // topology times collectives with it: each call then takes the fastest pair they allow, and
+  // one they leave nothing that can serve is an Error. An algorithm a call (or `algorithm`
+  // above) asks for, and `protocol`, narrow it further. Default: none, everything allowed.
+  std::optional<sim::NcclAllowed> nccl_allowed;
   // Count each rank's device memory (sim backend: RunReport::memory). Off, nothing is counted and
   // RunReport::memory is empty: only for measuring what the counting costs. Default: true.
   bool count_memory = true;

@@ -947,6 +947,49 @@ TEST_F(CalibrateCommand, RefusesAnAlgorithmThatCannotServeTheCollective) {
   expect_refused(o, "trees serve all_reduce only");
 }
 
+// --algo and --proto, and a CSV's `# algo:`, take NCCL_ALGO's and NCCL_PROTO's lists: the
+// tables are then predicted by NCCL's choice among what the lists allow. On this one-node
+// topology "^tree" leaves the ring (no NVLS, CollNet, PAT or NVLS tree on one node), so the
+// predictions are --algo ring's.
+TEST_F(CalibrateCommand, TakesNcclsLists) {
+  const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), kRows));
+  auto predicted = [&](const std::string& algo, const std::string& proto, const std::string& path) {
+    CalibrateOptions o = check_options({path});
+    o.algorithm = algo;
+    o.protocol = proto;
+    std::ostringstream printed;
+    EXPECT_EQ(calibrate(o, printed), 0);
+    const std::string p = printed.str();
+    return p.substr(p.find("size(B)"));
+  };
+  const std::string ring = predicted("ring", "auto", file);
+  EXPECT_EQ(predicted("^tree", "auto", file), ring);
+  EXPECT_EQ(predicted("ring,tree;allreduce:ring", "auto", file), ring);
+  const std::string simple = predicted("ring", "Simple", file);
+  EXPECT_NE(simple, ring);
+  EXPECT_EQ(predicted("^tree", "^LL,LL128", file), simple);
+  // The same list in a CSV's header.
+  const std::string csv = table(
+      "# op: all_reduce\n# ranks: 8\n# algo: allreduce:^Tree\nsize_bytes,time_us\n1024,30.5\n2048,31.0\n1048576,60.2\n",
+      ".csv");
+  CalibrateOptions o = check_options({csv});
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  EXPECT_THAT(printed.str(), HasSubstr("NCCL's choice among what NCCL_ALGO=allreduce:^Tree allows"));
+  EXPECT_EQ(printed.str().substr(printed.str().find("size(B)")), ring);
+  // Malformed lists are refused, naming the file or the option.
+  o = check_options({file});
+  o.algorithm = "ring;tree";
+  expect_refused(o, file + ": the runs' algorithm: NCCL_ALGO=\"ring;tree\": entry 'tree' names no function");
+  o = check_options({file});
+  o.protocol = "^LL,LL127";
+  expect_refused(o, "--proto: NCCL_PROTO=\"^LL,LL127\": unknown name 'LL127'");
+  const std::string bad =
+      table("# op: all_reduce\n# ranks: 8\n# algo: allreduce:^Trea\nsize_bytes,time_us\n1024,30.5\n", ".bad.csv");
+  expect_refused(check_options({bad}),
+                 bad + ":3: '# algo: allreduce:^Trea': NCCL_ALGO=\"allreduce:^Trea\": unknown name 'Trea'");
+}
+
 TEST_F(CalibrateCommand, RefusesAnUnknownProtocol) {
   CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
   o.protocol = "fast";

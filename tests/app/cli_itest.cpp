@@ -136,6 +136,57 @@ TEST(Cli, BenchTimesOneThreadDrivingSeveralGpus) {
   EXPECT_THAT(odd.err, HasSubstr("--gpus-per-thread 3 does not divide the 8 ranks"));
 }
 
+namespace {
+// "size algorithm" of every row of a bench table.
+std::vector<std::string> labels(const std::string& out) {
+  std::vector<std::string> l;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
+    std::istringstream f(line);
+    std::string size, count, type, algo;
+    if (f >> size >> count >> type >> algo) l.push_back(size + " " + algo);
+  }
+  return l;
+}
+}  // namespace
+
+// --algo and --proto take NCCL_ALGO's and NCCL_PROTO's lists (sim/nccl_env.h). On one DGX H100,
+// "^nvls" leaves ring and tree (the node has no CollNet, PAT or NVLS tree): the same choices as
+// "Ring,Tree", and at 1 GiB the ring where NVLS was chosen.
+TEST(Cli, BenchTakesNcclsAlgorithmAndProtocolLists) {
+  const std::vector<std::string> args = {"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "64KiB:1GiB"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), more.begin(), more.end());
+    const Result r = run(a);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r;
+  };
+  const Result plain = with({}), no_nvls = with({"--algo", "^nvls"}), ring_tree = with({"--algo", "Ring,Tree"});
+  EXPECT_EQ(times_us(no_nvls.out), times_us(ring_tree.out));
+  EXPECT_EQ(labels(no_nvls.out), labels(ring_tree.out));
+  EXPECT_EQ(labels(plain.out).back(), "1073741824 nvls/Simple/16ch");
+  EXPECT_EQ(labels(no_nvls.out).back(), "1073741824 ring/Simple/16ch");
+  // A list for another function leaves all_reduce NCCL's choice.
+  EXPECT_EQ(times_us(with({"--algo", "allgather:ring"}).out), times_us(plain.out));
+  // "^LL,LL128": Simple at every size; "allreduce:LL128" all_reduce on LL128 only.
+  for (const std::string& l : labels(with({"--proto", "^LL,LL128"}).out)) EXPECT_THAT(l, HasSubstr("/Simple/"));
+  for (const std::string& l : labels(with({"--proto", "allreduce:LL128"}).out)) EXPECT_THAT(l, HasSubstr("/LL128/"));
+  // Malformed lists, and lists that leave the collective nothing, exit 2 naming the option.
+  const std::pair<std::vector<std::string>, std::string> refused[] = {
+      {{"--algo", "ring;tree"}, "--algo: NCCL_ALGO=\"ring;tree\": entry 'tree' names no function"},
+      {{"--proto", "LL,LL129"}, "--proto: NCCL_PROTO=\"LL,LL129\": unknown name 'LL129'"},
+      {{"--algo", "allreduce:pat,nvlstree"}, "as what NCCL_ALGO=allreduce:pat,nvlstree allows"}};
+  for (const auto& [more, says] : refused) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), more.begin(), more.end());
+    const Result bad = run(a);
+    EXPECT_EQ(bad.code, 2) << says;
+    EXPECT_THAT(bad.err, HasSubstr(says));
+  }
+}
+
 TEST(Cli, BenchBusBandwidthApproachesTheLinkSpeedForLargeMessages) {
   // dgx-h100: 450 GB/s per GPU each way through NVSwitch. Timed as schedules on the network
   // graph, a 1 GiB ring all-reduce reaches close to it (bus bandwidth is defined to make this

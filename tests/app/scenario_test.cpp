@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "app/cli.h"
+#include "app/workloads.h"
 #include "cp/context_parallel.h"
 #include "cp/partition.h"
 #include "runtime/distributed/distributed.h"
@@ -185,6 +186,11 @@ TEST(Scenario, ErrorsNameTheFileLineColumnAndSuggest) {
               HasSubstr(":3:63: collective all_to_all has no 'tree' algorithm; use one of: direct, ring"));
   EXPECT_THAT(load_error(head + "algorithm: tree\nworkload: {steps: {do: [all_to_all: {bytes: 1 MiB}]}}\n"),
               HasSubstr(":3:12: collective all_to_all has no 'tree' algorithm"));
+  // NCCL_ALGO / NCCL_PROTO lists: malformed ones at their position.
+  EXPECT_THAT(load_error(head + "algorithm: ring;tree\nworkload: {steps: {do: [wait: {}]}}\n"),
+              HasSubstr(":3:12: algorithm: NCCL_ALGO=\"ring;tree\": entry 'tree' names no function"));
+  EXPECT_THAT(load_error(head + "protocol: ^LL256\nworkload: {steps: {do: [wait: {}]}}\n"),
+              HasSubstr(":3:11: protocol: NCCL_PROTO=\"^LL256\": unknown name 'LL256'"));
   EXPECT_THAT(load_error(head + "ranks: 1\nworkload: {steps: {do: [sendrecv: {bytes: 1 MiB}]}}\n"),
               HasSubstr("a sendrecv step on group 'world' needs at least 2 ranks in it (it has 1)"));
   EXPECT_THAT(load_error(head + "workload: {steps: {do: [compute: {flops: 1e300}]}}\n"),
@@ -193,6 +199,24 @@ TEST(Scenario, ErrorsNameTheFileLineColumnAndSuggest) {
   EXPECT_THAT(load_error(kGood, {"parallel.tp=2000000000"}),
               HasSubstr("parallel.tp must be an integer from 1 to 16777216 (2^24), got '2000000000'"));
   EXPECT_THAT(load_error(kGood, {"topology.nodez=2"}), HasSubstr("nodez"));
+}
+
+// A scenario's algorithm and protocol take NCCL's lists: the run times its collectives as the
+// same run with the one name they leave would (here, on one DGX H100, "^nvls,tree" leaves the ring
+// to all_reduce; "^LL,LL128" Simple).
+TEST(Scenario, AlgorithmAndProtocolTakeNcclsLists) {
+  const std::string body =
+      "name: t\ntopology: ../topologies/dgx-h100.yaml\n"
+      "workload: {steps: {do: [all_reduce: {bytes: 1 GiB}, all_reduce: {bytes: 64 KiB}]}}\n";
+  auto makespan = [&](const std::string& keys) {
+    TempScenario s(body + keys);
+    const Scenario sc = load_scenario(s.path.string());
+    RunFlags flags;
+    flags.quiet = true;
+    return run_steps_workload(sc, flags, false).makespan;
+  };
+  EXPECT_EQ(makespan("algorithm: ^nvls,tree\nprotocol: ^LL,LL128\n"), makespan("algorithm: ring\nprotocol: Simple\n"));
+  EXPECT_NE(makespan("algorithm: ^nvls,tree\n"), makespan(""));
 }
 
 TEST(Scenario, AFailedCheckExitsWithOne) {

@@ -712,6 +712,67 @@ TEST(CollectiveModelSelection, RingProtocolSwitchesWhereTheTimesCross) {
               1e-12);
 }
 
+// NCCL_ALGO / NCCL_PROTO lists (sim/nccl_env.h): the choice is the least of the candidates the
+// lists allow, at every size, for every collective.
+TEST(CollectiveModelSelection, ListsChooseTheLeastOfWhatTheyAllow) {
+  const CollectiveModel one(dgx_like("  nvls: true\n"));
+  const CollectiveModel two(cluster(2, 4, 0.8, "  nvls: true\n"));
+  std::vector<NcclAllowed> lists(4);
+  lists[0].set_algorithms("^nvls");
+  lists[1].set_algorithms("ring,tree;allreduce:tree,nvlstree");
+  lists[2].set_protocols("^LL128;allreduce:LL128,Simple");
+  lists[3].set_algorithms("allreduce:ring,nvls,nvlstree");
+  lists[3].set_protocols("Simple,LL");
+  for (const NcclAllowed& a : lists) {
+    for (CollOp op :
+         {CollOp::all_reduce, CollOp::all_gather, CollOp::reduce_scatter, CollOp::broadcast, CollOp::all_to_all}) {
+      for (double bytes : sweep_sizes()) {
+        for (const auto& [m, s] : {std::pair{&one, shape(op, bytes, 8)}, std::pair{&two, shape(op, bytes, 16, 2)}}) {
+          std::optional<CollectiveEstimate> best;
+          for (const CollectiveEstimate& e : m->candidates(s))
+            if (a.allows(op, e.algorithm, e.protocol) && (!best || e.seconds < best->seconds)) best = e;
+          ASSERT_TRUE(best.has_value()) << a.describe();
+          const CollectiveEstimate c = m->choose(s, a);
+          EXPECT_EQ(c.algorithm, best->algorithm) << a.describe() << " " << bytes;
+          EXPECT_EQ(c.protocol, best->protocol) << a.describe() << " " << bytes;
+          EXPECT_EQ(c.seconds, best->seconds) << a.describe() << " " << bytes;
+        }
+      }
+    }
+  }
+  // "^nvls" on one node at 1 GiB: what the ring gives, where NVLS was the choice.
+  const CollectiveShape big = shape(CollOp::all_reduce, kGiB, 8);
+  ASSERT_EQ(one.choose(big).algorithm, CollAlgo::nvls);
+  EXPECT_EQ(one.choose(big, lists[0]).seconds, one.choose(big, CollAlgo::ring).seconds);
+  // Unset lists choose as the model does alone.
+  EXPECT_EQ(one.choose(big, NcclAllowed()).seconds, one.choose(big).seconds);
+}
+
+// Lists that leave a collective nothing that can serve it are refused, naming them and why (as
+// NCCL 2.24 refuses them, with no fall back to the ring).
+TEST(CollectiveModelSelection, ListsThatLeaveNothingAreNamed) {
+  const CollectiveModel m(dgx_like());
+  NcclAllowed pat;
+  pat.set_algorithms("allreduce:pat");
+  try {
+    (void)m.choose(shape(CollOp::all_reduce, kMiB, 8), pat);
+    FAIL() << "PAT all_reduce accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("as what NCCL_ALGO=allreduce:pat allows: PAT serves all_gather and reduce_scatter"));
+  }
+  EXPECT_EQ(m.choose(shape(CollOp::all_gather, kMiB, 8), pat).algorithm, CollAlgo::ring);  // others keep theirs
+  NcclAllowed none;
+  none.set_algorithms("ring");
+  none.only(CollAlgo::tree);
+  try {
+    (void)m.choose(shape(CollOp::all_reduce, kMiB, 8), none);
+    FAIL() << "an empty set accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("that leaves this collective no algorithm and protocol"));
+  }
+}
+
 TEST(CollectiveModelSelection, ForcedProtocolIsKept) {
   const CollectiveModel m(dgx_like());
   const CollectiveEstimate e = m.choose(shape(CollOp::all_reduce, kGiB, 8), std::nullopt, Protocol::ll);
@@ -786,6 +847,27 @@ TEST(CollectiveModelTuner, APairThatCannotServeOrIsNotAllowedIsPassedOver) {
   const CollectiveEstimate simple = m.choose(ar, std::nullopt, Protocol::simple);
   EXPECT_EQ(simple.tuner_line, 0);
   EXPECT_EQ(simple.seconds, plain.choose(ar, std::nullopt, Protocol::simple).seconds);
+}
+
+// A rule whose pair the NCCL_ALGO / NCCL_PROTO lists exclude is passed over, as the forced names'
+// are: the next rule that applies and is allowed decides.
+TEST(CollectiveModelTuner, ARuleTheListsExcludeIsPassedOver) {
+  const Topology t = cluster(2, 8, 0.8);
+  const CollectiveModel m = tuned(t,
+                                  "allreduce,0,1099511627776,tree,ll128,-1,-1,-1\n"
+                                  "allreduce,0,1099511627776,ring,ll128,-1,-1,-1\n");
+  const CollectiveShape ar = shape(CollOp::all_reduce, 64 * kMiB, 16, 2);
+  EXPECT_EQ(m.choose(ar).tuner_line, 1);
+  NcclAllowed no_tree;
+  no_tree.set_algorithms("allreduce:^tree");
+  const CollectiveEstimate e = m.choose(ar, no_tree);
+  EXPECT_EQ(e.tuner_line, 2);
+  EXPECT_EQ(e.algorithm, CollAlgo::ring);
+  NcclAllowed simple;
+  simple.set_protocols("Simple");
+  const CollectiveEstimate f = m.choose(ar, simple);
+  EXPECT_EQ(f.tuner_line, 0);
+  EXPECT_EQ(f.seconds, m.choose(ar, std::nullopt, Protocol::simple).seconds);
 }
 
 TEST(CollectiveModelTuner, ARulesChannelsMoveTheBandwidthAsChannelsDo) {

@@ -335,6 +335,32 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
     e->tuner_channels = est.tuner_channels;
     return *e;
   };
+  auto context = [&](const Error& e) {
+    return Error(std::string(to_string(sig.kind)) + " on " + g.name + " (" + std::to_string(shape.nranks) +
+                 " ranks on " + std::to_string(shape.nodes) + " node(s), " + std::to_string(rec.bytes) +
+                 " bytes): " + e.what());
+  };
+  // NCCL_ALGO / NCCL_PROTO lists: the fastest pair they allow, narrowed to the asked-for
+  // algorithm where it serves the call (else, as below, the lists' own choice), and nothing
+  // that they allow serving it an Error, as NCCL 2.24 refuses it.
+  if (allowed_) {
+    sim::NcclAllowed narrowed = *allowed_;
+    if (protocol_) narrowed.only(*protocol_);
+    if (forced) {
+      sim::NcclAllowed asked = narrowed;
+      asked.only(*forced);
+      try {
+        return degraded(collective_model_.choose(shape, asked));
+      } catch (const Error&) {
+        // the lists' own choice
+      }
+    }
+    try {
+      return degraded(collective_model_.choose(shape, narrowed));
+    } catch (const Error& e) {
+      throw context(e);
+    }
+  }
   using Choice = std::pair<std::optional<sim::CollAlgo>, std::optional<sim::Protocol>>;
   for (const Choice& c : {Choice{forced, protocol_}, Choice{std::nullopt, protocol_}}) {
     try {
@@ -346,9 +372,7 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
   try {
     return degraded(collective_model_.choose(shape));
   } catch (const Error& e) {
-    throw Error(std::string(to_string(sig.kind)) + " on " + g.name + " (" + std::to_string(shape.nranks) +
-                " ranks on " + std::to_string(shape.nodes) + " node(s), " + std::to_string(rec.bytes) +
-                " bytes): " + e.what());
+    throw context(e);
   }
 }
 
@@ -676,6 +700,7 @@ RunReport spawn_sim(const std::function<void(int rank)>& fn, int nprocs, const S
   if (opts.guard) engine.set_guard(opts.guard);
   SimBackend backend(engine, topology, opts.algorithm, opts.protocol, nprocs);
   backend.set_faults(opts.faults);
+  backend.set_nccl_allowed(opts.nccl_allowed);
   for (const FaultPlan::RankFault& f : opts.faults.ranks) engine.inject_fault(f.rank, f.at, f.stop, f.what);
   {
     ScopedCostSink sink(&backend);

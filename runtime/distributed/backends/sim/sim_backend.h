@@ -118,6 +118,8 @@ class SimBackend : public Backend, public CostSink {
   RunReport take_report();
   // The stragglers and network faults of the run (its rank faults go to the engine).
   void set_faults(const FaultPlan& plan);
+  // NCCL_ALGO / NCCL_PROTO lists for the nccl model's choice (SpawnOptions::nccl_allowed).
+  void set_nccl_allowed(std::optional<sim::NcclAllowed> allowed) { allowed_ = std::move(allowed); }
 
  private:
   struct P2PPost {
@@ -162,6 +164,7 @@ class SimBackend : public Backend, public CostSink {
   sim::ComputeModel compute_;
   Algorithm default_algorithm_;
   std::optional<sim::Protocol> protocol_;
+  std::optional<sim::NcclAllowed> allowed_;
   int nranks_;
   std::vector<char> initialized_;
   std::shared_ptr<SimGroup> world_;
