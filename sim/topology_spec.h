@@ -106,8 +106,10 @@ struct CollectiveTiming {
   // default) means the rings': the NICs capped at channels x channel_network_bandwidth, times
   // network_efficiency.
   double nvls_tree_network_efficiency = 0;
-  // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes (NCCL's llMaxBws, Hopper row:
-  // 141, 45, 35 GB/s; Ampere's: 87.7, 22.5, 19 GB/s).
+  // Cap on LL's bus bandwidth for groups on 1, 2 and more nodes. NCCL's llMaxBws reads the first
+  // by GPU (Hopper 141, Ampere 87.7 GB/s) and the others by the hosts' CPU (Intel 39, 20.4; AMD
+  // 22.5, 19 GB/s); the default keeps the table's Hopper row, 45 and 35 GB/s across nodes
+  // (docs/collective-timing.md, "Changes measured ... and not made").
   std::array<double, 3> ll_max_bandwidth{141e9, 45e9, 35e9};
   // Cap on what one channel of a tree moves across nodes, bus bandwidth, for groups on 1, 2 and
   // more nodes: Simple and LL128 (NCCL's perChMaxTreeBws and perChMaxTreeLL128Bws, Hopper rows:
