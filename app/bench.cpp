@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <ostream>
@@ -43,6 +44,32 @@ std::optional<sim::Protocol> parse_protocol_option(const std::string& name) {
 bool is_nccl_list(const std::string& value) { return value.find_first_of(",^;:") != std::string::npos; }
 
 std::string single_name(const std::string& value) { return is_nccl_list(value) ? "auto" : value; }
+
+void set_nccl_environment(const std::string& algorithm, const std::string& protocol) {
+  auto set = [](const char* variable, const std::string& key, const std::string& value, const std::string& nccl) {
+    const char* had = std::getenv(variable);
+    if (had && nccl != had)
+      throw Error(std::string(variable) + " is set in the environment to '" + had + "', but " + key + " is '" + value +
+                  "' (" + variable + "=" + nccl + " for NCCL): unset one of them");
+    if (setenv(variable, nccl.c_str(), 1) != 0) throw Error(std::string("cannot set ") + variable + " for NCCL");
+  };
+  auto as = [](const std::string& key, const std::function<std::string()>& value) {
+    try {
+      return value();
+    } catch (const Error& e) {
+      throw Error(key + ": " + e.what());
+    }
+  };
+  if (algorithm != "auto" && !algorithm.empty()) {
+    if (!is_nccl_list(algorithm) && !runtime::nccl_algorithm(runtime::parse_algorithm(algorithm)))
+      throw Error("algorithm '" + algorithm +
+                  "' is ranksim's own schedule, which NCCL has not: with --backend nccl use auto, one of NCCL's "
+                  "algorithms (ring, tree, nvls, nvls_tree, collnet, pat) or a list as NCCL_ALGO takes it");
+    set("NCCL_ALGO", "algorithm", algorithm, as("algorithm", [&] { return sim::nccl_algo_value(algorithm); }));
+  }
+  if (protocol != "auto" && !protocol.empty())
+    set("NCCL_PROTO", "protocol", protocol, as("protocol", [&] { return sim::nccl_proto_value(protocol); }));
+}
 
 std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const std::string& protocol,
                                            const std::string& algo_option, const std::string& proto_option) {

@@ -46,6 +46,12 @@ bool is_nccl_list(const std::string& value);
 std::string single_name(const std::string& value);
 // What the lists allow, with a single name beside them narrowing it; nullopt when neither value
 // is a list. Throws ranksim::Error naming the option and the fault for a malformed list.
+// The environment a run on real GPUs (--backend nccl) gives NCCL, which reads NCCL_ALGO and
+// NCCL_PROTO at init: the scenario's algorithm and protocol, one name or a list, in NCCL's
+// spellings (sim/nccl_env.h); "auto" sets nothing. Throws ranksim::Error for ranksim's own
+// schedules (direct, hierarchical), which NCCL has not, and for a variable that the environment
+// already sets to something else (the run would not do what one of them says).
+void set_nccl_environment(const std::string& algorithm, const std::string& protocol);
 std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const std::string& protocol,
                                            const std::string& algo_option = "--algo",
                                            const std::string& proto_option = "--proto");

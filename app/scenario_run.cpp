@@ -55,6 +55,8 @@ runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, boo
   so.protocol = parse_protocol_option(single_name(sc.protocol));
   so.nccl_allowed = nccl_lists(sc.algorithm, sc.protocol, "algorithm", "protocol");
   so.backend = runtime::parse_backend(flags.backend);
+  // Real NCCL takes the algorithm and protocol from its environment, read at init.
+  if (so.backend == runtime::BackendKind::nccl) set_nccl_environment(sc.algorithm, sc.protocol);
   so.device_collectives = flags.device_collectives;
   so.engine.trace = trace;
   so.count_memory = flags.count_memory;

@@ -179,4 +179,52 @@ std::optional<CollAlgo> NcclAllowed::single_algorithm(CollOp op) const {
 
 std::string NcclAllowed::describe() const { return joined(algo_text_, proto_text_); }
 
+namespace {
+
+// `value` rebuilt entry by entry with each function and name as `spell` writes it.
+std::string respelled(std::string_view value, const std::function<std::string(const std::string&)>& spell) {
+  std::string out;
+  const std::vector<std::string> entries = split(std::string(value), ';');
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::string list = entries[i];
+    if (i > 0) out += ";";
+    const size_t colon = list.find(':');
+    if (colon != std::string::npos) {
+      std::string function = ascii_lower(trim(list.substr(0, colon)));
+      if (function == "all_gather") function = "allgather";
+      if (function == "reduce_scatter") function = "reducescatter";
+      if (function == "all_reduce") function = "allreduce";
+      out += function + ":";
+      list = list.substr(colon + 1);
+    }
+    list = trim(list);
+    if (!list.empty() && list[0] == '^') {
+      out += "^";
+      list = trim(list.substr(1));
+    }
+    const std::vector<std::string> names = split(list, ',');
+    for (size_t k = 0; k < names.size(); ++k) out += (k > 0 ? "," : "") + spell(trim(names[k]));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string nccl_algo_value(std::string_view value) {
+  NcclAllowed().set_algorithms(value);
+  return respelled(value, [](const std::string& name) -> std::string {
+    const std::string n = ascii_lower(name);
+    if (n == "nvls_tree") return "nvlstree";
+    if (n == "collnet") return "collnetdirect,collnetchain";
+    if (n == "collnet_direct") return "collnetdirect";
+    if (n == "collnet_chain") return "collnetchain";
+    return n;
+  });
+}
+
+std::string nccl_proto_value(std::string_view value) {
+  NcclAllowed().set_protocols(value);
+  return respelled(value, [](const std::string& name) { return name; });
+}
+
 }  // namespace ranksim::sim

@@ -59,4 +59,11 @@ class NcclAllowed {
   std::string algo_text_, proto_text_;
 };
 
+// What to give NCCL itself for a value set_algorithms / set_protocols accepts (validated there
+// first: an Error for a malformed one): the same lists in NCCL's spellings (ranksim's nvls_tree
+// as nvlstree, collnet as collnetdirect,collnetchain, all_gather as allgather, ...), entries
+// and `^` as written. For runs on real GPUs, which read NCCL_ALGO / NCCL_PROTO at init.
+std::string nccl_algo_value(std::string_view value);
+std::string nccl_proto_value(std::string_view value);
+
 }  // namespace ranksim::sim

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "app/bench.h"
 #include "app/cli.h"
 #include "app/workloads.h"
 #include "cp/context_parallel.h"
@@ -217,6 +218,42 @@ TEST(Scenario, AlgorithmAndProtocolTakeNcclsLists) {
   };
   EXPECT_EQ(makespan("algorithm: ^nvls,tree\nprotocol: ^LL,LL128\n"), makespan("algorithm: ring\nprotocol: Simple\n"));
   EXPECT_NE(makespan("algorithm: ^nvls,tree\n"), makespan(""));
+}
+
+// With --backend nccl the real NCCL takes the algorithm and protocol from NCCL_ALGO / NCCL_PROTO
+// at init: a scenario's are set there, in NCCL's spellings; ranksim's own schedules, and a value
+// the environment already sets otherwise, are refused.
+TEST(Scenario, RealNcclGetsTheAlgorithmAndProtocolInItsEnvironment) {
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  set_nccl_environment("auto", "auto");
+  EXPECT_EQ(std::getenv("NCCL_ALGO"), nullptr);
+  EXPECT_EQ(std::getenv("NCCL_PROTO"), nullptr);
+  set_nccl_environment("ring,tree;all_reduce:nvls_tree", "^LL128");
+  EXPECT_STREQ(std::getenv("NCCL_ALGO"), "ring,tree;allreduce:nvlstree");
+  EXPECT_STREQ(std::getenv("NCCL_PROTO"), "^LL128");
+  set_nccl_environment("ring,tree;all_reduce:nvls_tree", "^LL128");  // the same again: fine
+  try {
+    set_nccl_environment("tree", "auto");
+    ADD_FAILURE() << "a different NCCL_ALGO accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("NCCL_ALGO is set in the environment to 'ring,tree;allreduce:nvlstree', but "
+                                    "algorithm is 'tree' (NCCL_ALGO=tree for NCCL): unset one of them"));
+  }
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  set_nccl_environment("nvls_tree", "Simple");
+  EXPECT_STREQ(std::getenv("NCCL_ALGO"), "nvlstree");
+  EXPECT_STREQ(std::getenv("NCCL_PROTO"), "Simple");
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  try {
+    set_nccl_environment("hierarchical", "auto");
+    ADD_FAILURE() << "hierarchical accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("algorithm 'hierarchical' is ranksim's own schedule, which NCCL has not"));
+  }
+  EXPECT_EQ(std::getenv("NCCL_ALGO"), nullptr);
 }
 
 TEST(Scenario, AFailedCheckExitsWithOne) {

@@ -152,6 +152,25 @@ TEST(NcclAllowed, SingleAlgorithmOnlyWhenExactlyOne) {
   EXPECT_EQ(a.single_algorithm(CollOp::all_to_all), std::nullopt);
 }
 
+// What a run on real GPUs hands NCCL: the same lists in NCCL's spellings.
+TEST(NcclAllowed, ValuesForNcclItselfUseItsSpellings) {
+  EXPECT_EQ(nccl_algo_value("ring"), "ring");
+  EXPECT_EQ(nccl_algo_value("NVLS_tree"), "nvlstree");
+  EXPECT_EQ(nccl_algo_value("^collnet, nvls"), "^collnetdirect,collnetchain,nvls");
+  EXPECT_EQ(nccl_algo_value("ring,tree; all_reduce : nvls_tree;allgather:^pat"),
+            "ring,tree;allreduce:nvlstree;allgather:^pat");
+  EXPECT_EQ(nccl_proto_value("^LL128;reduce_scatter:LL,Simple"), "^LL128;reducescatter:LL,Simple");
+  // Each value parses back to the same sets.
+  for (const std::string v : {"^collnet,nvls", "ring,tree;all_reduce:nvls_tree"}) {
+    NcclAllowed a, b;
+    a.set_algorithms(v);
+    b.set_algorithms(nccl_algo_value(v));
+    for (CollOp op : kFunctions) EXPECT_EQ(algos(a, op), algos(b, op)) << v;
+  }
+  EXPECT_THROW((void)nccl_algo_value("ring;tree"), Error);
+  EXPECT_THROW((void)nccl_proto_value("LL256"), Error);
+}
+
 void expect_refused(const std::string& algo, const std::string& proto, const std::string& what) {
   NcclAllowed a;
   try {
