@@ -82,9 +82,9 @@ def machine(name, header=""):
             return ("dgx-a100.yaml", [f"nodes={nodes}", "node.devices=4", "network.nics_per_node=2"],
                     "Polaris: 4 A100 per node (NVLink, no NVSwitch: modelled as a 300 GB/s switch), "
                     "2 NICs per node at 200 Gb/s (Slingshot 11, not InfiniBand)")
-        if "_efa_" in name:  # AWS p4de: 400 Gb/s of EFA a node
+        if "_efa_" in name:  # AWS p4d and p4de: 400 Gb/s of EFA a node
             return ("dgx-a100.yaml", [f"nodes={nodes}", "network.nics_per_node=4", "network.nic_bandwidth=100Gb/s"],
-                    "AWS p4de: 4 x 100 Gb/s EFA a node through libfabric, not InfiniBand")
+                    "AWS p4d and p4de: 4 x 100 Gb/s EFA a node through libfabric, not InfiniBand")
         if "_roce_" in name:
             return ("dgx-a100.yaml", [f"nodes={nodes}", "network.transport=roce"],
                     "OCI BM.GPU4.8: 16 x 100 Gb/s RoCE a node (as 8 x 200 Gb/s), not InfiniBand")
