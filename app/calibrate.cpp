@@ -457,8 +457,8 @@ SizeRange parse_size_range(const std::string& spec) {
 
 // The case of one measured table, checked against the topology and the options.
 void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::CollectiveModel& model,
-               const std::optional<sim::Protocol>& proto, const SizeRange& range, MeasuredTable t,
-               std::vector<FitCase>& cases, std::vector<MeasuredTable>& tables) {
+               const SizeRange& range, MeasuredTable t, std::vector<FitCase>& cases,
+               std::vector<MeasuredTable>& tables) {
   const std::string& path = t.path;
   const std::string op = !t.op.empty() ? t.op : o.op;
   if (op.empty())
@@ -493,8 +493,12 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
   if (!o.algorithm.empty() && !t.algorithm.empty() && t.algorithm != o.algorithm)
     throw Error(path + ": the file says the run used algorithm " + t.algorithm + " but --algo says " + o.algorithm);
   const std::string algo = !t.algorithm.empty() ? t.algorithm : o.algorithm;
+  if (o.protocol != "auto" && !t.protocol.empty() && t.protocol != o.protocol)
+    throw Error(path + ": the file says the runs set NCCL_PROTO=" + t.protocol + " but --proto says " + o.protocol);
+  const std::string protocol = !t.protocol.empty() ? t.protocol : o.protocol;
+  const std::optional<sim::Protocol> proto = parse_protocol_option(single_name(protocol));
   try {
-    c.allowed = nccl_lists(algo, o.protocol, "the runs' algorithm", "--proto");
+    c.allowed = nccl_lists(algo, protocol, "the runs' algorithm", "the runs' protocol");
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
@@ -527,14 +531,15 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
 std::vector<FitCase> load_cases(const CalibrateOptions& o, const sim::Topology& topo,
                                 std::vector<MeasuredTable>& tables, std::vector<std::string>& left_out) {
   std::vector<FitCase> cases;
-  const std::optional<sim::Protocol> proto = parse_protocol_option(single_name(o.protocol));
+  (void)parse_protocol_option(single_name(o.protocol));
+  (void)nccl_lists("auto", o.protocol, "--algo", "--proto");
   if (!o.op.empty()) (void)coll_op(o.op);
   const SizeRange range = parse_size_range(o.sizes);
   const sim::CollectiveModel model(topo);
   for (const std::string& file : o.files) {
     // A log of several tests gives a case each (those of --op when it is given).
     for (MeasuredTable& t : select_tests(read_nccl_tests_log(file), o.op, file, &left_out)) {
-      load_case(o, topo, model, proto, range, std::move(t), cases, tables);
+      load_case(o, topo, model, range, std::move(t), cases, tables);
     }
   }
   return cases;

@@ -188,6 +188,35 @@ class Parser {
     rank_line(body, line);
   }
 
+  // NCCL's own report of NCCL_ALGO or NCCL_PROTO in a log run with NCCL_DEBUG=INFO: "host:pid:tid
+  // [0] NCCL INFO NCCL_ALGO set by environment to Ring". Every rank prints it: they must agree.
+  bool environment_line(const std::string& s, int line) {
+    for (const char* variable : {"NCCL_ALGO", "NCCL_PROTO"}) {
+      const std::string marker = std::string(variable) + " set by environment to ";
+      const auto at = s.find(marker);
+      if (at == std::string::npos || s.find("NCCL INFO") == std::string::npos) continue;
+      std::string value = trimmed(s.substr(at + marker.size()));
+      if (!value.empty() && value.back() == '.') value.pop_back();
+      const bool algo = std::string(variable) == "NCCL_ALGO";
+      try {
+        if (algo)
+          sim::NcclAllowed().set_algorithms(value);
+        else
+          sim::NcclAllowed().set_protocols(value);
+      } catch (const Error& e) {
+        fail(line, std::string("the log's ") + variable + ": " + e.what());
+      }
+      std::string& field = algo ? t_.algorithm : t_.protocol;
+      const std::string as = algo && !is_nccl_list(value) ? algo_name(value) : value;
+      if (!field.empty() && field != as && field != "auto")
+        fail(line,
+             std::string("the log's ranks set ") + variable + " differently ('" + field + "' and '" + value + "')");
+      field = as;
+      return true;
+    }
+    return false;
+  }
+
   void parse_text(std::istream& in) {
     std::string line;
     int no = 0;
@@ -200,6 +229,7 @@ class Parser {
         continue;
       }
       const std::vector<std::string> w = split_ws(s);
+      if (environment_line(s, no)) continue;
       if (!is_integer(w[0])) {
         // A row of the table's shape with a negative size is an error, not a log line.
         if (w.size() >= 8 && w[0].size() > 1 && w[0][0] == '-' && is_integer(w[0].substr(1)))
@@ -350,13 +380,16 @@ std::string list_tests(const std::vector<MeasuredTable>& tests) {
 }  // namespace
 
 std::vector<MeasuredTable> parse_nccl_tests_log(const std::string& text, const std::string& path) {
-  // CSV when a line that is not a comment holds a comma.
+  // CSV when a line that is not a comment, nor a line of NCCL's own log (NCCL_DEBUG=INFO prints
+  // lists such as "NCCL_IB_HCA set by environment to mlx5_0:1,mlx5_1:1"), holds a comma.
   bool csv = false;
   {
     std::istringstream probe(text);
     for (std::string line; std::getline(probe, line);) {
       const std::string s = trimmed(line);
-      if (s.empty() || s[0] == '#') continue;
+      if (s.empty() || s[0] == '#' || s.find("NCCL INFO") != std::string::npos ||
+          s.find("NCCL WARN") != std::string::npos)
+        continue;
       csv = s.find(',') != std::string::npos;
       if (csv || is_integer(split_ws(s)[0])) break;
     }

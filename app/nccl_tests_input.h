@@ -43,6 +43,9 @@ struct MeasuredTable {
   // The forced NCCL_ALGO in ranksim's names ("ring", ...), "auto", "" unknown, or a list in
   // NCCL_ALGO's syntax as written ("^nvls", "allreduce:tree,ring": sim/nccl_env.h).
   std::string algorithm;
+  // The NCCL_PROTO the runs set, as NCCL printed it ("NCCL_PROTO set by environment to ..." with
+  // NCCL_DEBUG=INFO); "" when the file does not say.
+  std::string protocol;
   std::vector<std::string> about;  // the `# source:` and `# hardware:` lines, for the calibrated file's comment
   std::vector<MeasuredRow> rows;
 };

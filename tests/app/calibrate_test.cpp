@@ -990,6 +990,25 @@ TEST_F(CalibrateCommand, TakesNcclsLists) {
                  bad + ":3: '# algo: allreduce:^Trea': NCCL_ALGO=\"allreduce:^Trea\": unknown name 'Trea'");
 }
 
+// The protocol a log reports is the runs': --proto must agree with it.
+TEST_F(CalibrateCommand, TakesTheProtocolTheLogReports) {
+  std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows);
+  text.insert(text.find("#                                                              out-of-place"),
+              "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to Simple\n");
+  const std::string log = table(text);
+  CalibrateOptions o = check_options({log});
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  CalibrateOptions simple = check_options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows), ".plain.txt")});
+  simple.protocol = "Simple";
+  std::ostringstream forced;
+  ASSERT_EQ(calibrate(simple, forced), 0);
+  auto rows = [](const std::string& p) { return p.substr(p.find("size(B)")); };
+  EXPECT_EQ(rows(printed.str()), rows(forced.str()));
+  o.protocol = "LL";
+  expect_refused(o, log + ": the file says the runs set NCCL_PROTO=Simple but --proto says LL");
+}
+
 TEST_F(CalibrateCommand, RefusesAnUnknownProtocol) {
   CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
   o.protocol = "fast";
@@ -1127,6 +1146,39 @@ TEST(NcclTestsInput, ReadsHowManyGpusAThreadDrove) {
       EXPECT_THAT(e.what(), HasSubstr("x.csv:2: '# gpus_per_thread: " + bad + "' must be a positive whole number"));
     }
   }
+}
+
+// A log run with NCCL_DEBUG=INFO says what NCCL_ALGO / NCCL_PROTO the runs set: every rank prints
+// "NCCL INFO NCCL_ALGO set by environment to ..." as its communicator starts.
+TEST(NcclTestsInput, ReadsTheAlgorithmAndProtocolNcclReports) {
+  auto with_info = [](const std::string& lines) {
+    std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows);
+    text.insert(text.find("#                                                              out-of-place"), lines);
+    return text;
+  };
+  const std::string info = "cnode3-000:4175036:4175036 [0] NCCL INFO ";
+  MeasuredTable t = parse_nccl_tests(
+      with_info(info + "NCCL_ALGO set by environment to Ring\n" + info + "NCCL_ALGO set by environment to Ring\n" +
+                info + "NCCL_PROTO set by environment to ^LL128\n"),
+      "x.txt");
+  EXPECT_EQ(t.algorithm, "ring");
+  EXPECT_EQ(t.protocol, "^LL128");
+  t = parse_nccl_tests(with_info(info + "NCCL_ALGO set by environment to allreduce:tree,nvlstree\n"), "x.txt");
+  EXPECT_EQ(t.algorithm, "allreduce:tree,nvlstree");
+  EXPECT_EQ(t.protocol, "");
+  EXPECT_EQ(parse_nccl_tests(nccl_text("all_reduce_perf", hosts(8, 8), kRows), "x.txt").protocol, "");
+  auto refused = [&](const std::string& lines, const std::string& says) {
+    try {
+      (void)parse_nccl_tests(with_info(lines), "x.txt");
+      ADD_FAILURE() << lines;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(says));
+    }
+  };
+  refused(info + "NCCL_ALGO set by environment to Ring\n" + info + "NCCL_ALGO set by environment to Tree\n",
+          "the log's ranks set NCCL_ALGO differently ('ring' and 'Tree')");
+  refused(info + "NCCL_PROTO set by environment to LL129\n",
+          "the log's NCCL_PROTO: NCCL_PROTO=\"LL129\": unknown name");
 }
 
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
