@@ -43,12 +43,7 @@ int function_named(const std::string& s) {
   return -1;
 }
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
-  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
-  return std::string(s.substr(b, e - b));
-}
+std::string trimmed(std::string_view s) { return std::string(trim(s)); }
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -79,11 +74,11 @@ void parse_list(std::string_view value, const char* variable, const char* names,
     std::string function, list;
     if (colon == std::string::npos) {
       if (i > 0)
-        fail("entry '" + trim(entry) + "' names no function; every entry after the first must (allreduce:...)");
-      list = trim(entry);
+        fail("entry '" + trimmed(entry) + "' names no function; every entry after the first must (allreduce:...)");
+      list = trimmed(entry);
     } else {
-      function = ascii_lower(trim(entry.substr(0, colon)));
-      list = trim(entry.substr(colon + 1));
+      function = ascii_lower(trimmed(entry.substr(0, colon)));
+      list = trimmed(entry.substr(colon + 1));
     }
     int f = -1;
     if (colon != std::string::npos) {
@@ -92,13 +87,13 @@ void parse_list(std::string_view value, const char* variable, const char* names,
         fail("unknown function '" + function + "': expected broadcast, reduce, allgather, reducescatter or allreduce");
     }
     const bool exclude = !list.empty() && list[0] == '^';
-    if (exclude) list = trim(list.substr(1));
+    if (exclude) list = trimmed(list.substr(1));
     if (list.empty()) fail("an empty list" + (function.empty() ? std::string() : " for " + function));
     uint8_t named = 0;
     for (const std::string& raw : split(list, ',')) {
-      const std::string name = ascii_lower(trim(raw));
+      const std::string name = ascii_lower(trimmed(raw));
       const uint8_t b = element(name);
-      if (b == 0) fail("unknown name '" + trim(raw) + "': expected " + names);
+      if (b == 0) fail("unknown name '" + trimmed(raw) + "': expected " + names);
       named |= b;
     }
     const uint8_t mask = exclude ? static_cast<uint8_t>(all & ~named) : named;
@@ -190,20 +185,20 @@ std::string respelled(std::string_view value, const std::function<std::string(co
     if (i > 0) out += ";";
     const size_t colon = list.find(':');
     if (colon != std::string::npos) {
-      std::string function = ascii_lower(trim(list.substr(0, colon)));
+      std::string function = ascii_lower(trimmed(list.substr(0, colon)));
       if (function == "all_gather") function = "allgather";
       if (function == "reduce_scatter") function = "reducescatter";
       if (function == "all_reduce") function = "allreduce";
       out += function + ":";
       list = list.substr(colon + 1);
     }
-    list = trim(list);
+    list = trimmed(list);
     if (!list.empty() && list[0] == '^') {
       out += "^";
-      list = trim(list.substr(1));
+      list = trimmed(list.substr(1));
     }
     const std::vector<std::string> names = split(list, ',');
-    for (size_t k = 0; k < names.size(); ++k) out += (k > 0 ? "," : "") + spell(trim(names[k]));
+    for (size_t k = 0; k < names.size(); ++k) out += (k > 0 ? "," : "") + spell(trimmed(names[k]));
   }
   return out;
 }
