@@ -41,9 +41,21 @@ std::optional<sim::Protocol> parse_protocol_option(const std::string& name) {
   throw Error("unknown --proto '" + name + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
 }
 
-bool is_nccl_list(const std::string& value) { return value.find_first_of(",^;:") != std::string::npos; }
+namespace {
 
-std::string single_name(const std::string& value) { return is_nccl_list(value) ? "auto" : value; }
+// `f()`, its Error (a malformed NCCL_ALGO / NCCL_PROTO value) prefixed with the option it came from.
+template <class F>
+auto for_option(const std::string& option, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(option + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string single_name(const std::string& value) { return sim::is_nccl_list(value) ? "auto" : value; }
 
 void set_nccl_environment(const std::string& algorithm, const std::string& protocol) {
   auto set = [](const char* variable, const std::string& key, const std::string& value, const std::string& nccl) {
@@ -53,43 +65,29 @@ void set_nccl_environment(const std::string& algorithm, const std::string& proto
                   "' (" + variable + "=" + nccl + " for NCCL): unset one of them");
     if (setenv(variable, nccl.c_str(), 1) != 0) throw Error(std::string("cannot set ") + variable + " for NCCL");
   };
-  auto as = [](const std::string& key, const std::function<std::string()>& value) {
-    try {
-      return value();
-    } catch (const Error& e) {
-      throw Error(key + ": " + e.what());
-    }
-  };
   if (algorithm != "auto" && !algorithm.empty()) {
-    if (!is_nccl_list(algorithm) && !runtime::nccl_algorithm(runtime::parse_algorithm(algorithm)))
+    if (!sim::is_nccl_list(algorithm) && !runtime::nccl_algorithm(runtime::parse_algorithm(algorithm)))
       throw Error("algorithm '" + algorithm +
                   "' is ranksim's own schedule, which NCCL has not: with --backend nccl use auto, one of NCCL's "
                   "algorithms (ring, tree, nvls, nvls_tree, collnet, pat) or a list as NCCL_ALGO takes it");
-    set("NCCL_ALGO", "algorithm", algorithm, as("algorithm", [&] { return sim::nccl_algo_value(algorithm); }));
+    set("NCCL_ALGO", "algorithm", algorithm, for_option("algorithm", [&] { return sim::nccl_algo_value(algorithm); }));
   }
   if (protocol != "auto" && !protocol.empty())
-    set("NCCL_PROTO", "protocol", protocol, as("protocol", [&] { return sim::nccl_proto_value(protocol); }));
+    set("NCCL_PROTO", "protocol", protocol, for_option("protocol", [&] { return sim::nccl_proto_value(protocol); }));
 }
 
 std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const std::string& protocol,
                                            const std::string& algo_option, const std::string& proto_option) {
-  if (!is_nccl_list(algorithm) && !is_nccl_list(protocol)) return std::nullopt;
+  if (!sim::is_nccl_list(algorithm) && !sim::is_nccl_list(protocol)) return std::nullopt;
   sim::NcclAllowed allowed;
-  auto as = [](const std::string& option, const std::function<void()>& set) {
-    try {
-      set();
-    } catch (const Error& e) {
-      throw Error(option + ": " + e.what());
-    }
-  };
-  if (is_nccl_list(algorithm)) {
-    as(algo_option, [&] { allowed.set_algorithms(algorithm); });
+  if (sim::is_nccl_list(algorithm)) {
+    for_option(algo_option, [&] { allowed.set_algorithms(algorithm); });
   } else if (const std::optional<sim::CollAlgo> a =
                  algorithm.empty() ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(algorithm))) {
     allowed.only(*a);
   }
-  if (is_nccl_list(protocol))
-    as(proto_option, [&] { allowed.set_protocols(protocol); });
+  if (sim::is_nccl_list(protocol))
+    for_option(proto_option, [&] { allowed.set_protocols(protocol); });
   else if (const std::optional<sim::Protocol> p = parse_protocol_option(protocol))
     allowed.only(*p);
   return allowed;

@@ -21,7 +21,7 @@ struct BenchOptions {
   std::string op = "all_reduce";    // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv
   int ranks = 0;                    // 0: every device of the topology
   std::string sizes = "8B:128MiB";  // MIN:MAX (doubling) or one size
-  std::string algorithm = "auto";   // one name, or NCCL_ALGO's list syntax (is_nccl_list)
+  std::string algorithm = "auto";   // one name, or NCCL_ALGO's list syntax (sim::is_nccl_list)
   std::string protocol = "auto";    // NCCL_PROTO: auto, LL, LL128, Simple, or a list (nccl timing model only)
   std::string dtype = "f32";
   bool check = false;
@@ -38,9 +38,8 @@ std::optional<sim::Protocol> parse_protocol_option(const std::string& name);
 // --algo and --proto (bench, calibrate, a scenario's algorithm and protocol) as NCCL_ALGO and
 // NCCL_PROTO take them. One name keeps its meaning: that algorithm (ranksim's own schedules,
 // direct and hierarchical, among them) or protocol forced. A list in NCCL's syntax (names with
-// commas, `^` first to exclude them, `;function:list` entries: sim/nccl_env.h) restricts NCCL's
-// choice instead, with the nccl timing model.
-bool is_nccl_list(const std::string& value);
+// commas, `^` first to exclude them, `;function:list` entries: sim/nccl_env.h's is_nccl_list)
+// restricts NCCL's choice instead, with the nccl timing model.
 // The value's single name, or "auto" for a list (what the runtime's algorithm and the forced
 // protocol take).
 std::string single_name(const std::string& value);

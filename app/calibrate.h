@@ -57,7 +57,7 @@ struct FitCase {
   sim::CollectiveShape shape;  // bytes ignored: each row's size
   std::optional<sim::CollAlgo> algorithm;
   std::optional<sim::Protocol> protocol;
-  // NCCL_ALGO / NCCL_PROTO lists the runs set (app/bench.h's is_nccl_list): the model's choice is
+  // NCCL_ALGO / NCCL_PROTO lists the runs set (sim::is_nccl_list): the model's choice is
   // made among what they allow, and `algorithm` is the one algorithm they allow, if they allow one.
   std::optional<sim::NcclAllowed> allowed;
   int gpus_per_thread = 1;  // one thread drove this many GPUs (nccl-tests -g): see group_launch

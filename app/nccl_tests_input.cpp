@@ -10,7 +10,6 @@
 #include <set>
 #include <sstream>
 
-#include "app/bench.h"
 #include "sim/error.h"
 #include "sim/io.h"
 #include "sim/nccl_env.h"
@@ -207,7 +206,7 @@ class Parser {
         fail(line, std::string("the log's ") + variable + ": " + e.what());
       }
       std::string& field = algo ? t_.algorithm : t_.protocol;
-      const std::string as = algo && !is_nccl_list(value) ? algo_name(value) : value;
+      const std::string as = algo && !sim::is_nccl_list(value) ? algo_name(value) : value;
       if (!field.empty() && field != as && field != "auto")
         fail(line,
              std::string("the log's ranks set ") + variable + " differently ('" + field + "' and '" + value + "')");
@@ -276,7 +275,7 @@ class Parser {
           once(key, value, no);
           t_.algorithm = algo_name(value);
           static const std::set<std::string> known = {"auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "pat"};
-          if (is_nccl_list(value)) {  // a list in NCCL_ALGO's syntax: kept as written
+          if (sim::is_nccl_list(value)) {  // a list in NCCL_ALGO's syntax: kept as written
             t_.algorithm = trimmed(value);
             try {
               sim::NcclAllowed().set_algorithms(t_.algorithm);

@@ -327,9 +327,10 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
                topo.name() + "' has " + std::to_string(topo.num_devices()) +
                "; use fewer ranks or more nodes (--set topology.nodes=N)");
 
-  // One name, or a list in NCCL_ALGO's syntax (app/bench.h's is_nccl_list).
+  // One name, or a list in NCCL_ALGO's syntax (sim::is_nccl_list).
   if (auto a = entry(root, "algorithm"); a.IsDefined()) {
-    sc.algorithm = is_nccl_list(r.str(a, "algorithm")) ? r.str(a, "algorithm") : r.one_of(a, "algorithm", kAlgorithms);
+    sc.algorithm =
+        sim::is_nccl_list(r.str(a, "algorithm")) ? r.str(a, "algorithm") : r.one_of(a, "algorithm", kAlgorithms);
     try {
       (void)nccl_lists(sc.algorithm, "auto", "algorithm", "protocol");
     } catch (const Error& e) {
@@ -339,8 +340,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
   if (auto mc = entry(root, "memory_check"); mc.IsDefined())
     sc.memory_warn_only = r.one_of(mc, "memory_check", {"error", "warn"}) == "warn";
   if (auto a = entry(root, "protocol"); a.IsDefined()) {
-    sc.protocol = is_nccl_list(r.str(a, "protocol")) ? r.str(a, "protocol")
-                                                     : r.one_of(a, "protocol", {"auto", "LL", "LL128", "Simple"});
+    sc.protocol = sim::is_nccl_list(r.str(a, "protocol")) ? r.str(a, "protocol")
+                                                          : r.one_of(a, "protocol", {"auto", "LL", "LL128", "Simple"});
     try {
       (void)nccl_lists("auto", sc.protocol, "algorithm", "protocol");
     } catch (const Error& e) {

@@ -128,6 +128,8 @@ std::string joined(const std::string& a, const std::string& b) { return a.empty(
 
 }  // namespace
 
+bool is_nccl_list(std::string_view value) { return value.find_first_of(",^;:") != std::string_view::npos; }
+
 NcclAllowed::NcclAllowed() {
   algos_.fill(kAllAlgos);
   protos_.fill(kAllProtos);

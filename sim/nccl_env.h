@@ -31,6 +31,10 @@
 
 namespace ranksim::sim {
 
+// Whether an --algo / --proto value is a list in this syntax (a comma, `^`, `;` or `:`) rather
+// than one name.
+bool is_nccl_list(std::string_view value);
+
 class NcclAllowed {
  public:
   NcclAllowed();  // every algorithm and protocol (neither variable set)
