@@ -344,10 +344,8 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
   // algorithm where it serves the call (else, as below, the lists' own choice), and nothing
   // that they allow serving it an Error, as NCCL 2.24 refuses it.
   if (allowed_) {
-    sim::NcclAllowed narrowed = *allowed_;
-    if (protocol_) narrowed.only(*protocol_);
     if (forced) {
-      sim::NcclAllowed asked = narrowed;
+      sim::NcclAllowed asked = *allowed_;
       asked.only(*forced);
       try {
         return degraded(collective_model_.choose(shape, asked));
@@ -356,7 +354,7 @@ sim::CollectiveEstimate SimBackend::time_nccl(const GroupState& g, const Signatu
       }
     }
     try {
-      return degraded(collective_model_.choose(shape, narrowed));
+      return degraded(collective_model_.choose(shape, *allowed_));
     } catch (const Error& e) {
       throw context(e);
     }

@@ -118,8 +118,12 @@ class SimBackend : public Backend, public CostSink {
   RunReport take_report();
   // The stragglers and network faults of the run (its rank faults go to the engine).
   void set_faults(const FaultPlan& plan);
-  // NCCL_ALGO / NCCL_PROTO lists for the nccl model's choice (SpawnOptions::nccl_allowed).
-  void set_nccl_allowed(std::optional<sim::NcclAllowed> allowed) { allowed_ = std::move(allowed); }
+  // NCCL_ALGO / NCCL_PROTO lists for the nccl model's choice (SpawnOptions::nccl_allowed), kept
+  // narrowed to the run's forced protocol once, not per call.
+  void set_nccl_allowed(std::optional<sim::NcclAllowed> allowed) {
+    allowed_ = std::move(allowed);
+    if (allowed_ && protocol_) allowed_->only(*protocol_);
+  }
 
  private:
   struct P2PPost {
