@@ -272,7 +272,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                     "After the fit, refit without each table in turn and print how well that predicts it");
   cal_cmd->add_option("--sizes", cal_opts.sizes,
                       "Only the rows of sizes MIN:MAX (bytes, or with units: 1MiB:8GiB; 1MiB: for 1 MiB and up)");
-  cal_cmd->add_option("files", cal_opts.files, "nccl-tests outputs (the *_perf text table, a log of several, or CSV)")
+  cal_cmd
+      ->add_option("files", cal_opts.files,
+                   "nccl-tests outputs (the *_perf text table, a log of several, CSV, or the JSON of -J)")
       ->required()
       ->check(CLI::ExistingFile);
   auto* list_cmd = cli.add_subcommand("list", "List the shipped topologies and scenarios");

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "app/json_input.h"
 #include "sim/error.h"
 #include "sim/io.h"
 #include "sim/nccl_env.h"
@@ -81,6 +82,32 @@ std::string algo_name(const std::string& s) {
   return v;
 }
 
+// What is wrong with a measured row (size in bytes, time in microseconds, and both as written),
+// or "" when nothing is. Rows of size 0 are fine: the readers leave them out.
+std::string row_problem(double bytes, double us, const std::string& size, const std::string& time) {
+  if (bytes < 0) return "the size '" + size + "' is not a number of bytes";
+  if (bytes != std::floor(bytes)) return "the size '" + size + "' is not a whole number of bytes";
+  if (bytes > 0x1p50) return "the size '" + size + "' is more than 1 PiB per rank; nccl-tests sizes are bytes per rank";
+  if (bytes == 0) return "";
+  if (!(us > 0)) return "the time of size " + size + " is " + time + " us; a measured time must be positive";
+  // A collective runs for more than a nanosecond and less than a quarter of an hour.
+  if (us < 1e-3 || us > 1e9)
+    return "the time of size " + size + " is " + time +
+           " us; a measured time lies between 0.001 us and 1e9 us (is the column in microseconds?)";
+  return "";
+}
+
+// NCCL_ALGO's or NCCL_PROTO's value as a table keeps it: a single algorithm in ranksim's name, a
+// list as written. Throws ranksim::Error when NCCL would not take it.
+std::string environment_setting(bool algorithm, const std::string& value) {
+  if (algorithm) {
+    sim::NcclAllowed().set_algorithms(value);
+    return sim::is_nccl_list(value) ? value : algo_name(value);
+  }
+  sim::NcclAllowed().set_protocols(value);
+  return value;
+}
+
 // Reads one file: the tests of a text log in order, or the one table of a CSV.
 class Parser {
  public:
@@ -105,17 +132,9 @@ class Parser {
   void add_row(int line, const std::string& size, const std::string& time) {
     double bytes = 0, us = 0;
     if (!to_double(size, bytes) || bytes < 0) fail(line, "the size '" + size + "' is not a number of bytes");
-    if (bytes != std::floor(bytes)) fail(line, "the size '" + size + "' is not a whole number of bytes");
-    if (bytes > 0x1p50)
-      fail(line, "the size '" + size + "' is more than 1 PiB per rank; nccl-tests sizes are bytes per rank");
     if (!to_double(time, us)) fail(line, "the time '" + time + "' is not a number of microseconds");
-    if (bytes == 0) return;
-    if (!(us > 0)) fail(line, "the time of size " + size + " is " + time + " us; a measured time must be positive");
-    // A collective runs for more than a nanosecond and less than a quarter of an hour.
-    if (us < 1e-3 || us > 1e9)
-      fail(line, "the time of size " + size + " is " + time +
-                     " us; a measured time lies between 0.001 us and 1e9 us (is the column in microseconds?)");
-    t_.rows.push_back({bytes, us * 1e-6});
+    if (const std::string why = row_problem(bytes, us, size, time); !why.empty()) fail(line, why);
+    if (bytes > 0) t_.rows.push_back({bytes, us * 1e-6});
   }
 
   // A `# key: value` given twice with different values: refused (which would be meant?).
@@ -197,16 +216,13 @@ class Parser {
       std::string value = trimmed(s.substr(at + marker.size()));
       if (!value.empty() && value.back() == '.') value.pop_back();
       const bool algo = std::string(variable) == "NCCL_ALGO";
+      std::string as;
       try {
-        if (algo)
-          sim::NcclAllowed().set_algorithms(value);
-        else
-          sim::NcclAllowed().set_protocols(value);
+        as = environment_setting(algo, value);
       } catch (const Error& e) {
         fail(line, std::string("the log's ") + variable + ": " + e.what());
       }
       std::string& field = algo ? t_.algorithm : t_.protocol;
-      const std::string as = algo && !sim::is_nccl_list(value) ? algo_name(value) : value;
       if (!field.empty() && field != as && field != "auto")
         fail(line,
              std::string("the log's ranks set ") + variable + " differently ('" + field + "' and '" + value + "')");
@@ -363,6 +379,140 @@ class Parser {
   std::map<std::string, std::pair<std::string, int>> given_;  // `# key:` -> (value, line)
 };
 
+// NCCL's version code as it prints it: 22304 -> "2.23.4" (2.9 and later: major * 10000 + minor *
+// 100 + patch; before: major * 1000 + minor * 100 + patch).
+std::string nccl_version_name(long long code) {
+  const long long major = code >= 10000 ? code / 10000 : code / 1000;
+  const long long minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+// The JSON file nccl-tests (2.17 and later) writes with -J FILE.json: one test. Its collective is
+// the binary its "args" start with, its ranks the processes in "config.devices" (one entry each,
+// for the first of its GPUs) times the GPUs each drives ("nthreads" x "ngpus"), its nodes their
+// distinct hosts, NCCL_ALGO and NCCL_PROTO the values its "env" lists, and each row of "results" a
+// size and its out-of-place time (the in-place one where a run has none).
+MeasuredTable parse_json(const std::string& text, const std::string& path) {
+  const std::string what = "nccl-tests' JSON output (all_reduce_perf -J FILE.json)";
+  const nlohmann::json root = parse_json_strictly(text, path, "", what);
+  if (!root.is_object() || !root.contains("results")) {
+    throw Error(path + ": it is JSON, but not " + what + ": it has no \"results\" list");
+  }
+  const auto bad = [&](const std::string& where, const std::string& want, const nlohmann::json& got) {
+    throw Error(path + ": " + where + " must be " + want + ", got " + shown_json(got) + "; is it " + what + "?");
+  };
+  const auto count = [&](const nlohmann::json& n, const char* key, const std::string& where) {
+    const nlohmann::json& v = n.at(key);
+    if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > kMaxRanks)
+      bad(where + key, "a whole number from 1 to " + std::to_string(kMaxRanks), v);
+    return static_cast<int>(v.get<long long>());
+  };
+  MeasuredTable t;
+  t.path = path;
+  t.line = 1;
+  if (root.contains("args")) {  // the command line: the binary first
+    const nlohmann::json& args = root["args"];
+    if (!args.is_array() || args.empty() || !args[0].is_string())
+      bad("args", "the command line, a list of strings", args);
+    const std::string binary = args[0].get<std::string>();
+    t.test = binary.substr(binary.find_last_of('/') == std::string::npos ? 0 : binary.find_last_of('/') + 1);
+    t.op = op_name(t.test);  // "" for a collective ranksim does not time: select_tests decides
+  }
+  std::set<std::string> hosts, gpus;
+  if (root.contains("config")) {
+    const nlohmann::json& config = root["config"];
+    if (!config.is_object()) bad("config", "an object", config);
+    int per_process = 1;
+    for (const char* key : {"nthreads", "ngpus"})
+      if (config.contains(key)) per_process *= count(config, key, "config.");
+    if (config.contains("ngpus")) t.gpus_per_thread = count(config, "ngpus", "config.");
+    if (config.contains("devices")) {
+      const nlohmann::json& devices = config["devices"];
+      if (!devices.is_array() || devices.empty()) bad("config.devices", "a list of the processes' devices", devices);
+      for (size_t i = 0; i < devices.size(); ++i) {
+        const std::string where = "config.devices[" + std::to_string(i) + "].";
+        const nlohmann::json& d = devices[i];
+        if (!d.is_object()) bad(where.substr(0, where.size() - 1), "an object", d);
+        for (const char* key : {"hostname", "device_info"}) {
+          if (!d.contains(key)) continue;
+          if (!d[key].is_string()) bad(where + key, "a string", d[key]);
+          (std::string(key) == "hostname" ? hosts : gpus).insert(trimmed(d[key].get<std::string>()));
+        }
+      }
+      const long long ranks = static_cast<long long>(devices.size()) * per_process;
+      if (ranks > kMaxRanks)
+        throw Error(path + ": config.devices lists " + std::to_string(devices.size()) + " processes of " +
+                    std::to_string(per_process) + " GPUs each, more than " + std::to_string(kMaxRanks) + " ranks");
+      t.ranks = static_cast<int>(ranks);
+      if (!hosts.empty()) t.nodes = static_cast<int>(hosts.size());
+    }
+  }
+  if (root.contains("env")) {  // the environment of the process that wrote the file
+    const nlohmann::json& env = root["env"];
+    if (!env.is_array()) bad("env", "a list of NAME=VALUE strings", env);
+    for (size_t i = 0; i < env.size(); ++i) {
+      if (!env[i].is_string()) bad("env[" + std::to_string(i) + "]", "a NAME=VALUE string", env[i]);
+      const std::string e = env[i].get<std::string>();
+      for (const char* variable : {"NCCL_ALGO", "NCCL_PROTO"}) {
+        const std::string prefix = std::string(variable) + "=";
+        if (e.compare(0, prefix.size(), prefix) != 0) continue;
+        const bool algo = std::string(variable) == "NCCL_ALGO";
+        try {
+          (algo ? t.algorithm : t.protocol) = environment_setting(algo, e.substr(prefix.size()));
+        } catch (const Error& err) {
+          throw Error(path + ": env[" + std::to_string(i) + "], " + e + ": " + err.what());
+        }
+      }
+    }
+  }
+  std::string hardware = "hardware: ";
+  hardware += t.ranks > 0 ? std::to_string(t.ranks) + " ranks" : "ranks not stated";
+  if (!hosts.empty()) hardware += " on " + std::to_string(hosts.size()) + " host(s)";
+  for (const std::string& g : gpus) hardware += ", " + g;
+  t.about.push_back(hardware);
+  std::string software = "software: nccl-tests JSON output";
+  if (root.contains("nccl_version")) {
+    const nlohmann::json& v = root["nccl_version"];
+    if (!v.is_number_integer() || v.get<long long>() < 1000 || v.get<long long>() > 999999)
+      bad("nccl_version", "NCCL's version code (22304 for 2.23.4)", v);
+    software += ", NCCL " + nccl_version_name(v.get<long long>());
+  }
+  if (root.contains("start_time") && root["start_time"].is_string())
+    software += ", run at " + root["start_time"].get<std::string>();
+  t.about.push_back(software);
+
+  const nlohmann::json& results = root["results"];
+  if (!results.is_array()) bad("results", "a list of the measured sizes", results);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string where = "results[" + std::to_string(i) + "]";
+    const nlohmann::json& r = results[i];
+    if (!r.is_object()) bad(where, "an object", r);
+    if (!r.contains("size")) throw Error(path + ": " + where + " has no \"size\"; is it " + what + "?");
+    const nlohmann::json& size = r["size"];
+    if (!size.is_number_integer() || size.get<long long>() < 0) bad(where + ".size", "a number of bytes", size);
+    // The out-of-place time, as the text table's first time column; runs that time only the
+    // in-place call (nccl-tests' trace replay) write null there.
+    const char* placement = r.contains("out_of_place") && !r["out_of_place"].is_null() ? "out_of_place" : "in_place";
+    if (!r.contains(placement) || !r[placement].is_object()) {
+      throw Error(path + ": " + where +
+                  " has no out-of-place or in-place time (\"out_of_place\": {\"time\": ...}); is it " + what + "?");
+    }
+    const nlohmann::json& timed = r[placement];
+    // -C 1 reports the host's time of a call as "cpu_time".
+    const char* key = timed.contains("time") ? "time" : "cpu_time";
+    const std::string at = where + "." + placement + "." + key;
+    if (!timed.contains(key))
+      throw Error(path + ": " + where + "." + placement + " has no \"time\"; is it " + what + "?");
+    const nlohmann::json& time = timed[key];
+    if (!time.is_number()) bad(at, "a number of microseconds", time);
+    const double bytes = static_cast<double>(size.get<long long>()), us = time.get<double>();
+    if (const std::string why = row_problem(bytes, us, size.dump(), time.dump()); !why.empty())
+      throw Error(path + ": " + where + ": " + why);
+    if (bytes > 0) t.rows.push_back({bytes, us * 1e-6});
+  }
+  return t;
+}
+
 // The tests as the caller's messages name them.
 std::string list_tests(const std::vector<MeasuredTable>& tests) {
   std::string out;
@@ -381,6 +531,8 @@ std::string list_tests(const std::vector<MeasuredTable>& tests) {
 std::vector<MeasuredTable> parse_nccl_tests_log(const std::string& text, const std::string& path) {
   // CSV when a line that is not a comment, nor a line of NCCL's own log (NCCL_DEBUG=INFO prints
   // lists such as "NCCL_IB_HCA set by environment to mlx5_0:1,mlx5_1:1"), holds a comma.
+  if (const auto first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && text[first] == '{')
+    return {parse_json(text, path)};
   bool csv = false;
   {
     std::istringstream probe(text);

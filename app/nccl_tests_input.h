@@ -1,6 +1,6 @@
 // Reading measured nccl-tests results: the input of `ranksim calibrate` (docs/collective-timing.md).
 //
-// Two layouts are read:
+// Three layouts are read:
 // - the text table that all_reduce_perf and its siblings print: `#` header lines (the
 //   "Collective test starting: X_perf" line names the collective; the "Rank i ... on HOST device"
 //   lines give the rank count, and their distinct hosts the node count), then one row per size:
@@ -14,6 +14,13 @@
 //   hardware, ... as in docs/data/nccl-tests/), then a header row naming the columns, of which the size (`size_bytes`
 //   or `size`) and the out-of-place time in microseconds (`time_us` or the first `time`) are read.
 //   One table per file.
+// - JSON: the file nccl-tests 2.17 and later write with -J FILE.json (a file whose first character
+//   is '{'). One test: its collective from the binary that "args" starts with, its ranks from
+//   "config" ("devices", one entry a process, times "nthreads" x "ngpus"), its nodes from their
+//   distinct hosts, NCCL_ALGO and NCCL_PROTO from "env" (the writing process's environment), and
+//   each "results" entry's size and out-of-place time ("time", or "cpu_time" with -C 1; the
+//   in-place time when the out-of-place one is null). A key given twice, a field of the wrong
+//   kind, or a file without "results" is an error naming the field.
 // Rows of size 0 are left out (nccl-tests prints them for its empty first sizes).
 //
 // Errors (ranksim::Error, naming the file and line): an unreadable file, a row that is not a

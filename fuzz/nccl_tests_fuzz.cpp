@@ -1,6 +1,6 @@
 // Fuzz target: the nccl-tests reader of `ranksim calibrate` (app/nccl_tests_input.h), both of
-// its layouts (the text table nccl-tests prints, a log of several, and the CSV of
-// docs/data/nccl-tests/), and the choice of a log's tests.
+// its layouts (the text table nccl-tests prints, a log of several, the CSV of
+// docs/data/nccl-tests/, and the JSON of nccl-tests -J), and the choice of a log's tests.
 #include <cstddef>
 #include <cstdint>
 #include <string>

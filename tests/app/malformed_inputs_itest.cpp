@@ -113,6 +113,28 @@ std::string text_table(const std::string& binary = "all_reduce_perf", int ranks 
          "# Avg bus bandwidth    : 15.27\n";
 }
 
+// good.json: the run of good.txt as nccl-tests -J writes it (src/util.cu), cut to what calibrate
+// reads.
+const char* const kNcclJson = R"({
+  "version": 3,
+  "args": ["/opt/nccl-tests/build/all_reduce_perf", "-b", "1K", "-e", "1M", "-J", "good.json"],
+  "env": ["PATH=/usr/bin", "NCCL_ALGO=Ring"],
+  "nccl_version": 22902,
+  "config": {"nthreads": 1, "ngpus": 1, "devices": [
+    {"rank": 0, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 1, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 2, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 3, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 4, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 5, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 6, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"},
+    {"rank": 7, "hostname": "node1", "device_info": "NVIDIA H100 80GB HBM3"}]},
+  "results": [
+    {"size": 1024, "out_of_place": {"time": 30.5, "alg_bw": 0.03, "bus_bw": 0.06, "nwrong": 0}},
+    {"size": 1048576, "out_of_place": {"time": 60.2, "alg_bw": 17.42, "bus_bw": 30.48, "nwrong": 0}}
+  ]
+})";
+
 // p.json: a run summary as `ranksim run --json` writes it, cut to what `compare` reads.
 const char* const kSummary = R"({
   "scenario": "s",
@@ -326,6 +348,10 @@ Case table(const std::string& name, const std::string& file, const std::string& 
 Case csv(const std::string& name, const std::string& text, int line, std::vector<std::string> says,
          const std::vector<std::string>& flags = {}) {
   return table(name, "x.csv", text, line, std::move(says), flags);
+}
+Case nccl_json(const std::string& name, const std::string& text, std::vector<std::string> says,
+               const std::vector<std::string>& flags = {}) {
+  return table(name, "x.json", text, 0, std::move(says), flags);
 }
 Case txt(const std::string& name, const std::string& text, int line, std::vector<std::string> says,
          const std::vector<std::string>& flags = {}) {
@@ -806,6 +832,24 @@ std::vector<Case> nccl_tests_cases() {
       csv("WithoutItsCollective", edit(c, "# op: all_reduce\n", ""), 0, {"the file does not name its collective"}),
       csv("NoRowWithinTheSizes", c, 0, {"no row within --sizes 8GiB:", "its sizes run from 1024 to 1048576 bytes"},
           {"--sizes", "8GiB:"}),
+      // nccl-tests' JSON output (-J).
+      {"NcclTests_JsonTruncated",
+       {{"x.json", std::string(kNcclJson).substr(0, std::string(kNcclJson).find("\"results\""))}},
+       {"calibrate", "-t", "{d}/t8.yaml", "-o", "{d}/out.yaml", "{d}/x.json"},
+       "'{d}/x.json' is not JSON: ",
+       {"unexpected end of input"},
+       "out.yaml"},
+      nccl_json("JsonWithoutResults", "{\"version\": 3}", {"it is JSON, but not nccl-tests' JSON output"}),
+      nccl_json("JsonNaNTime", edit(kNcclJson, "\"time\": 30.5", "\"time\": \"nan\""),
+                {"results[0].out_of_place.time must be a number of microseconds, got \"nan\""}),
+      nccl_json("JsonNegativeTime", edit(kNcclJson, "\"time\": 30.5", "\"time\": -30.5"),
+                {"results[0]: the time of size 1024 is -30.5 us; a measured time must be positive"}),
+      nccl_json("JsonRanksDisagreeWithTheFlag", kNcclJson,
+                {"wrong rank count: the table ran on 8 ranks but --ranks is 4"}, {"--ranks", "4"}),
+      nccl_json("JsonAlgorithmDisagreesWithTheFlag", kNcclJson,
+                {"the file says the run used algorithm ring but --algo says tree"}, {"--algo", "tree"}),
+      nccl_json("JsonUnknownAlgorithm", edit(kNcclJson, "NCCL_ALGO=Ring", "NCCL_ALGO=Warp"),
+                {"env[1], NCCL_ALGO=Warp: "}),
       {"NcclTests_AFolder",
        {{"tables/", ""}},
        {"calibrate", "-t", "{d}/t8.yaml", "-o", "{d}/out.yaml", "{d}/tables"},
@@ -947,6 +991,7 @@ class Scratch {
     write(dir_ / "b.safetensors", bshd_batch());
     write(dir_ / "good.csv", kCsv);
     write(dir_ / "good.txt", text_table());
+    write(dir_ / "good.json", kNcclJson);
     write(dir_ / "p.json", kSummary);
   }
   ~Scratch() { fs::remove_all(dir_); }
@@ -995,6 +1040,7 @@ TEST(MalformedInputsBase, TheUneditedInputsAreAccepted) {
            {"run", d + "/m.yaml"},
            {"calibrate", "-t", d + "/t8.yaml", "-o", d + "/out_csv.yaml", d + "/good.csv"},
            {"calibrate", "-t", d + "/t8.yaml", "-o", d + "/out_txt.yaml", d + "/good.txt"},
+           {"calibrate", "-t", d + "/t8.yaml", "-o", d + "/out_json.yaml", d + "/good.json"},
            {"compare", d + "/p.json", d + "/p.json"}}) {
     const Result r = testing::run(args);
     EXPECT_EQ(r.code, 0) << args[0] << " " << args[1] << ":\n" << r.err;
