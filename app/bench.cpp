@@ -115,12 +115,10 @@ double val(int r, int64_t e) { return (r + 1) + static_cast<double>(e % 5); }
 SweepOp find_op(const std::string& name) {
   if (name == "sendrecv") return {CollectiveKind::broadcast, true};
   if (const auto kind = runtime::parse_collective_kind(name))
-    if (*kind == CollectiveKind::all_reduce || *kind == CollectiveKind::all_gather ||
-        *kind == CollectiveKind::reduce_scatter || *kind == CollectiveKind::all_to_all ||
-        *kind == CollectiveKind::broadcast)
-      return {*kind, false};
+    if (*kind != CollectiveKind::barrier) return {*kind, false};
   throw Error("unknown --op '" + name +
-              "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or sendrecv");
+              "': expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, gather, scatter or "
+              "sendrecv");
 }
 // With the nccl model, an asked-for algorithm and protocol (or what NCCL_ALGO / NCCL_PROTO lists
 // allow) must serve the collective at every size (the sim backend would otherwise leave the call
@@ -128,7 +126,7 @@ SweepOp find_op(const std::string& name) {
 void check_nccl_choice(const sim::Topology& topo, const SweepOp& op, int n, const std::vector<int64_t>& sizes,
                        const std::string& algorithm, const std::string& protocol) {
   if (topo.collectives().model != sim::CollectiveTimingModel::nccl || op.sendrecv) return;
-  const bool p2p = op.kind == CollectiveKind::all_to_all;
+  const bool p2p = runtime::nccl_point_to_point(op.kind);
   const std::optional<sim::CollAlgo> forced =
       p2p ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(single_name(algorithm)));
   const std::optional<sim::Protocol> proto = parse_protocol_option(single_name(protocol));
@@ -350,8 +348,11 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
                 " devices of topology '" + topo.name() + "'");
   if (op.sendrecv && n < 2) throw Error("sendrecv needs at least 2 ranks");
   const size_t esize = runtime::dtype_size(*dtype);
+  // nccl-tests' size is the whole buffer: of every rank's share for these (a rank's, gather's
+  // root's, scatter's root's), of one tensor for the others.
   const bool per_rank_share = op.kind == CollectiveKind::all_gather || op.kind == CollectiveKind::reduce_scatter ||
-                              op.kind == CollectiveKind::all_to_all;
+                              op.kind == CollectiveKind::all_to_all || op.kind == CollectiveKind::gather ||
+                              op.kind == CollectiveKind::scatter;
   std::vector<SweepRow> rows;
   const std::function<void()> guard = host_memory_guard();  // one limit for the whole sweep
   for (const int64_t size : o.sizes) {
@@ -371,8 +372,9 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
     // The expected sums, once per size: checking is linear in the data (it re-summed every
     // rank's inputs for every element of every rank, count x ranks^2, before).
     std::vector<double> sums;
-    if (o.check && (op.kind == CollectiveKind::all_reduce || op.kind == CollectiveKind::reduce_scatter)) {
-      const int64_t elems = op.kind == CollectiveKind::all_reduce ? count : count * n;
+    if (o.check && (op.kind == CollectiveKind::all_reduce || op.kind == CollectiveKind::reduce_scatter ||
+                    op.kind == CollectiveKind::reduce)) {
+      const int64_t elems = op.kind == CollectiveKind::reduce_scatter ? count * n : count;
       sums.assign(static_cast<size_t>(elems), 0.0);
       for (int q = 0; q < n; ++q) {
         for (int64_t e = 0; e < elems; ++e) sums[static_cast<size_t>(e)] += val(q, e);
@@ -434,6 +436,40 @@ std::vector<SweepRow> run_sweep(const sim::Topology& topo, const SweepRequest& o
               runtime::all_to_all_single(outp, in, ao);
               // Block j of the output came from rank j's block r.
               verify(outp, [&](int64_t e) { return val(static_cast<int>(e / count), r * count + e % count); });
+              break;
+            }
+            case CollectiveKind::reduce: {  // to rank 0, as nccl-tests' root 0
+              Tensor t = make(count);
+              fill(t, r, 0);
+              runtime::ReduceOptions ro;
+              static_cast<runtime::CollectiveOptions&>(ro) = base;
+              runtime::reduce(t, ro);
+              if (r == 0) verify(t, sum_at);
+              break;
+            }
+            case CollectiveKind::gather: {  // rank r's block to block r of rank 0's list
+              Tensor in = make(count);
+              fill(in, r, r * count);
+              std::vector<Tensor> blocks;
+              for (int j = 0; r == 0 && j < n; ++j) blocks.push_back(make(count));
+              runtime::GatherOptions go;
+              static_cast<runtime::CollectiveOptions&>(go) = base;
+              runtime::gather(in, blocks, go);
+              for (int j = 0; j < static_cast<int>(blocks.size()); ++j)
+                verify(blocks[static_cast<size_t>(j)], [&](int64_t e) { return val(j, j * count + e); });
+              break;
+            }
+            case CollectiveKind::scatter: {  // block r of rank 0's list to rank r
+              Tensor outp = make(count);
+              std::vector<Tensor> blocks;
+              for (int j = 0; r == 0 && j < n; ++j) {
+                blocks.push_back(make(count));
+                fill(blocks.back(), 0, j * count);
+              }
+              runtime::ScatterOptions sc;
+              static_cast<runtime::CollectiveOptions&>(sc) = base;
+              runtime::scatter(outp, blocks, sc);
+              verify(outp, [&](int64_t e) { return val(0, r * count + e); });
               break;
             }
             default: {

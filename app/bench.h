@@ -16,10 +16,11 @@
 namespace ranksim::app {
 
 struct BenchOptions {
-  std::string topology;             // path to a topology YAML file
-  std::vector<std::string> sets;    // "key=value" overrides of the topology
-  std::string op = "all_reduce";    // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv
-  int ranks = 0;                    // 0: every device of the topology
+  std::string topology;           // path to a topology YAML file
+  std::vector<std::string> sets;  // "key=value" overrides of the topology
+  std::string op =
+      "all_reduce";  // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|gather|scatter|sendrecv
+  int ranks = 0;     // 0: every device of the topology
   std::string sizes = "8B:128MiB";  // MIN:MAX (doubling) or one size
   std::string algorithm = "auto";   // one name, or NCCL_ALGO's list syntax (sim::is_nccl_list)
   std::string protocol = "auto";    // NCCL_PROTO: auto, LL, LL128, Simple, or a list (nccl timing model only)

@@ -115,7 +115,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   auto* coll_cmd = bench_cmd->add_subcommand("collectives", "nccl-tests-style sweep of one collective");
   coll_cmd->add_option("--topology,-t", bench_opts.topology, "Topology YAML file")->required()->check(not_a_folder);
   coll_cmd->add_option("--set", bench_opts.sets, "Override a topology key: --set nodes=128");
-  coll_cmd->add_option("--op", bench_opts.op, "all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|sendrecv")
+  coll_cmd
+      ->add_option("--op", bench_opts.op,
+                   "all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|gather|scatter|sendrecv")
       ->capture_default_str();
   coll_cmd->add_option("--ranks,-n", bench_opts.ranks, "Ranks: the first N devices (default: all)")
       ->check(at_least_one);

@@ -377,8 +377,10 @@ Scenario load_scenario_text(const std::string& text, const std::string& path, co
     if (wl.size() != 1) r.fail(wl, "workload must have exactly one of: collectives, steps");
     if (auto c = entry(wl, "collectives"); c.IsDefined()) {
       r.known_keys(c, {"op", "sizes", "dtype"}, "workload.collectives");
+      // What `bench collectives` sweeps: a sweep of barriers measures nothing; sendrecv instead.
       std::vector<std::string> ops = kCollectiveOps;
-      ops.back() = "sendrecv";  // a sweep of barriers measures nothing; sendrecv instead
+      ops.back() = "reduce";
+      ops.insert(ops.end(), {"gather", "scatter", "sendrecv"});
       sc.sweep_op = entry(c, "op").IsDefined() ? r.one_of(entry(c, "op"), "collectives.op", ops) : "all_reduce";
       const YAML::Node sz = entry(c, "sizes");
       try {

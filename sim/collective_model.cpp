@@ -124,6 +124,8 @@ double bus_factor(CollOp op, int n) {
     case CollOp::all_gather:
     case CollOp::reduce_scatter:
     case CollOp::all_to_all:
+    case CollOp::gather:
+    case CollOp::scatter:
       return static_cast<double>(n - 1) / n;
     default:
       return 1.0;

@@ -85,7 +85,7 @@ namespace ranksim::sim {
 std::optional<Protocol> parse_protocol(std::string_view name);
 
 // nccl-tests' bus bandwidth factor (busbw = algbw x factor): 2(n-1)/n for all_reduce, (n-1)/n
-// for all_gather, reduce_scatter and all_to_all, 1 otherwise.
+// for all_gather, reduce_scatter, all_to_all, gather and scatter, 1 for broadcast and reduce.
 double bus_factor(CollOp op, int nranks);
 
 // Seconds each peer on another node adds to a point-to-point call: the constants' peer_latency,

@@ -55,13 +55,39 @@ TEST(Cli, DemoWritesATraceWholeAndOverridesNodes) {
 }
 
 TEST(Cli, BenchCollectivesChecksEveryRankAndPrintsTheNcclTable) {
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv"}) {
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
+                         "scatter", "sendrecv"}) {
     const Result r =
         run({"bench", "collectives", "-t", topo("ring4.yaml"), "--op", op, "--sizes", "64B:4KiB", "--check"});
     ASSERT_EQ(r.code, 0) << op << ": " << r.err << r.out;
     EXPECT_THAT(r.out, HasSubstr("all results correct")) << op;
     EXPECT_THAT(r.out, HasSubstr("#wrong")) << op;
     EXPECT_THAT(r.out, Not(HasSubstr("N/A"))) << op;
+  }
+}
+
+// busbw = algbw x nccl-tests' factor for the collective (src/*.cu, *GetBw): 2(n-1)/n for
+// all_reduce; (n-1)/n for all_gather, reduce_scatter, alltoall, gather and scatter; 1 for
+// broadcast and reduce. 8 ranks; sizes large enough that the printed columns carry 4 digits.
+TEST(Cli, BenchBusBandwidthIsNcclTestsFactorOfTheAlgorithmBandwidth) {
+  const std::vector<std::pair<const char*, double>> factors = {
+      {"all_reduce", 14.0 / 8}, {"all_gather", 7.0 / 8}, {"reduce_scatter", 7.0 / 8}, {"all_to_all", 7.0 / 8},
+      {"gather", 7.0 / 8},      {"scatter", 7.0 / 8},    {"broadcast", 1.0},          {"reduce", 1.0}};
+  for (const auto& [op, factor] : factors) {
+    const Result r = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--op", op, "--sizes", "256MiB"});
+    ASSERT_EQ(r.code, 0) << op << ": " << r.err;
+    std::istringstream lines(r.out);
+    int rows = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#' || line.find("size") != std::string::npos) continue;
+      std::istringstream f(line);
+      std::string size, count, type, algo;
+      double time_us = 0, algbw = 0, busbw = 0;
+      ASSERT_TRUE(f >> size >> count >> type >> algo >> time_us >> algbw >> busbw) << line;
+      EXPECT_NEAR(busbw / algbw, factor, 1e-3) << op << ": " << line;
+      ++rows;
+    }
+    EXPECT_EQ(rows, 1) << op;
   }
 }
 
@@ -229,7 +255,8 @@ void bench_rows_twice(const std::vector<std::string>& args, std::vector<std::str
 // The documented contract of --check: the same collective times as shape-only (filling the
 // inputs is not the collective's time).
 TEST(Cli, BenchCheckTimesTheCollectivesAsShapeOnlyDoes) {
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}) {
+  for (const char* op :
+       {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter"}) {
     std::vector<std::string> rows[2];
     bench_rows_twice({"-t", topo("ring4.yaml"), "--op", op, "--sizes", "1KiB:1MiB"}, rows);
     EXPECT_FALSE(rows[0].empty()) << op;

@@ -212,7 +212,8 @@ std::vector<Malformed> malformed() {
       {"ARunSummary", "{\"scenario\": \"s\", \"ranks\": 8}",
        "x.json: it is JSON, but not nccl-tests' JSON output (all_reduce_perf -J FILE.json): it has no \"results\""},
       {"NoResults", with([](json& j) { j.erase("results"); }), "it has no \"results\" list"},
-      {"ResultsNotAList", with([](json& j) { j["results"] = 3; }), "results must be a list of the measured sizes, got 3"},
+      {"ResultsNotAList", with([](json& j) { j["results"] = 3; }),
+       "results must be a list of the measured sizes, got 3"},
       {"NoRows", with([](json& j) { j["results"] = json::array(); }), "no measurements found"},
       {"RowNotAnObject", with([](json& j) { j["results"][1] = "1024"; }), "results[1] must be an object"},
       {"RowWithoutSize", with([](json& j) { j["results"][1].erase("size"); }), "results[1] has no \"size\""},
@@ -230,8 +231,7 @@ std::vector<Malformed> malformed() {
        "a measured time lies between 0.001 us and 1e9 us"},
       {"NoTime", with([](json& j) { j["results"][1]["out_of_place"].erase("time"); }),
        "results[1].out_of_place has no \"time\""},
-      {"NeitherPlacement",
-       with([](json& j) {
+      {"NeitherPlacement", with([](json& j) {
          j["results"][1]["out_of_place"] = nullptr;
          j["results"][1].erase("in_place");
        }),
