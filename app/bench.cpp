@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,10 +13,13 @@
 #include <vector>
 
 #include "app/nccl_table.h"
+#include "app/nccl_tests_output.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/nccl_names.h"
 #include "runtime/distributed/spawn.h"
 #include "sim/error.h"
+#include "sim/io.h"
+#include "sim/text.h"
 #include "sim/topology.h"
 #include "sim/units.h"
 
@@ -258,12 +262,84 @@ double one_thread_issue(const sim::CollectiveTiming& c, int gpus_per_thread) {
   return gpus_per_thread > 1 ? gpus_per_thread * c.group_launch.seconds() : 0.0;
 }
 
+namespace {
+// A size as nccl-tests' -b, -e and -i read it (src/common.cu, parsesize): a number, then an
+// optional K, M or G (binary), the bytes truncated to a whole number; ranksim's own forms
+// ("8GiB") too.
+int64_t nccl_tests_size(const std::string& text, const char* flag) {
+  const std::string t(sim::trim(text));
+  double value = 0;
+  const char* end = t.data() + t.size();
+  const auto [p, ec] = std::from_chars(t.data(), end, value);
+  if (ec == std::errc() && p != t.data()) {
+    std::string unit(sim::trim(std::string_view(p, static_cast<size_t>(end - p))));
+    const double scale = unit.empty()                 ? 1.0
+                         : unit == "K" || unit == "k" ? 1024.0
+                         : unit == "M" || unit == "m" ? 1024.0 * 1024
+                         : unit == "G" || unit == "g" ? 1024.0 * 1024 * 1024
+                                                      : -1.0;
+    if (scale > 0 && value >= 0 && value * scale < 0x1p62) return static_cast<int64_t>(value * scale);
+  }
+  try {
+    return static_cast<int64_t>(sim::units::parse_bytes(t));
+  } catch (const sim::units::UnitError&) {
+    throw Error(std::string(flag) + " '" + text +
+                "' is not a size: give bytes, with K, M or G as nccl-tests takes them (" + flag + " 8, " + flag +
+                " 128M, " + flag + " 8G)");
+  }
+}
+}  // namespace
+
+std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::string& max_bytes,
+                                      const std::string& step_bytes, int64_t step_factor) {
+  constexpr int64_t k32M = 32LL << 20;  // nccl-tests' defaults
+  const int64_t lo = min_bytes.empty() ? k32M : nccl_tests_size(min_bytes, "-b");
+  const int64_t hi = max_bytes.empty() ? k32M : nccl_tests_size(max_bytes, "-e");
+  const int64_t step = step_bytes.empty() ? (1LL << 20) : nccl_tests_size(step_bytes, "-i");
+  if (step_factor < 0) throw Error("-f " + std::to_string(step_factor) + ": the factor must be positive");
+  if (hi < lo)
+    throw Error("-e " + std::to_string(hi) + " is below -b " + std::to_string(lo) +
+                " (bytes): the sweep runs from -b up to -e");
+  const bool factor = step_factor > 1;
+  if (factor && lo == 0 && hi > 0)
+    throw Error("-b 0 with -f " + std::to_string(step_factor) + ": the sizes never grow");
+  if (!factor && step == 0 && hi > lo) throw Error("-i 0: the sizes never grow (give -i BYTES or -f FACTOR)");
+  std::vector<int64_t> out;
+  constexpr size_t kMaxSizes = 4096;
+  for (int64_t size = lo; size <= hi;) {
+    out.push_back(size);
+    if (out.size() > kMaxSizes)
+      throw Error("-b " + std::to_string(lo) + " -e " + std::to_string(hi) + (factor ? " -f " : " -i ") +
+                  std::to_string(factor ? step_factor : step) + " is more than 4096 sizes" +
+                  (factor ? "" : " (without -f, nccl-tests steps by -i, 1M by default): add -f 2"));
+    if (size == hi || (factor ? size > hi / step_factor : size > hi - step)) break;
+    size = factor ? size * step_factor : size + step;
+  }
+  return out;
+}
+
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
   req.op = o.op;
   req.ranks = o.ranks;
-  req.sizes = parse_size_sweep(o.sizes);
+  NcclTestsRun json_run;  // what -J writes
+  const bool nccl_sizes = !o.min_bytes.empty() || !o.max_bytes.empty() || !o.step_bytes.empty() || o.step_factor != 0;
+  std::string sizes_given;  // the option that gave the sizes, for messages
+  if (nccl_sizes) {
+    if (!o.sizes.empty())
+      throw Error("--sizes " + o.sizes + " and nccl-tests' -b/-e/-f/-i both give the sizes: use one of them");
+    req.sizes = nccl_tests_sizes(o.min_bytes, o.max_bytes, o.step_bytes, o.step_factor);
+    json_run.step_factor = o.step_factor > 1 ? o.step_factor : 1;
+    json_run.step_bytes = o.step_bytes.empty() ? (1LL << 20) : nccl_tests_size(o.step_bytes, "-i");
+    sizes_given = "-b " + std::to_string(req.sizes.front()) + " -e " + std::to_string(req.sizes.back());
+  } else {
+    const std::string spec = o.sizes.empty() ? "8B:128MiB" : o.sizes;
+    req.sizes = parse_size_sweep(spec);
+    sizes_given = "--sizes " + spec;
+  }
+  json_run.min_bytes = req.sizes.front();
+  json_run.max_bytes = req.sizes.back();
   req.algorithm = o.algorithm;
   req.protocol = o.protocol;
   req.dtype = o.dtype;
@@ -284,7 +360,8 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
                 " ranks; nccl-tests' -g G runs each thread on G of them");
   const double issue = one_thread_issue(topo.collectives(), o.gpus_per_thread);
   check_nccl_choice(topo, op, n, req.sizes, o.algorithm, o.protocol);
-  check_sizes_fit(topo, n, req.sizes, "--sizes " + o.sizes);
+  check_sizes_fit(topo, n, req.sizes, sizes_given);
+  if (!o.output_file.empty()) sim::check_output_paths({{"-J", o.output_file}}, {{"the topology", o.topology}});
   check_direct_schedule(topo, n, o.algorithm, "--algo direct");
   if (o.check) {
     const int64_t largest = *std::max_element(req.sizes.begin(), req.sizes.end());
@@ -306,6 +383,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   print_table_header(out);
   out.flush();
   int64_t total_wrong = 0;
+  std::vector<TableRow> rows;  // for -J
   // Rows are printed as their sizes finish, and on a terminal a line on stderr says which size
   // runs (a 1,024-rank sweep with --check takes minutes).
   const ProgressLine progress(o.progress);
@@ -325,8 +403,22 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     if (r.wrong > 0) total_wrong += r.wrong;
     print_table_row(out, row, op.kind, n);
     out.flush();
+    rows.push_back(row);
   });
   progress.clear();
+  if (!o.output_file.empty()) {
+    json_run.op = o.op;
+    json_run.dtype = o.dtype;
+    json_run.ranks = n;
+    json_run.gpus_per_thread = o.gpus_per_thread;
+    json_run.algorithm = o.algorithm;
+    json_run.protocol = o.protocol;
+    json_run.check = o.check;
+    json_run.topology_file = o.topology;
+    const std::string text = nccl_tests_json(topo, json_run, rows);
+    sim::write_file_atomically(o.output_file, [&](std::ostream& f) { f << text; });
+    out << "# wrote " << o.output_file << " (nccl-tests' JSON layout)\n";
+  }
   if (o.check)
     out << "# "
         << (total_wrong == 0 ? "all results correct" : "WRONG RESULTS: " + std::to_string(total_wrong) + " elements")

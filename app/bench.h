@@ -19,11 +19,17 @@ struct BenchOptions {
   std::string topology;           // path to a topology YAML file
   std::vector<std::string> sets;  // "key=value" overrides of the topology
   std::string op =
-      "all_reduce";  // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|gather|scatter|sendrecv
-  int ranks = 0;     // 0: every device of the topology
-  std::string sizes = "8B:128MiB";  // MIN:MAX (doubling) or one size
-  std::string algorithm = "auto";   // one name, or NCCL_ALGO's list syntax (sim::is_nccl_list)
-  std::string protocol = "auto";    // NCCL_PROTO: auto, LL, LL128, Simple, or a list (nccl timing model only)
+      "all_reduce";   // all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|gather|scatter|sendrecv
+  int ranks = 0;      // 0: every device of the topology
+  std::string sizes;  // MIN:MAX (doubling) or one size; "" for 8B:128MiB, or what the nccl-tests flags say
+  // nccl-tests' own size flags, as it reads them (-b, -e, -i: bytes with an optional K, M or G,
+  // binary; -f: the factor): "" / 0 when not given. Given, they replace --sizes: from -b (default
+  // 32M) to -e (default 32M), times -f when it is above 1, else plus -i (default 1M).
+  std::string min_bytes, max_bytes, step_bytes;
+  int64_t step_factor = 0;
+  std::string output_file;         // -J: also write the sweep as nccl-tests' JSON (app/nccl_tests_output.h); "" none
+  std::string algorithm = "auto";  // one name, or NCCL_ALGO's list syntax (sim::is_nccl_list)
+  std::string protocol = "auto";   // NCCL_PROTO: auto, LL, LL128, Simple, or a list (nccl timing model only)
   std::string dtype = "f32";
   bool check = false;
   // Time the calls as nccl-tests -g G prints them: one thread driving G GPUs issues a call no
@@ -60,6 +66,12 @@ std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const s
 // launches each GPU's kernel in turn, G x the topology's group_launch; 0 for one GPU a thread.
 // A call takes the longer of this and the GPUs' time (bench -g, calibrate's -g tables).
 double one_thread_issue(const sim::CollectiveTiming& c, int gpus_per_thread);
+
+// The sizes nccl-tests would run for -b, -e, -f and -i (BenchOptions), in order. Throws
+// ranksim::Error naming the flag for a size it would not read, a maximum below the minimum, a
+// sweep that never grows (-f above 1 from 0 bytes; -i 0), or more than 4,096 sizes.
+std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::string& max_bytes,
+                                      const std::string& step_bytes, int64_t step_factor);
 
 // Prints the table; returns 0, or 1 when --check found wrong elements. Throws ranksim::Error on
 // bad options (unknown op, dtype or algorithm, more ranks than devices, malformed sizes).

@@ -669,9 +669,9 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
     throw Error("calibrate --check fits nothing to leave a table out of; drop --leave-one-out (or --check)");
   // The output is checked before the fit: its folder exists, and it is none of the inputs.
   if (!o.check_only) {
-    std::vector<NamedPath> ins = {{"the topology", o.topology}};
+    std::vector<sim::NamedPath> ins = {{"the topology", o.topology}};
     for (const std::string& f : o.files) ins.push_back({"a measured table", f});
-    check_output_paths({{"-o", o.output}}, ins);
+    sim::check_output_paths({{"-o", o.output}}, ins);
   }
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   std::vector<MeasuredTable> tables;

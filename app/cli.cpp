@@ -121,7 +121,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->capture_default_str();
   coll_cmd->add_option("--ranks,-n", bench_opts.ranks, "Ranks: the first N devices (default: all)")
       ->check(at_least_one);
-  coll_cmd->add_option("--sizes", bench_opts.sizes, "MIN:MAX bytes, doubling (e.g. 8B:8GiB)")->capture_default_str();
+  coll_cmd->add_option("--sizes", bench_opts.sizes, "MIN:MAX bytes, doubling (e.g. 8B:8GiB; default 8B:128MiB)");
+  coll_cmd->add_option("--minbytes,-b", bench_opts.min_bytes, "As nccl-tests -b: the smallest size (8, 128K, 1M, 8G)");
+  coll_cmd->add_option("--maxbytes,-e", bench_opts.max_bytes, "As nccl-tests -e: the largest size");
+  coll_cmd->add_option("--stepfactor,-f", bench_opts.step_factor, "As nccl-tests -f: each size times this");
+  coll_cmd->add_option("--stepbytes,-i", bench_opts.step_bytes, "As nccl-tests -i: each size plus this (without -f)");
+  coll_cmd->add_option("--output_file,-J", bench_opts.output_file,
+                       "Also write the table as nccl-tests -J writes its JSON (FILE.json)");
   coll_cmd
       ->add_option("--algo", bench_opts.algorithm,
                    "auto|ring|tree|direct|hierarchical, and with the nccl timing model nvls|nvls_tree|collnet|pat, "

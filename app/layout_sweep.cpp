@@ -260,11 +260,11 @@ Grid parse_sweep_grid(const std::vector<std::string>& items) {
 
 int sweep_layouts(const SweepOptions& o, std::ostream& out, std::ostream& err) {
   const Grid grid = parse_sweep_grid(o.grid);
-  std::vector<NamedPath> outs;
+  std::vector<sim::NamedPath> outs;
   for (const auto& [flag, path] :
-       {NamedPath{"--csv", o.csv}, NamedPath{"--json", o.json}, NamedPath{"--report", o.report}})
+       {sim::NamedPath{"--csv", o.csv}, sim::NamedPath{"--json", o.json}, sim::NamedPath{"--report", o.report}})
     if (!path.empty()) outs.push_back({flag, path});
-  check_output_paths(outs, {{"the scenario", o.scenario}, {"the topology", o.topology}});
+  sim::check_output_paths(outs, {{"the scenario", o.scenario}, {"the topology", o.topology}});
   // Shape-only: timing does not depend on the numbers.
   std::vector<std::string> base_sets = o.sets;
   base_sets.emplace_back("data=shape_only");

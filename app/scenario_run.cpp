@@ -108,52 +108,24 @@ void check_outputs(const Scenario& sc, const std::string& trace, const std::stri
                 ": a collectives sweep records no trace (each size is timed alone); drop --trace "
                 "(outputs.trace), or time the collective in a steps workload to trace it");
   }
-  std::vector<NamedPath> outs;
+  std::vector<sim::NamedPath> outs;
   const auto add = [&](const char* what, const std::string& path) {
     if (!path.empty()) outs.push_back({what, path});
   };
   add("--trace", trace);
   add("--json", json);
   add("--report", report);
-  std::vector<NamedPath> ins = {{"the scenario", sc.file}, {"the topology", sc.topology_path}};
+  std::vector<sim::NamedPath> ins = {{"the scenario", sc.file}, {"the topology", sc.topology_path}};
   if (sc.model) {
     add("dump", sc.model->dump);
     if (sc.model->train) add("train.checkpoint", sc.model->train->checkpoint);
     if (!sc.model->weights.empty()) ins.push_back({"model.weights", sc.model->weights});
     if (!sc.model->batch.empty()) ins.push_back({"batch", sc.model->batch});
   }
-  check_output_paths(outs, ins);
+  sim::check_output_paths(outs, ins);
 }
 
 }  // namespace
-
-void check_output_paths(const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins) {
-  const auto same = [](const std::string& a, const std::string& b) {
-    std::error_code ea, eb;
-    const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
-    return ea || eb ? a == b : ca == cb;
-  };
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    for (std::size_t j = i + 1; j < outs.size(); ++j) {
-      if (same(outs[i].path, outs[j].path)) {
-        throw Error(outs[i].what + " and " + outs[j].what + " both name '" + outs[i].path +
-                    "': one output would replace the other; give each its own file");
-      }
-    }
-    for (const NamedPath& in : ins) {
-      if (!in.path.empty() && same(outs[i].path, in.path)) {
-        throw Error(outs[i].what + " '" + outs[i].path + "' is " + in.what +
-                    ", which the run reads: writing it would destroy the input; choose another file");
-      }
-    }
-    std::error_code ec;
-    const fs::path parent = fs::absolute(outs[i].path, ec).parent_path();
-    if (!ec && !fs::is_directory(parent, ec)) {
-      throw Error(outs[i].what + " '" + outs[i].path + "': the folder '" + parent.string() +
-                  "' does not exist; create it first");
-    }
-  }
-}
 
 int run_scenario(const Scenario& sc, const RunFlags& flags, std::ostream& out) {
   RANKSIM_CHECK(sc.topology != nullptr, "run_scenario: the scenario was not loaded by load_scenario");

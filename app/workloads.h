@@ -25,15 +25,6 @@ runtime::FaultPlan fault_plan(const Scenario& sc);
 runtime::RunReport spawn_scenario(const Scenario& sc, const RunFlags& flags, bool trace,
                                   const std::function<void(int)>& rank);
 
-// An output file and what names it ("--json"), or an input and what it is ("the scenario").
-struct NamedPath {
-  std::string what, path;
-};
-// Refuses, before anything runs, outputs that could not all be written or would destroy
-// something: two outputs on one path, an output on one of the inputs, an output in a folder that
-// does not exist. Error naming the flag and the path. (Empty input paths are skipped.)
-void check_output_paths(const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins);
-
 // workload.collectives: one nccl-tests sweep (sim backend only). REQUIRES: sc.sweep_op.
 std::vector<SweepRow> run_sweep_workload(const Scenario& sc);
 

@@ -198,4 +198,32 @@ std::string read_text_file(const std::string& path, const std::string& what, con
   return text.str();
 }
 
+void check_output_paths(const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins) {
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ea, eb;
+    const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+    return ea || eb ? a == b : ca == cb;
+  };
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outs.size(); ++j) {
+      if (same(outs[i].path, outs[j].path)) {
+        throw Error(outs[i].what + " and " + outs[j].what + " both name '" + outs[i].path +
+                    "': one output would replace the other; give each its own file");
+      }
+    }
+    for (const NamedPath& in : ins) {
+      if (!in.path.empty() && same(outs[i].path, in.path)) {
+        throw Error(outs[i].what + " '" + outs[i].path + "' is " + in.what +
+                    ", which the run reads: writing it would destroy the input; choose another file");
+      }
+    }
+    std::error_code ec;
+    const fs::path parent = fs::absolute(outs[i].path, ec).parent_path();
+    if (!ec && !fs::is_directory(parent, ec)) {
+      throw Error(outs[i].what + " '" + outs[i].path + "': the folder '" + parent.string() +
+                  "' does not exist; create it first");
+    }
+  }
+}
+
 }  // namespace ranksim::sim

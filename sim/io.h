@@ -68,6 +68,15 @@ class OutputGroup {
   OutputGroup* outer_;
 };
 
+// An output file and what names it ("--json"), or an input and what it is ("the scenario").
+struct NamedPath {
+  std::string what, path;
+};
+// Refuses, before anything runs, outputs that could not all be written or would destroy
+// something: two outputs on one path, an output on one of the inputs, an output in a folder that
+// does not exist. Error naming the flag and the path. (Empty input paths are skipped.)
+void check_output_paths(const std::vector<NamedPath>& outs, const std::vector<NamedPath>& ins);
+
 // Calls write(stream) and commits the file. Throws ranksim::Error naming the path on any failure
 // (and removes the temporary file); rethrows the writer's own exception after cleaning up.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
