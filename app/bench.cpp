@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -318,6 +319,20 @@ std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::s
   return out;
 }
 
+namespace {
+// --dtype / -d: ranksim's names, or nccl-tests' (float, double, half, bfloat16, int32, int64) for
+// the same types.
+std::string bench_dtype(const std::string& name) {
+  static const std::map<std::string, std::string> nccl_tests = {
+      {"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"bfloat16", "bf16"}, {"int32", "i32"}, {"int64", "i64"}};
+  if (runtime::dtype_from_name(name)) return name;
+  if (const auto it = nccl_tests.find(name); it != nccl_tests.end()) return it->second;
+  throw Error("unknown --dtype '" + name +
+              "': expected f32, f64, bf16, f16, i64 or i32, or nccl-tests' names for them (float, double, bfloat16, "
+              "half, int64, int32)");
+}
+}  // namespace
+
 int bench_collectives(const BenchOptions& o, std::ostream& out) {
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
@@ -342,12 +357,11 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   json_run.max_bytes = req.sizes.back();
   req.algorithm = o.algorithm;
   req.protocol = o.protocol;
-  req.dtype = o.dtype;
+  const std::string dtype = bench_dtype(o.dtype);
+  req.dtype = dtype;
   req.check = o.check;
   const SweepOp op = find_op(o.op);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
-  if (!runtime::dtype_from_name(o.dtype))
-    throw Error("unknown --dtype '" + o.dtype + "': expected f32, f64, bf16, f16, i64 or i32");
   (void)runtime::parse_algorithm(single_name(o.algorithm));
   (void)parse_protocol_option(single_name(o.protocol));
   (void)nccl_lists(o.algorithm, o.protocol);
@@ -370,7 +384,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
         "--check on " + std::to_string(n) + " ranks at " + sim::units::format_bytes(static_cast<uint64_t>(largest)));
   }
   out << "# ranksim bench collectives: " << o.op << " on " << n << " ranks of " << topo.name() << " ("
-      << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << o.dtype << ", algorithm "
+      << topo.num_nodes() << (topo.num_nodes() == 1 ? " node" : " nodes") << "), dtype " << dtype << ", algorithm "
       << o.algorithm << (o.protocol == "auto" ? "" : ", protocol " + o.protocol) << ", collectives timed by the "
       << (topo.collectives().model == sim::CollectiveTimingModel::nccl ? "nccl model" : "schedule on the network")
       << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
@@ -396,7 +410,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
     TableRow row;
     row.bytes = r.bytes;
     row.count = r.count;
-    row.dtype = o.dtype;
+    row.dtype = dtype;
     row.algorithm = r.algorithm;
     row.seconds = std::max(r.seconds, issue);
     row.wrong = r.wrong;
@@ -408,7 +422,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   progress.clear();
   if (!o.output_file.empty()) {
     json_run.op = o.op;
-    json_run.dtype = o.dtype;
+    json_run.dtype = dtype;
     json_run.ranks = n;
     json_run.gpus_per_thread = o.gpus_per_thread;
     json_run.algorithm = o.algorithm;

@@ -138,7 +138,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "auto|LL|LL128|Simple, or a list as NCCL_PROTO takes it (^LL128; allreduce:LL,Simple); nccl "
                    "timing model")
       ->capture_default_str();
-  coll_cmd->add_option("--dtype", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32")->capture_default_str();
+  coll_cmd->add_option("--dtype,-d", bench_opts.dtype, "f32|f64|bf16|f16|i64|i32, or nccl-tests' float|double|...")
+      ->capture_default_str();
   coll_cmd->add_flag("--check,-c", bench_opts.check, "Move real numbers and verify every rank's result");
   coll_cmd
       ->add_option("--gpus-per-thread,-g", bench_opts.gpus_per_thread,

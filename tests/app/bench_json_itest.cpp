@@ -178,6 +178,26 @@ TEST_F(BenchJson, CalibrateRecoversTheConstantTheSweepWasPredictedWith) {
   EXPECT_NE(sim::Topology::load_file(topo("dgx-h100.yaml")).collectives().fabric_efficiency, 0.70);
 }
 
+// -d takes nccl-tests' type names for ranksim's types: the same sweep, and nccl-tests' name in
+// the JSON.
+TEST_F(BenchJson, TakesNcclTestsTypeNames) {
+  const std::string json = file("bf16.json");
+  const auto ours =
+      run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--dtype", "bf16", "-b", "1M", "-e", "64M", "-f", "8"});
+  const auto theirs = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "-d", "bfloat16", "-b", "1M", "-e",
+                           "64M", "-f", "8", "-J", json});
+  ASSERT_EQ(ours.code, 0) << ours.err;
+  ASSERT_EQ(theirs.code, 0) << theirs.err;
+  const std::vector<Printed> a = printed_rows(ours.out), b = printed_rows(theirs.out);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].us, b[i].us) << a[i].bytes;
+  EXPECT_EQ(nlohmann::json::parse(slurp(json))["results"][0]["type"], "bfloat16");
+  const auto bad = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "-d", "uint8"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("unknown --dtype 'uint8'"));
+}
+
 TEST_F(BenchJson, RefusesTheSizesTwiceAndAnOutputItCannotWrite) {
   auto r = run({"bench", "collectives", "-t", topo("dgx-h100.yaml"), "--sizes", "1MiB:8MiB", "-b", "1M"});
   EXPECT_EQ(r.code, 2);
