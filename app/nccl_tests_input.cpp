@@ -422,7 +422,7 @@ MeasuredTable parse_json(const std::string& text, const std::string& path) {
   if (root.contains("config")) {
     const nlohmann::json& config = root["config"];
     if (!config.is_object()) bad("config", "an object", config);
-    int per_process = 1;
+    long long per_process = 1;  // each factor is at most kMaxRanks: no overflow
     for (const char* key : {"nthreads", "ngpus"})
       if (config.contains(key)) per_process *= count(config, key, "config.");
     if (config.contains("ngpus")) t.gpus_per_thread = count(config, "ngpus", "config.");
@@ -439,11 +439,10 @@ MeasuredTable parse_json(const std::string& text, const std::string& path) {
           (std::string(key) == "hostname" ? hosts : gpus).insert(trimmed(d[key].get<std::string>()));
         }
       }
-      const long long ranks = static_cast<long long>(devices.size()) * per_process;
-      if (ranks > kMaxRanks)
+      if (per_process > kMaxRanks || static_cast<long long>(devices.size()) > kMaxRanks / per_process)
         throw Error(path + ": config.devices lists " + std::to_string(devices.size()) + " processes of " +
                     std::to_string(per_process) + " GPUs each, more than " + std::to_string(kMaxRanks) + " ranks");
-      t.ranks = static_cast<int>(ranks);
+      t.ranks = static_cast<int>(static_cast<long long>(devices.size()) * per_process);
       if (!hosts.empty()) t.nodes = static_cast<int>(hosts.size());
     }
   }

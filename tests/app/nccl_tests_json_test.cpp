@@ -253,6 +253,12 @@ std::vector<Malformed> malformed() {
        "config.devices[2].hostname must be a string, got 7"},
       {"MoreRanksThanAnyRun", with([](json& j) { j["config"]["ngpus"] = 16777216; }),
        "config.devices lists 8 processes of 16777216 GPUs each, more than 16777216 ranks"},
+      {"ThreadsTimesGpusBeyondAnInt",
+       with([](json& j) {
+         j["config"]["nthreads"] = 16777216;
+         j["config"]["ngpus"] = 16777216;
+       }),
+       "config.devices lists 8 processes of 281474976710656 GPUs each"},
       {"EnvNotAList", with([](json& j) { j["env"] = "NCCL_ALGO=Ring"; }), "env must be a list of NAME=VALUE strings"},
       {"UnknownAlgorithm", with([](json& j) { j["env"].push_back("NCCL_ALGO=Warp"); }), "env[1], NCCL_ALGO=Warp: "},
       {"UnknownProtocol", with([](json& j) { j["env"].push_back("NCCL_PROTO=LL129"); }), "env[1], NCCL_PROTO=LL129: "},
