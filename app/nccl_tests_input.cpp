@@ -63,7 +63,8 @@ bool to_double(const std::string& s, double& v) {
 // nccl-tests' binary name (or ranksim's op name) to ranksim's op name; "" if unknown.
 std::string op_name(std::string s) {
   s = sim::ascii_lower(trimmed(s));
-  if (s.size() > 5 && s.compare(s.size() - 5, 5, "_perf") == 0) s.resize(s.size() - 5);
+  // all_reduce_perf, or with the suffix nccl-tests' Makefile adds (NAME_SUFFIX: all_reduce_perf_mpi).
+  if (const auto perf = s.rfind("_perf"); perf != std::string::npos && perf > 0) s.resize(perf);
   if (s == "all_reduce" || s == "allreduce") return "all_reduce";
   if (s == "all_gather" || s == "allgather") return "all_gather";
   if (s == "reduce_scatter" || s == "reducescatter") return "reduce_scatter";

@@ -89,6 +89,14 @@ def machine(name, header=""):
             return ("dgx-a100.yaml", [f"nodes={nodes}", "network.transport=roce"],
                     "OCI BM.GPU4.8: 16 x 100 Gb/s RoCE a node (as 8 x 200 Gb/s), not InfiniBand")
         return ("dgx-a100.yaml", [f"nodes={nodes}"], "")
+    if "snellius" in name:  # 4 H100 a node, NVLink between them (no NVSwitch, no NVLS), 4 x NDR200
+        sets = [f"nodes={nodes}", "node.devices=4", "collectives.nvls=false"]
+        if nodes > 1:
+            sets.append("network.nic_bandwidth=200Gb/s")
+        return ("h100-cluster.yaml" if nodes > 1 else "dgx-h100.yaml", sets,
+                "Snellius gpu_h100: 4 H100 SXM a node joined by NVLink without NVSwitch (modelled as the DGX "
+                "H100's switch, NVLS off), 4 x 200 Gb/s InfiniBand a node (inferred: four IB devices in "
+                "UCX_NET_DEVICES besides a bond, and rings reaching 97 GB/s of bus bandwidth)")
     if name.startswith("h100_") and "a3mega" in name:
         return ("h100-cluster.yaml", [f"nodes={nodes}", "network.nic_bandwidth=200Gb/s", "network.transport=roce"],
                 "GCP A3 Mega: 8 x 200 Gb/s GPUDirect-TCPXO NICs per VM, not InfiniBand")

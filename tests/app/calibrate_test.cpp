@@ -1098,6 +1098,12 @@ TEST(NcclTestsInput, NamesTheCollectiveOfANewerHeader) {
   EXPECT_NEAR(t.rows[2].seconds, 60.2e-6, 1e-15);
 }
 
+// nccl-tests built with MPI=1 NAME_SUFFIX=_mpi names its binaries all_gather_perf_mpi.
+TEST(NcclTestsInput, NamesTheCollectiveOfABinaryWithASuffix) {
+  EXPECT_EQ(parse_nccl_tests(nccl_text("all_gather_perf_mpi", hosts(8, 8), kRows), "x.txt").op, "all_gather");
+  EXPECT_EQ(parse_nccl_tests(nccl_text("reduce_perf_mpi", hosts(8, 8), kRows), "x.txt").op, "reduce");
+}
+
 TEST(NcclTestsInput, SplitsALogIntoItsTests) {
   const std::string text =
       nccl_text("all_reduce_perf", hosts(16, 8), kRows) + nccl_text("alltoall_perf", hosts(8, 8), {kRows[0]});

@@ -187,6 +187,35 @@ TEST(NcclTestsJson, AgreesWithTheTextTableOfTheSameRun) {
   }
 }
 
+// The first layout nccl-tests wrote (version 1, as in tiberiuiancu/Simulon's Snellius runs): one
+// line, '/' escaped as "\/", the whole environment (shell functions with quotes and newlines among
+// it), an "errors" list; the rows of the 4-node all_reduce (docs/data/nccl-tests/
+// h100sxm_4node16gpu_all_reduce_snellius.csv), the env and devices cut short.
+TEST(NcclTestsJson, ReadsTheFirstLayoutAsWritten) {
+  const std::string text =
+      R"({"version":1,"start_time":"2026-07-06 12:34:33","args":["\/gpfs\/home6\/u\/nccl-tests\/build\/all_reduce_perf_mpi","-b","8M","-e","8192M","-f","2","-n","20","-w","5","-g","1","-J","\/gpfs\/home6\/u\/results\/nccl_allreduce_4n4g_snellius.json"],)"
+      R"("env":["SHELL=\/bin\/bash","NCCL_SOCKET_IFNAME=eno2np0","BASH_FUNC_ml%%=() {  eval \"$($LMOD_DIR\/ml_cmd \"$@\")\"\n}","NCCL_DEBUG=INFO","SLURM_JOB_NUM_NODES=4"],"nccl_version":22606,)"
+      R"("config":{"nthreads":1,"ngpus":1,"minimum_bytes":8388608,"maximum_bytes":8589934592,"step_factor":2,"warmup_iters":5,"iterations":20,"aggregated_iterations":1,"validation":1,"graph":0,"blocking_collectives":"false","parallel_init":"false","devices":[)"
+      R"({"rank":0,"group":0,"pid":4024751,"hostname":"gcn120","device":0,"device_hex":"0000:06:00","device_info":"NVIDIA H100"},)"
+      R"({"rank":4,"group":0,"pid":2583619,"hostname":"gcn129","device":0,"device_hex":"0000:06:00","device_info":"NVIDIA H100"},)"
+      R"({"rank":8,"group":0,"pid":2134910,"hostname":"gcn130","device":0,"device_hex":"0000:06:00","device_info":"NVIDIA H100"},)"
+      R"({"rank":12,"group":0,"pid":140209,"hostname":"gcn131","device":0,"device_hex":"0000:06:00","device_info":"NVIDIA H100"}]},)"
+      R"("results":[{"size":8388608,"count":2097152,"type":"float","redop":"sum","root":"    -1","out_of_place":{"time":238.799581,"alg_bw":35.128236,"bus_bw":65.865442,"nwrong":0.000000},"in_place":{"time":236.787313,"alg_bw":35.426763,"bus_bw":66.425181,"nwrong":0.000000},"actual_iterations":20,"experiment_name":""},)"
+      R"({"size":8589934592,"count":2147483648,"type":"float","redop":"sum","root":"    -1","out_of_place":{"time":166638.487994,"alg_bw":51.548323,"bus_bw":96.653105,"nwrong":0.000000},"in_place":{"time":166702.102875,"alg_bw":51.528652,"bus_bw":96.616222,"nwrong":0.000000},"actual_iterations":20,"experiment_name":""}],)"
+      R"("out_of_bounds":{"count":0,"okay":"true"},"average_bus_bandwidth":{"bandwidth":89.140348,"okay":"unchecked"},"errors":[""],"end_time":"2026-07-06 12:34:57"})";
+  const MeasuredTable t = parse_nccl_tests(text, "x.json");
+  EXPECT_EQ(t.test, "all_reduce_perf_mpi");
+  EXPECT_EQ(t.op, "all_reduce");
+  EXPECT_EQ(t.ranks, 4);  // the devices as cut here: one a host
+  EXPECT_EQ(t.nodes, 4);
+  EXPECT_EQ(t.algorithm, "");
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.rows[0].seconds, 238.799581e-6);
+  EXPECT_DOUBLE_EQ(t.rows[1].seconds, 166638.487994e-6);
+  EXPECT_THAT(t.about, ElementsAre("hardware: 4 ranks on 4 host(s), NVIDIA H100",
+                                   "software: nccl-tests JSON output, NCCL 2.26.6, run at 2026-07-06 12:34:33"));
+}
+
 TEST(NcclTestsJson, LeadingWhitespaceIsStillJson) {
   EXPECT_EQ(parse_nccl_tests("\n  " + nccl_json("all_reduce_perf", 8, 1, 8, kRows).dump(), "x.json").op, "all_reduce");
 }
@@ -253,8 +282,7 @@ std::vector<Malformed> malformed() {
        "config.devices[2].hostname must be a string, got 7"},
       {"MoreRanksThanAnyRun", with([](json& j) { j["config"]["ngpus"] = 16777216; }),
        "config.devices lists 8 processes of 16777216 GPUs each, more than 16777216 ranks"},
-      {"ThreadsTimesGpusBeyondAnInt",
-       with([](json& j) {
+      {"ThreadsTimesGpusBeyondAnInt", with([](json& j) {
          j["config"]["nthreads"] = 16777216;
          j["config"]["ngpus"] = 16777216;
        }),
