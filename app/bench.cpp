@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -291,8 +290,8 @@ int64_t nccl_tests_size(const std::string& text, const char* flag) {
 }
 }  // namespace
 
-std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::string& max_bytes,
-                                      const std::string& step_bytes, int64_t step_factor) {
+SizeSweep nccl_tests_sweep(const std::string& min_bytes, const std::string& max_bytes, const std::string& step_bytes,
+                           int64_t step_factor) {
   constexpr int64_t k32M = 32LL << 20;  // nccl-tests' defaults
   const int64_t lo = min_bytes.empty() ? k32M : nccl_tests_size(min_bytes, "-b");
   const int64_t hi = max_bytes.empty() ? k32M : nccl_tests_size(max_bytes, "-e");
@@ -305,7 +304,8 @@ std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::s
   if (factor && lo == 0 && hi > 0)
     throw Error("-b 0 with -f " + std::to_string(step_factor) + ": the sizes never grow");
   if (!factor && step == 0 && hi > lo) throw Error("-i 0: the sizes never grow (give -i BYTES or -f FACTOR)");
-  std::vector<int64_t> out;
+  SizeSweep sweep{{}, factor ? step_factor : 1, step};
+  std::vector<int64_t>& out = sweep.sizes;
   constexpr size_t kMaxSizes = 4096;
   for (int64_t size = lo; size <= hi;) {
     out.push_back(size);
@@ -316,17 +316,15 @@ std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::s
     if (size == hi || (factor ? size > hi / step_factor : size > hi - step)) break;
     size = factor ? size * step_factor : size + step;
   }
-  return out;
+  return sweep;
 }
 
 namespace {
 // --dtype / -d: ranksim's names, or nccl-tests' (float, double, half, bfloat16, int32, int64) for
 // the same types.
 std::string bench_dtype(const std::string& name) {
-  static const std::map<std::string, std::string> nccl_tests = {
-      {"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"bfloat16", "bf16"}, {"int32", "i32"}, {"int64", "i64"}};
   if (runtime::dtype_from_name(name)) return name;
-  if (const auto it = nccl_tests.find(name); it != nccl_tests.end()) return it->second;
+  if (const std::optional<std::string> ours = dtype_of_nccl_tests_type(name)) return *ours;
   throw Error("unknown --dtype '" + name +
               "': expected f32, f64, bf16, f16, i64 or i32, or nccl-tests' names for them (float, double, bfloat16, "
               "half, int64, int32)");
@@ -338,23 +336,20 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   SweepRequest req;
   req.op = o.op;
   req.ranks = o.ranks;
-  NcclTestsRun json_run;  // what -J writes
   const bool nccl_sizes = !o.min_bytes.empty() || !o.max_bytes.empty() || !o.step_bytes.empty() || o.step_factor != 0;
+  SizeSweep sweep;
   std::string sizes_given;  // the option that gave the sizes, for messages
   if (nccl_sizes) {
     if (!o.sizes.empty())
       throw Error("--sizes " + o.sizes + " and nccl-tests' -b/-e/-f/-i both give the sizes: use one of them");
-    req.sizes = nccl_tests_sizes(o.min_bytes, o.max_bytes, o.step_bytes, o.step_factor);
-    json_run.step_factor = o.step_factor > 1 ? o.step_factor : 1;
-    json_run.step_bytes = o.step_bytes.empty() ? (1LL << 20) : nccl_tests_size(o.step_bytes, "-i");
-    sizes_given = "-b " + std::to_string(req.sizes.front()) + " -e " + std::to_string(req.sizes.back());
+    sweep = nccl_tests_sweep(o.min_bytes, o.max_bytes, o.step_bytes, o.step_factor);
+    sizes_given = "-b " + std::to_string(sweep.sizes.front()) + " -e " + std::to_string(sweep.sizes.back());
   } else {
     const std::string spec = o.sizes.empty() ? "8B:128MiB" : o.sizes;
-    req.sizes = parse_size_sweep(spec);
+    sweep.sizes = parse_size_sweep(spec);  // doubling
     sizes_given = "--sizes " + spec;
   }
-  json_run.min_bytes = req.sizes.front();
-  json_run.max_bytes = req.sizes.back();
+  req.sizes = sweep.sizes;
   req.algorithm = o.algorithm;
   req.protocol = o.protocol;
   const std::string dtype = bench_dtype(o.dtype);
@@ -421,15 +416,20 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
   });
   progress.clear();
   if (!o.output_file.empty()) {
-    json_run.op = o.op;
-    json_run.dtype = dtype;
-    json_run.ranks = n;
-    json_run.gpus_per_thread = o.gpus_per_thread;
-    json_run.algorithm = o.algorithm;
-    json_run.protocol = o.protocol;
-    json_run.check = o.check;
-    json_run.topology_file = o.topology;
-    const std::string text = nccl_tests_json(topo, json_run, rows);
+    NcclTestsRun run;
+    run.op = o.op;
+    run.dtype = dtype;
+    run.ranks = n;
+    run.gpus_per_thread = o.gpus_per_thread;
+    run.min_bytes = sweep.sizes.front();
+    run.max_bytes = sweep.sizes.back();
+    run.step_factor = sweep.step_factor;
+    run.step_bytes = sweep.step_bytes;
+    run.algorithm = o.algorithm;
+    run.protocol = o.protocol;
+    run.check = o.check;
+    run.topology_file = o.topology;
+    const std::string text = nccl_tests_json(topo, run, rows);
     sim::write_file_atomically(o.output_file, [&](std::ostream& f) { f << text; });
     out << "# wrote " << o.output_file << " (nccl-tests' JSON layout)\n";
   }

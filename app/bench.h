@@ -67,11 +67,18 @@ std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const s
 // A call takes the longer of this and the GPUs' time (bench -g, calibrate's -g tables).
 double one_thread_issue(const sim::CollectiveTiming& c, int gpus_per_thread);
 
-// The sizes nccl-tests would run for -b, -e, -f and -i (BenchOptions), in order. Throws
-// ranksim::Error naming the flag for a size it would not read, a maximum below the minimum, a
-// sweep that never grows (-f above 1 from 0 bytes; -i 0), or more than 4,096 sizes.
-std::vector<int64_t> nccl_tests_sizes(const std::string& min_bytes, const std::string& max_bytes,
-                                      const std::string& step_bytes, int64_t step_factor);
+// A sweep's sizes, in order, and how they grow: times step_factor when it is above 1, else plus
+// step_bytes (what -J writes as nccl-tests' own flags).
+struct SizeSweep {
+  std::vector<int64_t> sizes;
+  int64_t step_factor = 2;
+  int64_t step_bytes = 0;
+};
+// The sweep nccl-tests would run for -b, -e, -f and -i (BenchOptions). Throws ranksim::Error
+// naming the flag for a size it would not read, a maximum below the minimum, a sweep that never
+// grows (-f above 1 from 0 bytes; -i 0), or more than 4,096 sizes.
+SizeSweep nccl_tests_sweep(const std::string& min_bytes, const std::string& max_bytes, const std::string& step_bytes,
+                           int64_t step_factor);
 
 // Prints the table; returns 0, or 1 when --check found wrong elements. Throws ranksim::Error on
 // bad options (unknown op, dtype or algorithm, more ranks than devices, malformed sizes).

@@ -423,10 +423,10 @@ MeasuredTable parse_json(const std::string& text, const std::string& path) {
   if (root.contains("config")) {
     const nlohmann::json& config = root["config"];
     if (!config.is_object()) bad("config", "an object", config);
-    long long per_process = 1;  // each factor is at most kMaxRanks: no overflow
-    for (const char* key : {"nthreads", "ngpus"})
-      if (config.contains(key)) per_process *= count(config, key, "config.");
     if (config.contains("ngpus")) t.gpus_per_thread = count(config, "ngpus", "config.");
+    // Each factor is at most kMaxRanks: no overflow.
+    const long long per_process = static_cast<long long>(t.gpus_per_thread) *
+                                  (config.contains("nthreads") ? count(config, "nthreads", "config.") : 1);
     if (config.contains("devices")) {
       const nlohmann::json& devices = config["devices"];
       if (!devices.is_array() || devices.empty()) bad("config.devices", "a list of the processes' devices", devices);

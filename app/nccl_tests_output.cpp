@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <map>
+#include <utility>
 
 #include "runtime/distributed/nccl_names.h"
 #include "runtime/distributed/schedule_types.h"
@@ -35,16 +36,23 @@ PerfBinary perf_binary(const std::string& op) {
   return it->second;
 }
 
-// nccl-tests' names of the types (-d).
-const char* perf_type(const std::string& dtype) {
-  static const std::map<std::string, const char*> known = {{"f32", "float"},     {"f64", "double"}, {"f16", "half"},
-                                                           {"bf16", "bfloat16"}, {"i32", "int32"},  {"i64", "int64"}};
-  const auto it = known.find(dtype);
-  if (it == known.end()) throw Error("no nccl-tests type for dtype '" + dtype + "'");
-  return it->second;
-}
+// ranksim's dtypes and nccl-tests' names for them (-d).
+constexpr std::pair<const char*, const char*> kTypes[] = {{"f32", "float"},     {"f64", "double"}, {"f16", "half"},
+                                                          {"bf16", "bfloat16"}, {"i32", "int32"},  {"i64", "int64"}};
 
 }  // namespace
+
+const char* nccl_tests_type(const std::string& dtype) {
+  for (const auto& [ours, theirs] : kTypes)
+    if (dtype == ours) return theirs;
+  throw Error("no nccl-tests type for dtype '" + dtype + "'");
+}
+
+std::optional<std::string> dtype_of_nccl_tests_type(const std::string& name) {
+  for (const auto& [ours, theirs] : kTypes)
+    if (name == theirs) return std::string(ours);
+  return std::nullopt;
+}
 
 std::string nccl_tests_json(const sim::Topology& topo, const NcclTestsRun& run, const std::vector<TableRow>& rows) {
   using json = nlohmann::ordered_json;  // keys in nccl-tests' order
@@ -54,8 +62,8 @@ std::string nccl_tests_json(const sim::Topology& topo, const NcclTestsRun& run, 
   const bool stepped = run.step_factor > 1;
   json args = json::array({bin.binary, "-b", std::to_string(run.min_bytes), "-e", std::to_string(run.max_bytes)});
   args.insert(args.end(), {stepped ? "-f" : "-i", std::to_string(stepped ? run.step_factor : run.step_bytes)});
-  args.insert(args.end(),
-              {"-g", std::to_string(run.gpus_per_thread), "-d", perf_type(run.dtype), "-c", run.check ? "1" : "0"});
+  args.insert(args.end(), {"-g", std::to_string(run.gpus_per_thread), "-d", nccl_tests_type(run.dtype), "-c",
+                           run.check ? "1" : "0"});
   if (bin.rooted) args.insert(args.end(), {"-r", "0"});
   json env = json::array();
   // What NCCL would have been given; ranksim's own schedules (direct, hierarchical) have no
@@ -116,7 +124,7 @@ std::string nccl_tests_json(const sim::Topology& topo, const NcclTestsRun& run, 
                         {"nwrong", r.wrong < 0 ? json(nullptr) : json(static_cast<double>(r.wrong))}};
     results.push_back({{"size", r.bytes},
                        {"count", r.count},
-                       {"type", perf_type(run.dtype)},
+                       {"type", nccl_tests_type(run.dtype)},
                        {"redop", bin.redop},
                        {"root", root},
                        {"out_of_place", timed},

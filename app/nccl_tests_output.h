@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct NcclTestsRun {
   bool check = false;
   std::string topology_file;  // as given on the command line
 };
+
+// nccl-tests' name of one of ranksim's dtypes (-d: "float" for f32); Error for one it has not.
+const char* nccl_tests_type(const std::string& dtype);
+// The dtype that nccl-tests' type name stands for ("bfloat16": bf16); nullopt for another name.
+std::optional<std::string> dtype_of_nccl_tests_type(const std::string& name);
 
 // The JSON text of the sweep's rows (in order).
 std::string nccl_tests_json(const sim::Topology& topology, const NcclTestsRun& run, const std::vector<TableRow>& rows);

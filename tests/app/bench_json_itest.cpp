@@ -36,34 +36,34 @@ std::vector<int64_t> doubling(int64_t lo, int64_t hi) {
 }
 
 TEST(NcclTestsSizes, FactorMultipliesFromMinToMax) {
-  EXPECT_THAT(nccl_tests_sizes("8", "128M", "", 2), ElementsAreArray(doubling(8, 128LL << 20)));
-  EXPECT_THAT(nccl_tests_sizes("1K", "1G", "", 4),
+  EXPECT_THAT(nccl_tests_sweep("8", "128M", "", 2).sizes, ElementsAreArray(doubling(8, 128LL << 20)));
+  EXPECT_THAT(nccl_tests_sweep("1K", "1G", "", 4).sizes,
               ElementsAreArray(std::vector<int64_t>{1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
                                                     67108864, 268435456, 1073741824}));
   // The last size is the largest the factor reaches without passing -e.
-  EXPECT_THAT(nccl_tests_sizes("3", "100", "", 2), ElementsAreArray(std::vector<int64_t>{3, 6, 12, 24, 48, 96}));
+  EXPECT_THAT(nccl_tests_sweep("3", "100", "", 2).sizes, ElementsAreArray(std::vector<int64_t>{3, 6, 12, 24, 48, 96}));
 }
 
 TEST(NcclTestsSizes, WithoutAFactorTheyStepByBytes) {
   // nccl-tests' -i default is 1M, and -b and -e default to 32M.
-  EXPECT_THAT(nccl_tests_sizes("1M", "4M", "", 0),
+  EXPECT_THAT(nccl_tests_sweep("1M", "4M", "", 0).sizes,
               ElementsAreArray(std::vector<int64_t>{1 << 20, 2 << 20, 3 << 20, 4 << 20}));
-  EXPECT_THAT(nccl_tests_sizes("1000", "2600", "512", 1),
+  EXPECT_THAT(nccl_tests_sweep("1000", "2600", "512", 1).sizes,
               ElementsAreArray(std::vector<int64_t>{1000, 1512, 2024, 2536}));
-  EXPECT_EQ(nccl_tests_sizes("", "64M", "", 0).size(), 33u);  // 32M, 33M, ..., 64M
-  EXPECT_THAT(nccl_tests_sizes("", "", "", 0), ElementsAreArray(std::vector<int64_t>{32LL << 20}));
+  EXPECT_EQ(nccl_tests_sweep("", "64M", "", 0).sizes.size(), 33u);  // 32M, 33M, ..., 64M
+  EXPECT_THAT(nccl_tests_sweep("", "", "", 0).sizes, ElementsAreArray(std::vector<int64_t>{32LL << 20}));
 }
 
 TEST(NcclTestsSizes, ReadsSizesAsNcclTestsDoes) {
-  EXPECT_EQ(nccl_tests_sizes("1.5K", "1.5K", "", 2).front(), 1536);       // fractions of a unit
-  EXPECT_EQ(nccl_tests_sizes("2g", "2g", "", 2).front(), 2LL << 30);      // either case
-  EXPECT_EQ(nccl_tests_sizes("8GiB", "8GiB", "", 2).front(), 8LL << 30);  // and ranksim's units
+  EXPECT_EQ(nccl_tests_sweep("1.5K", "1.5K", "", 2).sizes.front(), 1536);       // fractions of a unit
+  EXPECT_EQ(nccl_tests_sweep("2g", "2g", "", 2).sizes.front(), 2LL << 30);      // either case
+  EXPECT_EQ(nccl_tests_sweep("8GiB", "8GiB", "", 2).sizes.front(), 8LL << 30);  // and ranksim's units
 }
 
 TEST(NcclTestsSizes, RefusesWhatNcclTestsCouldNotRun) {
   const auto says = [](const std::string& lo, const std::string& hi, const std::string& step, int64_t f) {
     try {
-      nccl_tests_sizes(lo, hi, step, f);
+      nccl_tests_sweep(lo, hi, step, f).sizes;
     } catch (const Error& e) {
       return std::string(e.what());
     }
