@@ -79,9 +79,11 @@ def machine(name, header=""):
     gpus = int(m.group(2)) if m else 8
     if name.startswith("a100"):
         if "polaris" in name:
-            return ("dgx-a100.yaml", [f"nodes={nodes}", "node.devices=4", "network.nics_per_node=2"],
-                    "Polaris: 4 A100 per node (NVLink, no NVSwitch: modelled as a 300 GB/s switch), "
-                    "2 NICs per node at 200 Gb/s (Slingshot 11, not InfiniBand)")
+            return ("dgx-a100.yaml", [f"nodes={nodes}", "node.devices=4",
+                                      "node.fabric={type: mesh, bandwidth: 100 GB/s, latency: 700 ns}",
+                                      "network.nics_per_node=2"],
+                    "Polaris: 4 A100 per node, each pair joined by 4 NVLink 3 links (100 GB/s each way), no "
+                    "NVSwitch; 2 NICs per node at 200 Gb/s (Slingshot 11, not InfiniBand)")
         if "_efa_" in name:  # AWS p4d and p4de: 400 Gb/s of EFA a node
             return ("dgx-a100.yaml", [f"nodes={nodes}", "network.nics_per_node=4", "network.nic_bandwidth=100Gb/s"],
                     "AWS p4d and p4de: 4 x 100 Gb/s EFA a node through libfabric, not InfiniBand")
@@ -89,14 +91,22 @@ def machine(name, header=""):
             return ("dgx-a100.yaml", [f"nodes={nodes}", "network.transport=roce"],
                     "OCI BM.GPU4.8: 16 x 100 Gb/s RoCE a node (as 8 x 200 Gb/s), not InfiniBand")
         return ("dgx-a100.yaml", [f"nodes={nodes}"], "")
-    if "snellius" in name:  # 4 H100 a node, NVLink between them (no NVSwitch, no NVLS), 4 x NDR200
-        sets = [f"nodes={nodes}", "node.devices=4", "collectives.nvls=false"]
+    if "snellius" in name or "jupiter" in name:
+        # 4 Hopper GPUs a node, each pair joined by 6 NVLink 4 links (150 GB/s each way) without
+        # an NVSwitch (so no NVLS), and 4 x NDR200 NICs a node.
+        sets = [f"nodes={nodes}", "node.devices=4", "node.fabric={type: mesh, bandwidth: 150 GB/s, latency: 700 ns}",
+                "collectives.nvls=false"]
         if nodes > 1:
             sets.append("network.nic_bandwidth=200Gb/s")
-        return ("h100-cluster.yaml" if nodes > 1 else "dgx-h100.yaml", sets,
-                "Snellius gpu_h100: 4 H100 SXM a node joined by NVLink without NVSwitch (modelled as the DGX "
-                "H100's switch, NVLS off), 4 x 200 Gb/s InfiniBand a node (inferred: four IB devices in "
-                "UCX_NET_DEVICES besides a bond, and rings reaching 97 GB/s of bus bandwidth)")
+        topology = "h100-cluster.yaml" if nodes > 1 else "dgx-h100.yaml"
+        if "jupiter" in name:
+            return (topology, sets,
+                    "JUPITER Booster: 4 GH200 a node, NVLink 4 between each pair of GPUs at 150 GB/s each way (no "
+                    "NVSwitch, no NVLS), 4 x InfiniBand NDR200 a node (JSC's configuration page)")
+        return (topology, sets,
+                "Snellius gpu_h100: 4 H100 SXM a node, each pair joined by NVLink without NVSwitch (as an HGX "
+                "H100 4-GPU board: 6 links, 150 GB/s each way; no NVLS), 4 x 200 Gb/s InfiniBand a node (inferred: "
+                "four IB devices in UCX_NET_DEVICES besides a bond, and rings reaching 97 GB/s of bus bandwidth)")
     if name.startswith("h100_") and "a3mega" in name:
         return ("h100-cluster.yaml", [f"nodes={nodes}", "network.nic_bandwidth=200Gb/s", "network.transport=roce"],
                 "GCP A3 Mega: 8 x 200 Gb/s GPUDirect-TCPXO NICs per VM, not InfiniBand")

@@ -170,6 +170,22 @@ CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTimin
     for (const Fabric::LocalLink& l : f.links)
       if (l.a == 0 || l.b == 0) fabric_bw_ += l.bandwidth;
   }
+  const int devices = topology.devices_per_node();
+  group_fabric_bw_.assign(static_cast<size_t>(devices) + 1, fabric_bw_);
+  if (!switched_ && f.type != FabricType::none) {
+    for (int p = 2; p <= devices; ++p) {
+      std::vector<double> out(static_cast<size_t>(p), 0.0);
+      for (const Fabric::LocalLink& l : f.links) {
+        if (l.a >= p || l.b >= p || l.a == l.b) continue;
+        out[static_cast<size_t>(l.a)] += l.bandwidth;
+        out[static_cast<size_t>(l.b)] += l.bandwidth;
+      }
+      const double least = *std::min_element(out.begin(), out.end());
+      // A group whose devices are not all linked to each other moves what device 0's links
+      // carry, as before this distinction (the model has no PCIe path).
+      group_fabric_bw_[static_cast<size_t>(p)] = least > 0 ? least : fabric_bw_;
+    }
+  }
   if (topology.has_network()) {
     nic_bw_ = topology.network().nic_bandwidth;
     nics_per_node_ = topology.nics_per_node();
@@ -224,8 +240,10 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   const double nic_line = N > 1 ? nics_used * nic_bw_ * s.network_factor / oversubscription : kInf;
   double nic_node = nic_line;
   if (N > 1 && c_.channel_network_bandwidth > 0) nic_node = std::min(nic_node, C * c_.channel_network_bandwidth);
-  // Inside a node: the fabric, or the NICs when the node has none.
-  const double fabric = fabric_bw_ > 0 ? fabric_bw_ : nic_bw_;
+  // Inside a node: the fabric joining the group's devices, or the NICs when the node has none.
+  const double group_fabric =
+      group_fabric_bw_[static_cast<size_t>(std::clamp(p, 1, static_cast<int>(group_fabric_bw_.size()) - 1))];
+  const double fabric = group_fabric > 0 ? group_fabric : nic_bw_;
   const int used = std::clamp(static_cast<int>(s.bytes / kChannelBytes[pi(proto)]), 1, C);
   e.channels = used;
   // Each channel moves a sixteenth of what 16 channels (NCCL's ring channel count on NVSwitch

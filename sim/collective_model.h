@@ -150,7 +150,12 @@ class CollectiveModel {
 
   CollectiveTiming c_;
   double fabric_bw_ = 0;  // per device, each direction (0: no fabric)
-  double nic_bw_ = 0;     // per NIC
+  // [p]: what each of a group's p devices of one node (local devices 0..p-1) can send to the
+  // group's others at once, each direction, the least among them. A switch gives every device its
+  // whole port whatever p; links (ring, mesh, a list) give only those joining the group's
+  // devices: two GPUs of a four-GPU NVLink mesh share one pair's links, a third of each GPU's.
+  std::vector<double> group_fabric_bw_;
+  double nic_bw_ = 0;  // per NIC
   int nics_per_node_ = 0;
   bool sharp_ = false;  // in-network reduction (CollNet)
   // Per fat-tree level below the top: nodes under one of its switch groups, and its

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/check.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 #include "sim/tuner_config.h"
@@ -255,6 +256,55 @@ TEST(CollectiveModelClosedForm, OneRankMovesNothing) {
   EXPECT_EQ(e.channels, 0);
   EXPECT_EQ(e.seconds, 0.0);
   EXPECT_FALSE(m.estimate(shape(CollOp::all_reduce, 1e6, 1), CollAlgo::tree, Protocol::simple));
+}
+
+// ---- a node of GPUs joined by links, not a switch
+
+// One node of 4 devices whose fabric is `fabric` (a YAML mapping), with the NCCL section above.
+Topology linked_node(const std::string& fabric) {
+  std::string text = one_node(4, kNcclSection);
+  const std::string sw = "  fabric:\n    type: switch\n    bandwidth: 100 GB/s\n    latency: 1 us\n";
+  const size_t at = text.find(sw);
+  RANKSIM_CHECK(at != std::string::npos, "the switch fabric of one_node()");
+  text.replace(at, sw.size(), "  fabric: " + fabric + "\n");
+  return Topology::parse(text, "linked.yaml");
+}
+
+// A ring's bus bandwidth inside a node is what each device can send to the group's others at once:
+// on a mesh (as an HGX 4-GPU board), p of the 4 GPUs reach p - 1 links each; on a switch, every p
+// gets the whole port.
+TEST(CollectiveModelClosedForm, AMeshGivesAGroupOnlyTheLinksJoiningItsDevices) {
+  constexpr double kLink = 50e9;
+  const CollectiveModel mesh(linked_node("{type: mesh, bandwidth: 50 GB/s, latency: 1 us}"));
+  const CollectiveModel sw(linked_node("{type: switch, bandwidth: 150 GB/s, latency: 1 us}"));
+  for (int p = 2; p <= 4; ++p) {
+    const double factor = 2.0 * (p - 1) / p;
+    const CollectiveEstimate m = est(mesh, shape(CollOp::all_reduce, kBig, p), CollAlgo::ring, Protocol::simple);
+    expect_close(m.algbw, (p - 1) * kLink * kE / factor);
+    const CollectiveEstimate s = est(sw, shape(CollOp::all_reduce, kBig, p), CollAlgo::ring, Protocol::simple);
+    expect_close(s.algbw, 3 * kLink * kE / factor);
+  }
+  // All-to-all's bytes for the node's other GPUs go over the same links.
+  const CollectiveEstimate two = est(mesh, shape(CollOp::all_to_all, kBig, 2), CollAlgo::direct, Protocol::simple);
+  const CollectiveEstimate four = est(mesh, shape(CollOp::all_to_all, kBig, 4), CollAlgo::direct, Protocol::simple);
+  const double a2a = 0.80;  // alltoall_efficiency's default
+  EXPECT_NEAR(two.seconds - two.latency, kBig / 2 / (kLink * a2a), 1e-9 * kBig / kLink);
+  EXPECT_NEAR(four.seconds - four.latency, kBig * 3 / 4 / (3 * kLink * a2a), 1e-9 * kBig / kLink);
+  // No NVSwitch, no NVLS.
+  std::string why;
+  EXPECT_FALSE(mesh.estimate(shape(CollOp::all_reduce, kBig, 4), CollAlgo::nvls, Protocol::simple, &why));
+}
+
+// On a ring of links (device i to i + 1), the group's least-linked device sets the pace: devices
+// 0..2 of 4 have one link among them at either end, device 3 closes the ring for all four.
+TEST(CollectiveModelClosedForm, ARingOfLinksGivesTheLeastLinkedDevicesShare) {
+  constexpr double kLink = 50e9;
+  const CollectiveModel ring(linked_node("{type: ring, bandwidth: 50 GB/s, latency: 1 us}"));
+  const double links[] = {0, 0, 1, 1, 2};
+  for (int p = 2; p <= 4; ++p) {
+    const CollectiveEstimate e = est(ring, shape(CollOp::all_gather, kBig, p), CollAlgo::ring, Protocol::simple);
+    expect_close(e.algbw, links[p] * kLink * kE / ((p - 1.0) / p));
+  }
 }
 
 // ---- several nodes
