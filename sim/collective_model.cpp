@@ -265,6 +265,12 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
     case CollAlgo::ring: {
       if (p2p) return no("all_to_all, gather and scatter are point-to-point in NCCL (use direct)");
       double bus = ring_bus;
+      // An all_gather or reduce_scatter ring moves a loop's n - 1 steps over NVLink in the time of
+      // n - 1 + ring_loop_gap, where an all_reduce, which joins its reduce-scatter half to its
+      // all-gather half inside each loop, loses nothing: so the fewer the ranks, the larger the
+      // share lost.
+      if (c_.ring_loop_gap > 0 && is_reduce_gather(s.op))
+        bus = std::min(fabric_bus * (n - 1) / (n - 1 + c_.ring_loop_gap), network_bus);
       if (proto == Protocol::ll) bus = std::min(bus * 0.5, ll_max);
       if (proto == Protocol::ll128) bus *= 0.92;
       algbw = bus / bus_factor(s.op, n);

@@ -52,6 +52,7 @@ struct Schemas {
     for (const char* k : {"model",
                           "channels",
                           "fabric_efficiency",
+                          "ring_loop_gap",
                           "network_efficiency",
                           "alltoall_efficiency",
                           "alltoall_network_efficiency",
@@ -552,6 +553,12 @@ class TopologyReader {
     fraction("nvls_efficiency", c.nvls_efficiency);
     fraction("nvls_tree_efficiency", c.nvls_tree_efficiency);
     fraction("nvls_tree_network_efficiency", c.nvls_tree_network_efficiency);
+    if (const Field* k = cv.find("ring_loop_gap")) {
+      c.ring_loop_gap = rd_.number(*k, "steps of a ring's loop, 0 or more");
+      if (!(c.ring_loop_gap >= 0 && c.ring_loop_gap <= 64))
+        rd_.pos().fail(k->value,
+                       "'" + k->path + "' must be from 0 to 64 (steps of a ring's loop), got " + rd_.scalar(*k, ""));
+    }
     if (const Field* k = cv.find("nvls")) {
       c.nvls = rd_.boolean(*k);
       if (c.nvls && s_.fabric.type != FabricType::switched)

@@ -81,8 +81,12 @@ enum class CollectiveTimingModel : uint8_t { schedule, nccl };
 
 struct CollectiveTiming {
   CollectiveTimingModel model = CollectiveTimingModel::schedule;
-  int channels = 16;                  // channels (rings / trees) a large collective runs at once
-  double fabric_efficiency = 0.80;    // share of the fabric bandwidth a ring's bus bandwidth reaches
+  int channels = 16;                // channels (rings / trees) a large collective runs at once
+  double fabric_efficiency = 0.80;  // share of the fabric bandwidth a ring's bus bandwidth reaches
+  // What an all_gather or reduce_scatter ring's loop loses on NVLink, in steps: the fabric's share
+  // of its bus bandwidth is (n-1) / (n-1 + this) of fabric_efficiency's (an all_reduce ring's).
+  // 0 (the default): nothing.
+  double ring_loop_gap = 0;
   double network_efficiency = 0.95;   // share of the NICs' bandwidth a ring's bus bandwidth reaches
   double alltoall_efficiency = 0.80;  // share of the fabric bandwidth all-to-all reaches in a node
   // Share of the NICs' bandwidth all-to-all (NCCL's point-to-point) reaches between nodes; 0 (the

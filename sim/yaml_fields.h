@@ -114,13 +114,17 @@ class Reader {
       pos_.fail(f.value, "'" + f.path + "' must be a whole number (" + meaning + "), got '" + s + "'");
     return v;
   }
-  double positive_number(const Field& f, const std::string& meaning) const {
+  double number(const Field& f, const std::string& meaning) const {
     const std::string& s = scalar(f, "a number (" + meaning + ")");
     double v = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
       pos_.fail(f.value, "'" + f.path + "' must be a number (" + meaning + "), got '" + s + "'");
-    if (!(v > 0)) pos_.fail(f.value, "'" + f.path + "' must be positive (" + meaning + "), got " + s);
+    return v;
+  }
+  double positive_number(const Field& f, const std::string& meaning) const {
+    const double v = number(f, meaning);
+    if (!(v > 0)) pos_.fail(f.value, "'" + f.path + "' must be positive (" + meaning + "), got " + f.value.Scalar());
     return v;
   }
   bool boolean(const Field& f) const {

@@ -291,6 +291,29 @@ TEST(CalibrateFit, TheSimpleBaseLatencyIsFittedWhenNamed) {
   EXPECT_EQ(fit_collectives(t, start, cases).constants.simple_latency, start.simple_latency);
 }
 
+TEST(CalibrateFit, TheRingLoopGapIsFittedWhenNamed) {
+  // All_reduce rings give fabric_efficiency; all_gather rings of 8 and of 4 ranks lose the gap in
+  // different shares (7 / (7 + gap) and 3 / (3 + gap)), which tells it from fabric_efficiency.
+  const sim::Topology t = sim::Topology::parse(topology_text(1), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  sim::CollectiveTiming real = truth(t);
+  real.ring_loop_gap = 0.3;
+  const sim::CollectiveModel m(t, real);
+  const sim::CollOp ag = sim::CollOp::all_gather;
+  const std::vector<FitCase> cases = {synthetic_case(m, launch, 8, 1), synthetic_case(m, launch, 8, 1, {}, ag),
+                                      synthetic_case(m, launch, 4, 1, {}, ag)};
+  sim::CollectiveTiming start = truth(t);
+  start.fabric_efficiency = 0.7;
+  const std::vector<std::string> names = {"fabric_efficiency", "ring_loop_gap", "intra_latency", "call_overhead"};
+  const FitResult fit = fit_collectives(t, start, cases, names);
+  EXPECT_THAT(fit.fitted, UnorderedElementsAreArray(names));
+  expect_within(fit.constants.ring_loop_gap, 0.3, 0.01, "ring_loop_gap");
+  expect_within(fit.constants.fabric_efficiency, 0.83, 0.01, "fabric_efficiency");
+  // Unnamed, it stays unset: most tables cannot tell it from fabric_efficiency.
+  EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("ring_loop_gap")));
+  EXPECT_EQ(fit_collectives(t, start, cases).constants.ring_loop_gap, 0.0);
+}
+
 TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
   // Tables made on an NVLS node whose NVLS trees run at 0.45 of the fabric (NVLS alone at 0.5):
   // on two nodes the NVLS tree is NVLS-bound (100 GB/s x 0.45 / (1 + 1/8) = 40 GB/s, the NICs

@@ -73,7 +73,7 @@ const nlohmann::json& collective(const nlohmann::json& j, const std::string& op,
 // ---- The scenarios.
 
 // 4 ranks of one DGX H100, two repetitions of a 1e12-FLOP bf16 kernel (1.014 ms) and a 64 MiB
-// all-reduce on the world (333.15 us): repetition 1's kernel runs from 1.347 ms to 2.361 ms.
+// all-reduce on the world (324.99 us): repetition 1's kernel runs from 1.338 ms to 2.352 ms.
 std::string two_repetitions(const std::string& faults) {
   return "name: faults-dgx\n"
          "topology: " +
@@ -164,7 +164,7 @@ std::vector<FaultCase> fault_cases() {
        {"ranksim: the run failed: 1 rank failed:\n"
         "  rank 3: faults[0] (rank_fails: rank 3): failed at virtual time 2 ms\n"
         "When the run stopped, 3 ranks were blocked:\n" +
-        waiting_for_3("2.361 ms", 1)},
+        waiting_for_3("2.352 ms", 1)},
        {}},
       // Rank 3 fails while blocked in the barrier: at exactly 2 ms.
       {"rank_fails at a time, blocked",
@@ -174,20 +174,20 @@ std::vector<FaultCase> fault_cases() {
         "  rank 3: faults[0] (rank_fails: rank 3): failed at virtual time 2 ms\n",
         "  rank 2 (clock 0 s): barrier(f32) on world, call #0: waiting for ranks 0, 1 to join\n"},
        {}},
-      // Before step 1 of repetition 1: after two kernels and one all-reduce, 2.361 ms.
+      // Before step 1 of repetition 1: after two kernels and one all-reduce, 2.352 ms.
       {"rank_fails at a step",
        two_repetitions("rank_fails: {rank: 3, step: 1, iteration: 1}"),
        1,
        {"ranksim: the run failed: 1 rank failed:\n"
         "  rank 3: faults[0] (rank_fails: rank 3) before step 1 (all_reduce) of repetition 1, at virtual time "
-        "2.361 ms: failed\n"
+        "2.352 ms: failed\n"
         "When the run stopped, 3 ranks were blocked:\n" +
-        waiting_for_3("2.361 ms", 1)},
+        waiting_for_3("2.352 ms", 1)},
        {}},
       {"rank_stops at a time, computing",
        two_repetitions("rank_stops: {rank: 3, at: 2 ms}"),
        1,
-       {": 4 of 4 ranks are blocked and nothing is left that could wake them:\n" + waiting_for_3("2.361 ms", 1) +
+       {": 4 of 4 ranks are blocked and nothing is left that could wake them:\n" + waiting_for_3("2.352 ms", 1) +
         "  rank 3 (clock 2 ms): faults[0] (rank_stops: rank 3): stopped at virtual time 2 ms\n"},
        {}},
       // Its report: ARankStoppedInACollectiveHoldsItsPeersThere.
@@ -205,7 +205,7 @@ std::vector<FaultCase> fault_cases() {
        {},
        {"faults injected (docs/scenarios.md, \"Faults\"):\n"
         "  faults[0] (straggler: rank 1): its kernels take 3x as long from 0 s\n"
-        "  effect: virtual time 6.749 ms against 2.694 ms without the faults (+150.53%)\n"}},
+        "  effect: virtual time 6.732 ms against 2.677 ms without the faults (+151.45%)\n"}},
       {"network_degrades, node",
        two_nodes("network_degrades: {node: 1, factor: 0.5}"),
        0,
@@ -314,7 +314,7 @@ TEST(Faults, RankFaultsAfterTheRunsEndHaveNoEffect) {
     EXPECT_THAT(r.r.out,
                 HasSubstr("  faults[0] (" + std::string(kind) + ": rank 3): " + (kind[5] == 'f' ? "fails" : "stops") +
                           " at 1 s (after the run ended: no effect)\n"
-                          "  effect: virtual time 2.694 ms against 2.694 ms without the faults (+0.00%)\n"));
+                          "  effect: virtual time 2.677 ms against 2.677 ms without the faults (+0.00%)\n"));
   }
   const Outcome n = run_json(write_scenario("late2.yaml", two_nodes("network_fails: {node: 0, at: 1 s}")));
   ASSERT_EQ(n.r.code, 0) << n.r.err;

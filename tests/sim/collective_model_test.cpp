@@ -258,6 +258,25 @@ TEST(CollectiveModelClosedForm, OneRankMovesNothing) {
   EXPECT_FALSE(m.estimate(shape(CollOp::all_reduce, 1e6, 1), CollAlgo::tree, Protocol::simple));
 }
 
+// An all_gather or reduce_scatter ring of n ranks reaches (n - 1) / (n - 1 + ring_loop_gap) of an
+// all_reduce ring's bus bandwidth over NVLink; all_reduce and broadcast keep fabric_efficiency's.
+TEST(CollectiveModelClosedForm, TheRingLoopGapCostsAllGatherAndReduceScatterLoops) {
+  const CollectiveModel m(dgx_like("  ring_loop_gap: 0.5\n"));
+  for (int n : {2, 4, 8}) {
+    for (CollOp op : {CollOp::all_gather, CollOp::reduce_scatter}) {
+      const CollectiveEstimate e = est(m, shape(op, kBig, n), CollAlgo::ring, Protocol::simple);
+      expect_close(e.algbw, kB * kE * (n - 1) / (n - 1 + 0.5) / ((n - 1.0) / n));
+    }
+    const CollectiveEstimate ar = est(m, shape(CollOp::all_reduce, kBig, n), CollAlgo::ring, Protocol::simple);
+    expect_close(ar.algbw, kB * kE / (2.0 * (n - 1) / n));
+  }
+  expect_close(est(m, shape(CollOp::broadcast, kBig, 8), CollAlgo::ring, Protocol::simple).algbw, kB * kE);
+  // Unset, nothing is lost.
+  const CollectiveModel none(dgx_like());
+  expect_close(est(none, shape(CollOp::all_gather, kBig, 8), CollAlgo::ring, Protocol::simple).algbw,
+               kB * kE / (7.0 / 8));
+}
+
 // ---- a node of GPUs joined by links, not a switch
 
 // One node of 4 devices whose fabric is `fabric` (a YAML mapping), with the NCCL section above.

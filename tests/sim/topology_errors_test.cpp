@@ -473,6 +473,20 @@ std::vector<Case> collective_cases() {
        15,
        22,
        {"'collectives.fabric_efficiency' must be at most 1", "got 1.5"}},
+      {"CollectivesRingLoopGapNegative",
+       base({}, {"collectives:", "  ring_loop_gap: -0.5"}),
+       {},
+       "bad.yaml",
+       15,
+       18,
+       {"'collectives.ring_loop_gap' must be from 0 to 64", "got -0.5"}},
+      {"CollectivesRingLoopGapNotANumber",
+       base({}, {"collectives:", "  ring_loop_gap: half"}),
+       {},
+       "bad.yaml",
+       15,
+       18,
+       {"'collectives.ring_loop_gap' must be a number", "'half'"}},
       {"CollectivesEfficiencyZero",
        base({}, {"collectives:", "  network_efficiency: 0"}),
        {},
@@ -626,6 +640,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                                                    "  model: nccl",
                                                    "  channels: 8",
                                                    "  fabric_efficiency: 0.7",
+                                                   "  ring_loop_gap: 0.25",
                                                    "  network_efficiency: 0.85",
                                                    "  alltoall_efficiency: 0.5",
                                                    "  alltoall_network_efficiency: 0.65",
@@ -652,6 +667,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.model, CollectiveTimingModel::nccl);
   EXPECT_EQ(c.channels, 8);
   EXPECT_EQ(c.fabric_efficiency, 0.7);
+  EXPECT_EQ(c.ring_loop_gap, 0.25);
   EXPECT_EQ(c.network_efficiency, 0.85);
   EXPECT_EQ(c.alltoall_efficiency, 0.5);
   EXPECT_EQ(c.alltoall_network_efficiency, 0.65);
