@@ -224,6 +224,7 @@ const std::vector<std::string>& fit_constant_names() {
                                                  "alltoall_efficiency",
                                                  "alltoall_network_efficiency",
                                                  "channel_network_bandwidth",
+                                                 "p2p_channel_network_bandwidth",
                                                  "call_overhead",
                                                  "group_launch",
                                                  "peer_latency",
@@ -328,6 +329,18 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   if (a2a_net) {
     params.push_back(share_param("alltoall_network_efficiency", &sim::CollectiveTiming::alltoall_network_efficiency,
                                  &sim::CollectiveTiming::alltoall_network_share));
+    // A point-to-point channel's rate to a peer across nodes: only when named (--fit), since only
+    // tables with few peers on other nodes (two nodes of one or two GPUs) show it. Unset (0, no
+    // cap), the fit starts where it binds: a peer's channels at 0.7 of a GPU's NIC line rate.
+    if (named("p2p_channel_network_bandwidth")) {
+      const double start_rate = 0.7 * std::max(1, topology.nics_per_node() / topology.devices_per_node()) *
+                                topology.network().nic_bandwidth / std::max(1, sim::p2p_network_channels(topology));
+      params.push_back({"p2p_channel_network_bandwidth", false,
+                        [start_rate](const sim::CollectiveTiming& c) {
+                          return c.p2p_channel_network_bandwidth > 0 ? c.p2p_channel_network_bandwidth : start_rate;
+                        },
+                        [](sim::CollectiveTiming& c, double v) { c.p2p_channel_network_bandwidth = v; }, 1e13});
+    }
     // Each peer across nodes: only when named (--fit), since only tables of many nodes' small
     // calls tell it from call_overhead. Unset (0), the fit starts at what it reads as.
     if (named("peer_latency"))
@@ -628,6 +641,8 @@ YAML::Node collectives_node(const sim::CollectiveTiming& c) {
   if (c.alltoall_network_efficiency > 0) n["alltoall_network_efficiency"] = fmt("%.4f", c.alltoall_network_efficiency);
   if (c.channel_network_bandwidth > 0)
     n["channel_network_bandwidth"] = fmt("%.4g GB/s", c.channel_network_bandwidth / 1e9);
+  if (c.p2p_channel_network_bandwidth > 0)
+    n["p2p_channel_network_bandwidth"] = fmt("%.4g GB/s", c.p2p_channel_network_bandwidth / 1e9);
   n["nvls"] = c.nvls ? "true" : "false";
   n["nvls_efficiency"] = fmt("%.4f", c.nvls_efficiency);
   if (c.nvls_tree_efficiency > 0) n["nvls_tree_efficiency"] = fmt("%.4f", c.nvls_tree_efficiency);

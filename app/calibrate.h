@@ -82,7 +82,8 @@ double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, dou
 
 // The constants fit_collectives can fit, in the order it reports them (`--fit` takes these).
 // simple_latency, channel_network_bandwidth, nvls_tree_network_efficiency, peer_latency,
-// message_latency, ll_net_overhead and ring_loop_gap are fitted only when named.
+// message_latency, ll_net_overhead, ring_loop_gap and p2p_channel_network_bandwidth are fitted
+// only when named.
 const std::vector<std::string>& fit_constant_names();
 
 // Fits the constants of `topology` (with `start` as the starting point) to the cases.

@@ -273,7 +273,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->add_option("--fit", cal_opts.fit,
                    "Fit only these constants (default: all the tables inform; simple_latency, "
                    "channel_network_bandwidth, nvls_tree_network_efficiency, peer_latency, message_latency, "
-                   "ll_net_overhead and ring_loop_gap only when named): " +
+                   "ll_net_overhead, ring_loop_gap and p2p_channel_network_bandwidth only when named): " +
                        sim::join(fit_constant_names()))
       ->delimiter(',');
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");

@@ -35,6 +35,7 @@ FITTED = {
     "h100sxm_10node10gpu_all_reduce_xxrjun.csv",
     "h100sxm_10node80gpu_all_gather_xxrjun.csv",
     "h100sxm_10node20gpu_all_to_all_xxrjun.csv",
+    "h100sxm_2node2gpu_all_to_all_xxrjun01.csv",
     "h100sxm_2node16gpu_efa_all_reduce_awsome.csv",
     "h100sxm_16node128gpu_efa_all_gather_crazyguitar.csv",
     "h100sxm_8node64gpu_efa_all_to_all_crazyguitar.csv",

@@ -158,6 +158,16 @@ std::optional<Protocol> parse_protocol(std::string_view name) {
   return std::nullopt;
 }
 
+int p2p_network_channels(const Topology& topology) {
+  if (!topology.has_network()) return 0;
+  const int nics_per_gpu = std::max(1, topology.nics_per_node() / std::max(1, topology.devices_per_node()));
+  const double gpu_net_gbps = nics_per_gpu * topology.network().nic_bandwidth / 1e9;
+  const int need = std::max(nics_per_gpu, static_cast<int>(std::ceil(gpu_net_gbps / 14.0 - 1e-9)));
+  int channels = 1;
+  while (channels < need) channels *= 2;
+  return channels;
+}
+
 CollectiveModel::CollectiveModel(const Topology& topology) : CollectiveModel(topology, topology.collectives()) {}
 
 CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTiming& constants) : c_(constants) {
@@ -189,6 +199,7 @@ CollectiveModel::CollectiveModel(const Topology& topology, const CollectiveTimin
   if (topology.has_network()) {
     nic_bw_ = topology.network().nic_bandwidth;
     nics_per_node_ = topology.nics_per_node();
+    p2p_net_channels_ = p2p_network_channels(topology);
     sharp_ = topology.network().sharp;
     long long nodes_below = 1;
     const std::vector<FatTreeLevel>& lv = topology.network().levels;
@@ -379,7 +390,13 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
           (s.op == CollOp::all_to_all ? nics_used * nic_bw_ / p : nic_bw_) * s.network_factor / oversubscription;
       double t = 0;
       if (intra_bytes > 0) t = std::max(t, intra_bytes / (fabric * c_.alltoall_efficiency));
-      if (inter_bytes > 0) t = std::max(t, inter_bytes / (nic_rank * c_.alltoall_network_share()));
+      if (inter_bytes > 0) {
+        t = std::max(t, inter_bytes / (nic_rank * c_.alltoall_network_share()));
+        // Each peer on another node gets its S / n through its own channels, at most
+        // p2p_channel_network_bandwidth each: with few such peers, less than the NICs.
+        if (c_.p2p_channel_network_bandwidth > 0)
+          t = std::max(t, s.bytes / n / (p2p_net_channels_ * c_.p2p_channel_network_bandwidth));
+      }
       if (proto == Protocol::ll) t *= 2;
       algbw = t > 0 ? s.bytes / t : kInf;
       e.channels = 1;

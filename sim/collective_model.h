@@ -115,6 +115,11 @@ struct CollectiveEstimate {
 // bench collectives` place their ranks), bytes left 0.
 CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nranks);
 
+// NCCL's channels for a point-to-point peer on another node: at least one a NIC of the GPU's,
+// and as many as its NICs' bandwidth needs at 14 GB/s each (NCCL_P2P_PER_CHANNEL_NET_BW), to the
+// next power of two (src/graph/paths.cc). 0 without a network.
+int p2p_network_channels(const Topology& topology);
+
 class CollectiveModel {
  public:
   // The constants are the topology's (Topology::collectives()); the model keeps a copy of what
@@ -157,7 +162,8 @@ class CollectiveModel {
   std::vector<double> group_fabric_bw_;
   double nic_bw_ = 0;  // per NIC
   int nics_per_node_ = 0;
-  bool sharp_ = false;  // in-network reduction (CollNet)
+  int p2p_net_channels_ = 0;  // p2p_network_channels()
+  bool sharp_ = false;        // in-network reduction (CollNet)
   // Per fat-tree level below the top: nodes under one of its switch groups, and its
   // oversubscription (a group spanning more nodes crosses the level's uplinks).
   std::vector<std::pair<long long, double>> levels_;

@@ -57,6 +57,7 @@ struct Schemas {
                           "alltoall_efficiency",
                           "alltoall_network_efficiency",
                           "channel_network_bandwidth",
+                          "p2p_channel_network_bandwidth",
                           "nvls",
                           "nvls_efficiency",
                           "nvls_tree_efficiency",
@@ -592,6 +593,7 @@ class TopologyReader {
       }
     };
     if (const Field* k = cv.find("channel_network_bandwidth")) c.channel_network_bandwidth = rd_.bandwidth(*k);
+    if (const Field* k = cv.find("p2p_channel_network_bandwidth")) c.p2p_channel_network_bandwidth = rd_.bandwidth(*k);
     latency("intra_latency", c.intra_latency);
     latency("inter_latency", c.inter_latency);
     latency("net_overhead", c.net_overhead);

@@ -98,6 +98,11 @@ struct CollectiveTiming {
   // The most network traffic one channel of a ring or tree moves (bytes/s, each direction): a
   // node's NICs carry at most channels x this. 0 (the default): no such limit.
   double channel_network_bandwidth = 0;
+  // The most one channel of a point-to-point call (all_to_all, gather, scatter) moves to a peer on
+  // another node (bytes/s): a peer's bytes go through NCCL's channels per network peer, at least
+  // one a NIC of the GPU's and as many as its NICs need at 14 GB/s each (src/graph/paths.cc), so a
+  // call with few peers across nodes may not fill the NICs. 0 (the default): no such limit.
+  double p2p_channel_network_bandwidth = 0;
   bool nvls = false;  // NVLink SHARP: reductions inside the NVSwitch
   // NVLS's share of the fabric bandwidth; an all_reduce of S moves S (1 + 1/p) on each GPU's link
   // (0.675: algorithm bandwidth 0.6 of the fabric's on 8 GPUs).

@@ -216,6 +216,22 @@ TEST(CalibrateFit, PeerLatencyIsFittedWhenNamed) {
   EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("peer_latency")));
 }
 
+TEST(CalibrateFit, ThePointToPointChannelRateIsFittedWhenNamed) {
+  // Two ranks on two nodes (one peer across them, NCCL's one channel for a 6.25 GB/s NIC) at
+  // 4 GB/s a channel, under the NIC's 5.6; and 16 and 32 ranks, whose many peers fill the NICs.
+  const sim::Topology t = sim::Topology::parse(topology_text(4), "cal.yaml");
+  const double launch = t.kind_of(0).launch_overhead.seconds();
+  sim::CollectiveTiming real = truth(t);
+  real.p2p_channel_network_bandwidth = 4e9;
+  std::vector<FitCase> cases = across_nodes(t, real, std::nullopt, sim::CollOp::all_to_all);
+  cases.push_back(synthetic_case(sim::CollectiveModel(t, real), launch, 2, 2, std::nullopt, sim::CollOp::all_to_all));
+  sim::CollectiveTiming start = real;
+  start.p2p_channel_network_bandwidth = 0;
+  const FitResult fit = fit_collectives(t, start, cases, {"p2p_channel_network_bandwidth"});
+  expect_within(fit.constants.p2p_channel_network_bandwidth, 4e9, 0.01, "p2p_channel_network_bandwidth");
+  EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("p2p_channel_network_bandwidth")));
+}
+
 TEST(CalibrateFit, MessageLatencyIsFittedWhenNamed) {
   // All-to-all tables made with 512 KiB messages costing 3 us each, on top of 12 us a peer: from
   // peer_latency fitted alone and no message cost (started at 1 us), both come back to 1%; not

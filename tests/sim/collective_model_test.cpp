@@ -10,12 +10,14 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/check.h"
 #include "sim/error.h"
 #include "sim/topology.h"
 #include "sim/tuner_config.h"
+#include "sim/units.h"
 
 namespace ranksim::sim {
 namespace {
@@ -499,6 +501,27 @@ TEST(CollectiveModelMultiNode, TreeChunksWaitOnTheProxyUntilThePipelineFills) {
   // 15 chunks), then while fewer than 5.6 (already more).
   const double ll128_fill = 14 * kUs + 2 * (7 * 4 * kUs * 1.25 / 3.4 + 1 * 7 * kUs * 8.5 / 14);
   expect_close(latency(16 * kMiB, Protocol::ll128), ll128_fill + 15 * 2 * kUs);
+}
+
+TEST(CollectiveModelMultiNode, APeerOnAnotherNodeGetsNcclsChannelsPerNetworkPeer) {
+  // At 9 GB/s a channel, one peer across nodes gets NCCL's channels per network peer: a 400 Gb/s
+  // NIC (50 GB/s) ceil(50 / 14) = 4, 36 GB/s, under the NIC's 45; 200 Gb/s 2, 18 GB/s; 100 Gb/s
+  // (12.5 GB/s) 1, 9 GB/s. Two ranks on two nodes each send S / 2 to the other.
+  const std::string cap = "  p2p_channel_network_bandwidth: 9 GB/s\n";
+  for (const auto& [nic, channels] : {std::pair{"400 Gb/s", 4}, std::pair{"200 Gb/s", 2}, std::pair{"100 Gb/s", 1}}) {
+    const CollectiveModel m(cluster(2, 8, 0.8, cap, nic));
+    const CollectiveEstimate e = est(m, shape(CollOp::all_to_all, kBig, 2, 2), CollAlgo::direct, Protocol::simple);
+    expect_close(e.algbw, 2 * channels * 9e9);
+    // Unset, the NIC bounds it.
+    const CollectiveModel free(cluster(2, 8, 0.8, "", nic));
+    const double line = units::parse_bandwidth(nic);
+    expect_close(est(free, shape(CollOp::all_to_all, kBig, 2, 2), CollAlgo::direct, Protocol::simple).algbw,
+                 2 * line * 0.9);
+  }
+  // With 8 peers on the other node, each of S / 16, the NIC is the bound again.
+  const CollectiveModel m(cluster(2, 8, 0.8, cap));
+  expect_close(est(m, shape(CollOp::all_to_all, kBig, 16, 2), CollAlgo::direct, Protocol::simple).algbw,
+               50e9 * 0.9 / (8.0 / 16));
 }
 
 TEST(CollectiveModelMultiNode, AllToAllAcrossNodesRunsAtItsOwnShareOfTheNics) {

@@ -641,6 +641,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
                                                    "  channels: 8",
                                                    "  fabric_efficiency: 0.7",
                                                    "  ring_loop_gap: 0.25",
+                                                   "  p2p_channel_network_bandwidth: 8 GB/s",
                                                    "  network_efficiency: 0.85",
                                                    "  alltoall_efficiency: 0.5",
                                                    "  alltoall_network_efficiency: 0.65",
@@ -668,6 +669,7 @@ TEST(TopologyCollectivesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.channels, 8);
   EXPECT_EQ(c.fabric_efficiency, 0.7);
   EXPECT_EQ(c.ring_loop_gap, 0.25);
+  EXPECT_DOUBLE_EQ(c.p2p_channel_network_bandwidth, 8e9);
   EXPECT_EQ(c.network_efficiency, 0.85);
   EXPECT_EQ(c.alltoall_efficiency, 0.5);
   EXPECT_EQ(c.alltoall_network_efficiency, 0.65);
