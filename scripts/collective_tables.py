@@ -92,19 +92,18 @@ def machine(name, header=""):
             return ("dgx-a100.yaml", [f"nodes={nodes}", "network.transport=roce"],
                     "OCI BM.GPU4.8: 16 x 100 Gb/s RoCE a node (as 8 x 200 Gb/s), not InfiniBand")
         return ("dgx-a100.yaml", [f"nodes={nodes}"], "")
-    if "snellius" in name or "jupiter" in name:
-        # 4 Hopper GPUs a node, each pair joined by 6 NVLink 4 links (150 GB/s each way) without
-        # an NVSwitch (so no NVLS), and 4 x NDR200 NICs a node.
+    if "jupiter" in name:  # its own topology: 4 GH200 a node on an NVLink mesh, NDR200
+        return ("jupiter-gh200.yaml", [f"nodes={nodes}"],
+                "JUPITER Booster: 4 GH200 a node, NVLink 4 between each pair of GPUs at 150 GB/s each way (no "
+                "NVSwitch, no NVLS), 4 x InfiniBand NDR200 a node (JSC's configuration page)")
+    if "snellius" in name:
+        # 4 H100 a node, each pair joined by 6 NVLink 4 links (150 GB/s each way) without an
+        # NVSwitch (so no NVLS), and 4 x NDR200 NICs a node.
         sets = [f"nodes={nodes}", "node.devices=4", "node.fabric={type: mesh, bandwidth: 150 GB/s, latency: 700 ns}",
                 "collectives.nvls=false"]
         if nodes > 1:
             sets.append("network.nic_bandwidth=200Gb/s")
-        topology = "h100-cluster.yaml" if nodes > 1 else "dgx-h100.yaml"
-        if "jupiter" in name:
-            return (topology, sets,
-                    "JUPITER Booster: 4 GH200 a node, NVLink 4 between each pair of GPUs at 150 GB/s each way (no "
-                    "NVSwitch, no NVLS), 4 x InfiniBand NDR200 a node (JSC's configuration page)")
-        return (topology, sets,
+        return ("h100-cluster.yaml" if nodes > 1 else "dgx-h100.yaml", sets,
                 "Snellius gpu_h100: 4 H100 SXM a node, each pair joined by NVLink without NVSwitch (as an HGX "
                 "H100 4-GPU board: 6 links, 150 GB/s each way; no NVLS), 4 x 200 Gb/s InfiniBand a node (inferred: "
                 "four IB devices in UCX_NET_DEVICES besides a bond, and rings reaching 97 GB/s of bus bandwidth)")

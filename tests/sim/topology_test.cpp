@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "sim/collective_model.h"
 #include "sim/error.h"
@@ -98,6 +99,40 @@ TEST(Topology, TheClusterNodeIsTheDgxH100Node) {
   for (const char* file : {"h100-cluster.yaml", "aws-p5.yaml"}) {
     SCOPED_TRACE(file);
     same_node_timing(Topology::load_file(shipped("dgx-h100.yaml")), Topology::load_file(shipped(file)));
+  }
+}
+
+TEST(Topology, TheJupiterNodeIsAMeshWithTheClustersCollectiveConstants) {
+  const Topology j = Topology::load_file(shipped("jupiter-gh200.yaml"));
+  const Topology h = Topology::load_file(shipped("h100-cluster.yaml"));
+  EXPECT_EQ(j.devices_per_node(), 4);
+  EXPECT_EQ(j.fabric().type, FabricType::mesh);
+  EXPECT_EQ(j.fabric().links.size(), 6u);  // each pair once
+  // No NVSwitch, no NVLS; otherwise h100-cluster.yaml's constants (none is fitted to JUPITER).
+  const CollectiveTiming &a = j.collectives(), &b = h.collectives();
+  EXPECT_FALSE(a.nvls);
+  EXPECT_EQ(a.fabric_efficiency, b.fabric_efficiency);
+  EXPECT_EQ(a.ring_loop_gap, b.ring_loop_gap);
+  EXPECT_EQ(a.intra_latency, b.intra_latency);
+  EXPECT_EQ(a.simple_latency, b.simple_latency);
+  EXPECT_EQ(a.network_efficiency, b.network_efficiency);
+  EXPECT_EQ(a.inter_latency, b.inter_latency);
+  EXPECT_EQ(a.net_overhead, b.net_overhead);
+  EXPECT_EQ(a.ll_net_overhead, b.ll_net_overhead);
+  EXPECT_EQ(a.channel_network_bandwidth, b.channel_network_bandwidth);
+  EXPECT_EQ(a.alltoall_efficiency, b.alltoall_efficiency);
+  EXPECT_EQ(a.alltoall_network_efficiency, b.alltoall_network_efficiency);
+  EXPECT_EQ(a.p2p_channel_network_bandwidth, b.p2p_channel_network_bandwidth);
+  EXPECT_EQ(a.call_overhead, b.call_overhead);
+  EXPECT_EQ(a.group_launch, b.group_launch);
+  // A tensor-parallel pair rings over its one pair of links (150 GB/s), four GPUs over three.
+  const CollectiveModel m(j);
+  for (const auto& [n, links] : {std::pair{2, 1}, std::pair{4, 3}}) {
+    CollectiveShape s = first_devices_shape(j, CollOp::all_reduce, n);
+    s.bytes = 16.0 * (1 << 30);
+    const auto e = m.estimate(s, CollAlgo::ring, Protocol::simple);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_DOUBLE_EQ(e->algbw, links * 150e9 * a.fabric_efficiency / (2.0 * (n - 1) / n)) << n << " GPUs";
   }
 }
 
