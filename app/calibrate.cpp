@@ -239,6 +239,7 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   const double launch = topology.kind_of(0).launch_overhead.seconds();
   bool ring_intra = false, ring_inter = false, nvls = false, nvls_tree = false, a2a = false, a2a_net = false;
   bool nvls_tree_wide = false;  // an NVLS tree on more than two nodes: its network share
+  bool gather_intra = false;    // an all_gather or reduce_scatter with GPUs on one node: ring_loop_gap
   // Hop latencies are told apart from the fixed overhead by the hop counts of the tables and by
   // the protocols' different latencies within one table.
   bool intra = false, net = false, inter = false;
@@ -256,6 +257,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
                               (c.shape.op == sim::CollOp::all_gather || c.shape.op == sim::CollOp::reduce_scatter)));
     inter = inter || (c.shape.nodes > 1 && !only_ring);
     ring_intra = ring_intra || (!direct && c.shape.ranks_per_node > 1);
+    gather_intra = gather_intra || (c.shape.ranks_per_node > 1 && (c.shape.op == sim::CollOp::all_gather ||
+                                                                   c.shape.op == sim::CollOp::reduce_scatter));
     ring_inter = ring_inter || (!direct && c.shape.nodes > 1);
     // All-to-all's efficiency in a node is the fabric's: only a table inside one node informs it
     // (across nodes the NICs bound it, at alltoall_network_efficiency).
@@ -274,10 +277,10 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
   auto named = [&](const char* name) { return std::find(only.begin(), only.end(), name) != only.end(); };
   std::vector<Param> params;
   if (ring_intra) params.push_back(fraction_param("fabric_efficiency", &sim::CollectiveTiming::fabric_efficiency));
-  // What a ring's loop loses on NVLink, in steps: only when named (--fit), since only ring tables
-  // of several operations or group sizes inside a node tell it from fabric_efficiency. Unset (0),
-  // the fit starts at a quarter of a step.
-  if (ring_intra && named("ring_loop_gap"))
+  // What an all_gather or reduce_scatter ring's loop loses on NVLink, in steps: only when named
+  // (--fit), since only such rings inside a node beside all_reduce rings (or rings of other sizes)
+  // tell it from fabric_efficiency. Unset (0), the fit starts at a quarter of a step.
+  if (gather_intra && named("ring_loop_gap"))
     params.push_back({"ring_loop_gap", false,
                       [](const sim::CollectiveTiming& c) { return c.ring_loop_gap > 0 ? c.ring_loop_gap : 0.25; },
                       [](sim::CollectiveTiming& c, double v) { c.ring_loop_gap = v; }, 64});
@@ -369,7 +372,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
       if (it == params.end())
         throw Error("--fit " + name +
                     ": the tables do not inform it (e.g. no table spans nodes, none runs an "
-                    "algorithm other than ring across nodes, or none runs NVLS or all_to_all)");
+                    "algorithm other than ring across nodes, none runs NVLS or all_to_all, or none is an "
+                    "all_gather or reduce_scatter inside a node)");
       chosen.push_back(*it);
     }
     params = std::move(chosen);

@@ -328,6 +328,13 @@ TEST(CalibrateFit, TheRingLoopGapIsFittedWhenNamed) {
   // Unnamed, it stays unset: most tables cannot tell it from fabric_efficiency.
   EXPECT_THAT(fit_collectives(t, start, cases).fitted, Not(testing::Contains("ring_loop_gap")));
   EXPECT_EQ(fit_collectives(t, start, cases).constants.ring_loop_gap, 0.0);
+  // All_reduce tables alone do not inform it.
+  try {
+    fit_collectives(t, start, {cases[0]}, {"ring_loop_gap"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--fit ring_loop_gap: the tables do not inform it"));
+  }
 }
 
 TEST(CalibrateFit, NvlsTreeTablesFitTheirOwnShareOfTheFabric) {
