@@ -336,8 +336,8 @@ FitResult fit_collectives(const sim::Topology& topology, const sim::CollectiveTi
     // tables with few peers on other nodes (two nodes of one or two GPUs) show it. Unset (0, no
     // cap), the fit starts where it binds: a peer's channels at 0.7 of a GPU's NIC line rate.
     if (named("p2p_channel_network_bandwidth")) {
-      const double start_rate = 0.7 * std::max(1, topology.nics_per_node() / topology.devices_per_node()) *
-                                topology.network().nic_bandwidth / std::max(1, sim::p2p_network_channels(topology));
+      const double start_rate =
+          0.7 * sim::gpu_network_bandwidth(topology) / std::max(1, sim::p2p_network_channels(topology));
       params.push_back({"p2p_channel_network_bandwidth", false,
                         [start_rate](const sim::CollectiveTiming& c) {
                           return c.p2p_channel_network_bandwidth > 0 ? c.p2p_channel_network_bandwidth : start_rate;

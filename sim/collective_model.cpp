@@ -158,11 +158,20 @@ std::optional<Protocol> parse_protocol(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+int nics_per_gpu(const Topology& topology) {
+  return std::max(1, topology.nics_per_node() / std::max(1, topology.devices_per_node()));
+}
+}  // namespace
+
+double gpu_network_bandwidth(const Topology& topology) {
+  return topology.has_network() ? nics_per_gpu(topology) * topology.network().nic_bandwidth : 0.0;
+}
+
 int p2p_network_channels(const Topology& topology) {
   if (!topology.has_network()) return 0;
-  const int nics_per_gpu = std::max(1, topology.nics_per_node() / std::max(1, topology.devices_per_node()));
-  const double gpu_net_gbps = nics_per_gpu * topology.network().nic_bandwidth / 1e9;
-  const int need = std::max(nics_per_gpu, static_cast<int>(std::ceil(gpu_net_gbps / 14.0 - 1e-9)));
+  const double gpu_net_gbps = gpu_network_bandwidth(topology) / 1e9;
+  const int need = std::max(nics_per_gpu(topology), static_cast<int>(std::ceil(gpu_net_gbps / 14.0 - 1e-9)));
   int channels = 1;
   while (channels < need) channels *= 2;
   return channels;

@@ -115,6 +115,10 @@ struct CollectiveEstimate {
 // bench collectives` place their ranks), bytes left 0.
 CollectiveShape first_devices_shape(const Topology& topology, CollOp op, int nranks);
 
+// What one GPU's NICs move each way (bytes/s): its share of the node's NICs, at least one; 0
+// without a network.
+double gpu_network_bandwidth(const Topology& topology);
+
 // NCCL's channels for a point-to-point peer on another node: at least one a NIC of the GPU's,
 // and as many as its NICs' bandwidth needs at 14 GB/s each (NCCL_P2P_PER_CHANNEL_NET_BW), to the
 // next power of two (src/graph/paths.cc). 0 without a network.
