@@ -264,7 +264,10 @@ std::optional<CollectiveEstimate> CollectiveModel::estimate(const CollectiveShap
   const double group_fabric =
       group_fabric_bw_[static_cast<size_t>(std::clamp(p, 1, static_cast<int>(group_fabric_bw_.size()) - 1))];
   const double fabric = group_fabric > 0 ? group_fabric : nic_bw_;
-  const int used = std::clamp(static_cast<int>(s.bytes / kChannelBytes[pi(proto)]), 1, C);
+  // A ring on LL needs n times the bytes per thread before NCCL adds a channel (its LL ring
+  // threshold is multiplied by the ranks: src/graph/tuning.cc).
+  const double channel_bytes = kChannelBytes[pi(proto)] * (algo == CollAlgo::ring && proto == Protocol::ll ? n : 1);
+  const int used = std::clamp(static_cast<int>(s.bytes / channel_bytes), 1, C);
   e.channels = used;
   // Each channel moves a sixteenth of what 16 channels (NCCL's ring channel count on NVSwitch
   // systems) move: fewer leave bandwidth unused. Over NVLink more channels (NCCL_MIN_CTAS) move

@@ -459,10 +459,14 @@ TEST(CollectiveModelMultiNode, LlStepsWaitTheirOwnTimeOnTheProxy) {
   expect_close(lat(base, CollOp::all_gather, CollAlgo::ring, Protocol::ll, 64 * 1024) -
                    lat(ll, CollOp::all_gather, CollAlgo::ring, Protocol::ll, 64 * 1024),
                15 * (2 - 0.5) * kUs);
-  // A broadcast's chain: 15 waits for one loop.
+  // A broadcast's chain: 15 waits for one loop, and one for each further loop (64 KiB on LL's
+  // one channel here, 16 x 4 KiB a channel: two loops of 32 KiB steps).
+  expect_close(lat(base, CollOp::broadcast, CollAlgo::ring, Protocol::ll, 32 * 1024) -
+                   lat(ll, CollOp::broadcast, CollAlgo::ring, Protocol::ll, 32 * 1024),
+               15 * (2 - 0.5) * kUs);
   expect_close(lat(base, CollOp::broadcast, CollAlgo::ring, Protocol::ll, 64 * 1024) -
                    lat(ll, CollOp::broadcast, CollAlgo::ring, Protocol::ll, 64 * 1024),
-               15 * (2 - 0.5) * kUs);
+               16 * (2 - 0.5) * kUs);
   // A tree all_reduce of 16 KiB: one LL chunk a channel, one wait.
   expect_close(lat(base, CollOp::all_reduce, CollAlgo::tree, Protocol::ll, 16 * 1024) -
                    lat(ll, CollOp::all_reduce, CollAlgo::tree, Protocol::ll, 16 * 1024),
@@ -1047,18 +1051,25 @@ TEST(CollectiveModelChannels, SmallCallsUseFewerChannels) {
     double bytes;
     int channels;
   };
-  // A channel per 32 KiB (Simple), 4 KiB (LL), 5 KiB (LL128); at least one, at most 16.
+  // A channel per 32 KiB (Simple), 5 KiB (LL128), and on LL 4 KiB times the ranks (8 here: NCCL
+  // multiplies its LL ring threshold by them); at least one, at most 16.
   for (const Row& r :
        {Row{Protocol::simple, 100 * kKiB, 3}, Row{Protocol::simple, 31 * kKiB, 1}, Row{Protocol::simple, 32 * kKiB, 1},
         Row{Protocol::simple, 64 * kKiB, 2}, Row{Protocol::simple, 512 * kKiB, 16},
-        Row{Protocol::simple, 10000 * kKiB, 16}, Row{Protocol::ll, 10 * kKiB, 2}, Row{Protocol::ll, kKiB, 1},
-        Row{Protocol::ll, 64 * kKiB, 16}, Row{Protocol::ll128, 12 * kKiB, 2}, Row{Protocol::ll128, 15 * kKiB, 3},
-        Row{Protocol::ll128, 80 * kKiB, 16}}) {
+        Row{Protocol::simple, 10000 * kKiB, 16}, Row{Protocol::ll, 80 * kKiB, 2}, Row{Protocol::ll, 10 * kKiB, 1},
+        Row{Protocol::ll, 31 * kKiB, 1}, Row{Protocol::ll, 100 * kKiB, 3}, Row{Protocol::ll, 512 * kKiB, 16},
+        Row{Protocol::ll128, 12 * kKiB, 2}, Row{Protocol::ll128, 15 * kKiB, 3}, Row{Protocol::ll128, 80 * kKiB, 16}}) {
     const CollectiveEstimate e = est(m, shape(CollOp::all_reduce, r.bytes, 8), CollAlgo::ring, r.p);
     EXPECT_EQ(e.channels, r.channels) << to_string(r.p) << " " << r.bytes;
     const double proto = r.p == Protocol::simple ? 1.0 : r.p == Protocol::ll128 ? 0.92 : 0.5;
     expect_close(e.algbw, full * proto * r.channels / 16);
   }
+  // The rule is the ring's: a tree on LL takes a channel per 4 KiB, and so does a ring of 16
+  // ranks per 64 KiB.
+  EXPECT_EQ(est(m, shape(CollOp::all_reduce, 10 * kKiB, 8), CollAlgo::tree, Protocol::ll).channels, 2);
+  const CollectiveModel two(cluster(2, 8, 0.7));
+  EXPECT_EQ(est(two, shape(CollOp::all_gather, 127 * kKiB, 16, 2), CollAlgo::ring, Protocol::ll).channels, 1);
+  EXPECT_EQ(est(two, shape(CollOp::all_gather, 128 * kKiB, 16, 2), CollAlgo::ring, Protocol::ll).channels, 2);
 }
 
 // ---- forcing and names
