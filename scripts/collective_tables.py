@@ -36,6 +36,7 @@ FITTED = {
     "h100sxm_10node80gpu_all_gather_xxrjun.csv",
     "h100sxm_10node20gpu_all_to_all_xxrjun.csv",
     "h100sxm_2node2gpu_all_to_all_xxrjun01.csv",
+    "h100sxm_2node8gpu_all_reduce_snellius_ring.csv",
     "h100sxm_2node16gpu_efa_all_reduce_awsome.csv",
     "h100sxm_16node128gpu_efa_all_gather_crazyguitar.csv",
     "h100sxm_8node64gpu_efa_all_to_all_crazyguitar.csv",
@@ -96,14 +97,8 @@ def machine(name, header=""):
         return ("jupiter-gh200.yaml", [f"nodes={nodes}"],
                 "JUPITER Booster: 4 GH200 a node, NVLink 4 between each pair of GPUs at 150 GB/s each way (no "
                 "NVSwitch, no NVLS), 4 x InfiniBand NDR200 a node (JSC's configuration page)")
-    if "snellius" in name:
-        # 4 H100 a node, each pair joined by 6 NVLink 4 links (150 GB/s each way) without an
-        # NVSwitch (so no NVLS), and 4 x NDR200 NICs a node.
-        sets = [f"nodes={nodes}", "node.devices=4", "node.fabric={type: mesh, bandwidth: 150 GB/s, latency: 700 ns}",
-                "collectives.nvls=false"]
-        if nodes > 1:
-            sets.append("network.nic_bandwidth=200Gb/s")
-        return ("h100-cluster.yaml" if nodes > 1 else "dgx-h100.yaml", sets,
+    if "snellius" in name:  # its own topology: 4 H100 a node on an NVLink mesh, NDR200, its own proxy wait
+        return ("snellius-h100.yaml", [f"nodes={nodes}"],
                 "Snellius gpu_h100: 4 H100 SXM a node, each pair joined by NVLink without NVSwitch (as an HGX "
                 "H100 4-GPU board: 6 links, 150 GB/s each way; no NVLS), 4 x 200 Gb/s InfiniBand a node (inferred: "
                 "four IB devices in UCX_NET_DEVICES besides a bond, and rings reaching 97 GB/s of bus bandwidth)")

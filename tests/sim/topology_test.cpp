@@ -102,6 +102,24 @@ TEST(Topology, TheClusterNodeIsTheDgxH100Node) {
   }
 }
 
+// A 4-GPU NVLink-mesh node's collective constants: h100-cluster.yaml's (`b`) without NVLS, the
+// proxy's wait per step across nodes aside.
+void expect_cluster_constants_but_the_proxy_wait(const CollectiveTiming& a, const CollectiveTiming& b) {
+  EXPECT_FALSE(a.nvls);
+  EXPECT_EQ(a.fabric_efficiency, b.fabric_efficiency);
+  EXPECT_EQ(a.ring_loop_gap, b.ring_loop_gap);
+  EXPECT_EQ(a.intra_latency, b.intra_latency);
+  EXPECT_EQ(a.simple_latency, b.simple_latency);
+  EXPECT_EQ(a.network_efficiency, b.network_efficiency);
+  EXPECT_EQ(a.inter_latency, b.inter_latency);
+  EXPECT_EQ(a.channel_network_bandwidth, b.channel_network_bandwidth);
+  EXPECT_EQ(a.alltoall_efficiency, b.alltoall_efficiency);
+  EXPECT_EQ(a.alltoall_network_efficiency, b.alltoall_network_efficiency);
+  EXPECT_EQ(a.p2p_channel_network_bandwidth, b.p2p_channel_network_bandwidth);
+  EXPECT_EQ(a.call_overhead, b.call_overhead);
+  EXPECT_EQ(a.group_launch, b.group_launch);
+}
+
 TEST(Topology, TheJupiterNodeIsAMeshWithTheClustersCollectiveConstants) {
   const Topology j = Topology::load_file(shipped("jupiter-gh200.yaml"));
   const Topology h = Topology::load_file(shipped("h100-cluster.yaml"));
@@ -110,21 +128,9 @@ TEST(Topology, TheJupiterNodeIsAMeshWithTheClustersCollectiveConstants) {
   EXPECT_EQ(j.fabric().links.size(), 6u);  // each pair once
   // No NVSwitch, no NVLS; otherwise h100-cluster.yaml's constants (none is fitted to JUPITER).
   const CollectiveTiming &a = j.collectives(), &b = h.collectives();
-  EXPECT_FALSE(a.nvls);
-  EXPECT_EQ(a.fabric_efficiency, b.fabric_efficiency);
-  EXPECT_EQ(a.ring_loop_gap, b.ring_loop_gap);
-  EXPECT_EQ(a.intra_latency, b.intra_latency);
-  EXPECT_EQ(a.simple_latency, b.simple_latency);
-  EXPECT_EQ(a.network_efficiency, b.network_efficiency);
-  EXPECT_EQ(a.inter_latency, b.inter_latency);
+  expect_cluster_constants_but_the_proxy_wait(a, b);
   EXPECT_EQ(a.net_overhead, b.net_overhead);
   EXPECT_EQ(a.ll_net_overhead, b.ll_net_overhead);
-  EXPECT_EQ(a.channel_network_bandwidth, b.channel_network_bandwidth);
-  EXPECT_EQ(a.alltoall_efficiency, b.alltoall_efficiency);
-  EXPECT_EQ(a.alltoall_network_efficiency, b.alltoall_network_efficiency);
-  EXPECT_EQ(a.p2p_channel_network_bandwidth, b.p2p_channel_network_bandwidth);
-  EXPECT_EQ(a.call_overhead, b.call_overhead);
-  EXPECT_EQ(a.group_launch, b.group_launch);
   // A tensor-parallel pair rings over its one pair of links (150 GB/s), four GPUs over three.
   const CollectiveModel m(j);
   for (const auto& [n, links] : {std::pair{2, 1}, std::pair{4, 3}}) {
@@ -133,6 +139,33 @@ TEST(Topology, TheJupiterNodeIsAMeshWithTheClustersCollectiveConstants) {
     const auto e = m.estimate(s, CollAlgo::ring, Protocol::simple);
     ASSERT_TRUE(e.has_value());
     EXPECT_DOUBLE_EQ(e->algbw, links * 150e9 * a.fabric_efficiency / (2.0 * (n - 1) / n)) << n << " GPUs";
+  }
+}
+
+TEST(Topology, TheSnelliusNodeIsTheJupiterLayoutWithItsOwnProxyWait) {
+  const Topology sn = Topology::load_file(shipped("snellius-h100.yaml"));
+  const Topology j = Topology::load_file(shipped("jupiter-gh200.yaml"));
+  const Topology h = Topology::load_file(shipped("h100-cluster.yaml"));
+  EXPECT_EQ(sn.devices_per_node(), 4);
+  EXPECT_EQ(sn.num_devices(), 8);
+  EXPECT_EQ(sn.fabric().type, FabricType::mesh);
+  EXPECT_EQ(sn.fabric().links.size(), 6u);
+  EXPECT_EQ(sn.kind_of(0).memory_bytes, h.kind_of(0).memory_bytes);  // H100 SXM, not GH200
+  EXPECT_EQ(sn.kind_of(0).memory_bandwidth, h.kind_of(0).memory_bandwidth);
+  EXPECT_DOUBLE_EQ(sn.nics_per_node() * sn.network().nic_bandwidth, 4 * 25e9);  // 4 x NDR200
+  const CollectiveTiming& a = sn.collectives();
+  expect_cluster_constants_but_the_proxy_wait(a, h.collectives());
+  // The wait fitted to the cluster's 2-node forced-ring all_reduce, and LL's by the cluster
+  // file's rule (x 2.7 / 14, NCCL's LL and Simple network ring hops), not fitted.
+  EXPECT_NEAR(a.net_overhead.seconds(), 1.459e-6, 1e-12);
+  EXPECT_NEAR(a.ll_net_overhead.seconds(), a.net_overhead.seconds() * 2.7 / 14, 1e-10);
+  EXPECT_NEAR(h.collectives().ll_net_overhead.seconds(), h.collectives().net_overhead.seconds() * 2.7 / 14, 1e-9);
+  // Inside a node it times a group as JUPITER's node does (the same mesh and constants).
+  const CollectiveModel ms(sn), mj(j);
+  for (const int n : {2, 4}) {
+    CollectiveShape s = first_devices_shape(sn, CollOp::all_gather, n);
+    s.bytes = 64.0 * (1 << 20);
+    EXPECT_EQ(ms.choose(s).seconds, mj.choose(s).seconds) << n << " GPUs";
   }
 }
 
