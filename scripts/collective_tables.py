@@ -37,6 +37,7 @@ FITTED = {
     "h100sxm_10node20gpu_all_to_all_xxrjun.csv",
     "h100sxm_2node2gpu_all_to_all_xxrjun01.csv",
     "h100sxm_2node8gpu_all_reduce_snellius_ring.csv",
+    "h100sxm_1node4gpu_all_reduce_snellius.csv",
     "h100sxm_2node16gpu_efa_all_reduce_awsome.csv",
     "h100sxm_16node128gpu_efa_all_gather_crazyguitar.csv",
     "h100sxm_8node64gpu_efa_all_to_all_crazyguitar.csv",
