@@ -98,7 +98,7 @@ def machine(name, header=""):
         return ("jupiter-gh200.yaml", [f"nodes={nodes}"],
                 "JUPITER Booster: 4 GH200 a node, NVLink 4 between each pair of GPUs at 150 GB/s each way (no "
                 "NVSwitch, no NVLS), 4 x InfiniBand NDR200 a node (JSC's configuration page)")
-    if "snellius" in name:  # its own topology: 4 H100 a node on an NVLink mesh, NDR200, its own proxy wait
+    if "snellius" in name or "odissei" in name:  # Snellius (ODISSEI ran on it too): its own topology
         return ("snellius-h100.yaml", [f"nodes={nodes}"],
                 "Snellius gpu_h100: 4 H100 SXM a node, each pair joined by NVLink without NVSwitch (as an HGX "
                 "H100 4-GPU board: 6 links, 150 GB/s each way; no NVLS), 4 x 200 Gb/s InfiniBand a node (inferred: "
