@@ -101,8 +101,8 @@ def machine(name, header=""):
     if "snellius" in name or "odissei" in name:  # Snellius (ODISSEI ran on it too): its own topology
         return ("snellius-h100.yaml", [f"nodes={nodes}"],
                 "Snellius gpu_h100: 4 H100 SXM a node, each pair joined by NVLink without NVSwitch (as an HGX "
-                "H100 4-GPU board: 6 links, 150 GB/s each way; no NVLS), 4 x 200 Gb/s InfiniBand a node (inferred: "
-                "four IB devices in UCX_NET_DEVICES besides a bond, and rings reaching 97 GB/s of bus bandwidth)")
+                "H100 4-GPU board: 6 links, 150 GB/s each way; no NVLS), 4 x 200 Gb/s InfiniBand a node (NCCL's own "
+                "log lists four IB ports, which ibstat shows at Rate 200; rings reach 97 GB/s of bus bandwidth)")
     if name.startswith("h100_") and "a3mega" in name:
         return ("h100-cluster.yaml", [f"nodes={nodes}", "network.nic_bandwidth=200Gb/s", "network.transport=roce"],
                 "GCP A3 Mega: 8 x 200 Gb/s GPUDirect-TCPXO NICs per VM, not InfiniBand")
