@@ -60,6 +60,61 @@ bool to_double(const std::string& s, double& v) {
   return ec == std::errc() && end == s.data() + s.size() && std::isfinite(v);
 }
 
+bool is_hostname_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+}
+
+// Where a message of NCCL's own (NCCL_DEBUG) starts in a line of a log, or npos: "HOST:PID:TID [DEV] ..."
+// (src/debug.cc), with the "[date time] " NCCL may put first. NCCL writes to the stream nccl-tests
+// prints its table to, and a message can start in the middle of a row: nccl-tests prints a row's
+// size, count, type, redop and root before it runs the size, and NCCL may connect a new algorithm's
+// peers (and say so) during that run. The message is then glued to the row's last column
+// ("-1gcn151:1904979:1905073 [0] NCCL INFO ..."): the host is the longest known host (from the
+// "Rank ... on HOST" lines) that ends the glued word, or else the word from its first letter.
+size_t nccl_message_start(const std::string& s, const std::set<std::string>& hosts) {
+  for (size_t colon = s.find(':'); colon != std::string::npos; colon = s.find(':', colon + 1)) {
+    // ":PID:TID [" after a host name
+    size_t i = colon + 1, digits = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
+    if (digits == 0 || i >= s.size() || s[i] != ':') continue;
+    size_t j = i + 1;
+    digits = 0;
+    while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j, ++digits;
+    if (digits == 0 || s.compare(j, 2, " [") != 0 || s.find("NCCL ", j) == std::string::npos) continue;
+    size_t word = colon;
+    while (word > 0 && is_hostname_char(s[word - 1])) --word;
+    if (word == colon) continue;
+    size_t start = word;
+    if (word > 0) {  // after other text: the host may be glued to its last word
+      const std::string glued = s.substr(word, colon - word);
+      size_t skip = std::string::npos;
+      for (const std::string& h : hosts)
+        if (h.size() <= glued.size() && glued.compare(glued.size() - h.size(), h.size(), h) == 0)
+          skip = std::min(skip, glued.size() - h.size());
+      if (skip == std::string::npos) {
+        skip = 0;
+        while (skip < glued.size() && !std::isalpha(static_cast<unsigned char>(glued[skip]))) ++skip;
+        if (skip == glued.size()) skip = 0;
+      }
+      start = word + skip;
+    }
+    // NCCL's timestamp, "[2025-01-31 12:00:00] ", before the host
+    if (start >= 2 && s[start - 1] == ' ' && s[start - 2] == ']') {
+      const size_t open = s.rfind('[', start - 2);
+      if (open != std::string::npos) start = open;
+    }
+    return start;
+  }
+  return std::string::npos;
+}
+
+// A word of the columns that follow a row's first ones: a number, or N/A (#wrong of a run without
+// validation).
+bool is_value(const std::string& w) {
+  double v = 0;
+  return w == "N/A" || to_double(w, v);
+}
+
 // nccl-tests' binary name (or ranksim's op name) to ranksim's op name; "" if unknown.
 std::string op_name(std::string s) {
   s = sim::ascii_lower(trimmed(s));
@@ -236,29 +291,67 @@ class Parser {
   void parse_text(std::istream& in) {
     std::string line;
     int no = 0;
+    // A row whose first columns came before a message of NCCL's (nccl_message_start): its words so
+    // far and its line, until the rest of it comes.
+    std::string cut;
+    int cut_line = 0;
+    auto unfinished = [&](const std::string& before) {
+      fail(cut_line,
+           "this row of the table stops where a message of NCCL's (NCCL_DEBUG) starts, and the rest of it "
+           "(time, algbw, busbw, #wrong) does not follow before " +
+               before + "; is the log complete?");
+    };
     while (std::getline(in, line)) {
       ++no;
-      const std::string s = trimmed(line);
+      std::string s = trimmed(line);
       if (s.empty()) continue;
       if (s[0] == '#') {
+        if (!cut.empty()) unfinished("line " + std::to_string(no));
         header_text(s.substr(1), no);
         continue;
       }
-      const std::vector<std::string> w = split_ws(s);
-      if (environment_line(s, no)) continue;
-      if (!is_integer(w[0])) {
+      // NCCL's own messages: what they say of NCCL_ALGO and NCCL_PROTO is read, the rest skipped;
+      // the text before one that starts mid-line is the start of a row.
+      const size_t message = nccl_message_start(s, hosts_);
+      if (message != std::string::npos) {
+        environment_line(s.substr(message), no);
+        if (message == 0) continue;
+        s = trimmed(s.substr(0, message));
+      } else if (environment_line(s, no)) {
+        continue;
+      }
+      std::vector<std::string> w = split_ws(s);
+      if (!cut.empty()) {
+        // The rest of the row: the columns from its time on (or a part of them), numbers only.
+        if (w.size() <= after_time_ && std::all_of(w.begin(), w.end(), is_value)) {
+          s = cut + " " + s;
+          w = split_ws(s);
+          cut.clear();
+        } else if (is_integer(w[0])) {
+          unfinished("line " + std::to_string(no));  // a new row
+        } else {
+          continue;  // a log line of another kind
+        }
+      } else if (!is_integer(w[0])) {
         // A row of the table's shape with a negative size is an error, not a log line.
         if (w.size() >= 8 && w[0].size() > 1 && w[0][0] == '-' && is_integer(w[0].substr(1)))
           fail(no, "the size '" + w[0] + "' is not a number of bytes");
         continue;  // log lines between the table's rows
+      } else {
+        cut_line = no;
+      }
+      if (message != std::string::npos && w.size() < after_time_ + 3) {
+        cut = s;  // the rest comes after NCCL's message
+        continue;
       }
       if (w.size() < after_time_ + 3)
-        fail(no,
+        fail(cut_line,
              "a row of the nccl-tests table needs size, count, type (redop, root), then time, algbw, busbw, #wrong "
              "out of place and in place; got " +
                  std::to_string(w.size()) + " columns");
-      add_row(no, w[0], w[w.size() - after_time_]);
+      add_row(cut_line, w[0], w[w.size() - after_time_]);
     }
+    if (!cut.empty()) unfinished("the end of the file");
   }
 
   void parse_csv(std::istream& in) {

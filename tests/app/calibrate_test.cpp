@@ -1233,6 +1233,121 @@ TEST(NcclTestsInput, ReadsTheAlgorithmAndProtocolNcclReports) {
           "the log's NCCL_PROTO: NCCL_PROTO=\"LL129\": unknown name");
 }
 
+// With NCCL_DEBUG=INFO, NCCL's messages share the table's stream. nccl-tests prints a row's first
+// columns before it runs the size, so a message NCCL prints during that run (its peers connected
+// for a new algorithm, NCCL 2.22 on) starts in the middle of the row, glued to its root column,
+// and the row's times follow on a line of their own after the messages (as in ODISSEI's Snellius
+// logs). Such a row reads as the whole one does.
+std::vector<std::string> split_words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& w, size_t from, size_t to) {
+  std::string out;
+  for (size_t i = from; i < to && i < w.size(); ++i) out += (out.empty() ? "" : " ") + w[i];
+  return out;
+}
+
+std::string cut_row(const std::string& text, const std::string& size, const std::string& messages,
+                    const std::string& where = "out-of-place") {
+  const size_t row = text.find("\n" + std::string(12 - size.size(), ' ') + size + " ") + 1;
+  const size_t end = text.find('\n', row);
+  const std::string whole = text.substr(row, end - row);
+  // the row's columns: size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+  const std::vector<std::string> w = split_words(whole);
+  const size_t first = where == "out-of-place" ? 5 : 9;
+  return text.substr(0, row) + "   " + joined(w, 0, first) + messages + "\n  " + joined(w, first, w.size()) +
+         text.substr(end);
+}
+
+TEST(NcclTestsInput, ReadsARowThatNcclsMessagesCut) {
+  const std::vector<Row> rows = {{1024, 30.5}, {2097152, 87.18}, {4194304, 137.6}};
+  const std::string clean = nccl_text("all_reduce_perf_mpi", hosts(8, 4), rows);
+  const MeasuredTable whole = parse_nccl_tests(clean, "x.txt");
+  const std::string info =
+      "cnode3-000:1904979:1905073 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] [receive] via NET/IB/2/GDRDMA";
+  const std::string more =
+      "\ncnode3-001:1793998:1794081 [0] NCCL INFO Channel 04/0 : 3[3] -> 4[0] [receive] via NET/IB/2/GDRDMA";
+  auto same = [&](const std::string& text) {
+    const MeasuredTable t = parse_nccl_tests(text, "x.txt");
+    ASSERT_EQ(t.rows.size(), whole.rows.size()) << text;
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      EXPECT_EQ(t.rows[i].bytes, whole.rows[i].bytes);
+      EXPECT_EQ(t.rows[i].seconds, whole.rows[i].seconds);
+    }
+  };
+  same(cut_row(clean, "2097152", info + more + more));
+  // between its out-of-place and in-place columns
+  same(cut_row(clean, "2097152", info + more, "in-place"));
+  // twice: the times cut again before the in-place ones
+  {
+    std::string text = cut_row(clean, "2097152", info + more);
+    const std::string oop = "  87.18";
+    const size_t newline = text.find("\n" + oop);
+    ASSERT_NE(newline, std::string::npos) << text;
+    const size_t at = newline + 1, end = text.find('\n', at);
+    const std::vector<std::string> w = split_words(text.substr(at, end - at));
+    same(text.substr(0, at) + joined(w, 0, 4) + info + more + "\n" + joined(w, 4, w.size()) + text.substr(end));
+  }
+  // NCCL's warnings carry a timestamp first; a host the Rank lines do not name is taken from its
+  // first letter
+  same(cut_row(clean, "2097152", "[2026-11-29 10:00:00] cnode3-000:1904979:1905073 [0] enqueue.cc:12 NCCL WARN x"));
+  same(cut_row(clean, "2097152", "gpu-b17:1904979:1905073 [3] NCCL INFO Connected all rings"));
+  // What such a message says of NCCL_ALGO is read as a whole line's is.
+  EXPECT_EQ(parse_nccl_tests(
+                cut_row(clean, "2097152", "cnode3-000:1:2 [0] NCCL INFO NCCL_ALGO set by environment to Ring"), "x.txt")
+                .algorithm,
+            "ring");
+}
+
+TEST(NcclTestsInput, RefusesARowThatNcclsMessagesCutAndThatNeverEnds) {
+  const std::vector<Row> rows = {{1024, 30.5}, {2097152, 87.18}, {4194304, 137.6}};
+  const std::string clean = nccl_text("all_reduce_perf", hosts(8, 4), rows);
+  const std::string info = "cnode3-000:1904979:1905073 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] via NET/IB/2";
+  const std::string cut = cut_row(clean, "2097152", info);
+  const size_t rest = cut.find("\n  87.18");
+  ASSERT_NE(rest, std::string::npos) << cut;
+  const std::string without = cut.substr(0, rest) + cut.substr(cut.find('\n', rest + 1));
+  const int line = static_cast<int>(std::count(cut.begin(), cut.begin() + static_cast<long>(rest), '\n')) + 1;
+  auto refused = [&](const std::string& text, const std::string& says) {
+    try {
+      (void)parse_nccl_tests(text, "x.txt");
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("x.txt:" + std::to_string(line) +
+                                      ": this row of the table stops where a message "
+                                      "of NCCL's (NCCL_DEBUG) starts, and the rest of it (time, algbw, busbw, #wrong) "
+                                      "does not follow before " +
+                                      says));
+    }
+  };
+  // the next row comes first
+  refused(without, "line " + std::to_string(line + 1));
+  // the table's end
+  const std::string last = cut_row(clean, "4194304", info);
+  const size_t at = last.find("\n  137.60");
+  ASSERT_NE(at, std::string::npos) << last;
+  const int last_line = static_cast<int>(std::count(last.begin(), last.begin() + static_cast<long>(at), '\n')) + 1;
+  try {
+    (void)parse_nccl_tests(last.substr(0, at + 1) + last.substr(last.find('\n', at + 1) + 1), "x.txt");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("x.txt:" + std::to_string(last_line) + ": this row of the table stops"));
+    EXPECT_THAT(e.what(), HasSubstr("before line " + std::to_string(last_line + 1)));
+  }
+  // the file's end
+  try {
+    (void)parse_nccl_tests(last.substr(0, at + 1), "x.txt");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("x.txt:" + std::to_string(last_line) + ": this row of the table stops"));
+    EXPECT_THAT(e.what(), HasSubstr("before the end of the file"));
+  }
+}
+
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
   try {
     (void)parse_nccl_tests("# hello\n1024 256 float sum -1 0 0.1 0.1 0 1 1 1 0\n", "t.txt");
