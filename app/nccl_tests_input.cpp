@@ -98,7 +98,7 @@ size_t nccl_message_start(const std::string& s, const std::set<std::string>& hos
       }
       start = word + skip;
     }
-    // NCCL's timestamp, "[2025-01-31 12:00:00] ", before the host
+    // NCCL's timestamp, "[2025-01-31 12:00:00] ", or a launcher's rank tag ("[0] ") before the host
     if (start >= 2 && s[start - 1] == ' ' && s[start - 2] == ']') {
       const size_t open = s.rfind('[', start - 2);
       if (open != std::string::npos) start = open;
@@ -106,6 +106,33 @@ size_t nccl_message_start(const std::string& s, const std::set<std::string>& hos
     return start;
   }
   return std::string::npos;
+}
+
+// A line without the tag a launcher puts before each line of a rank's output, when it has one:
+// Open MPI's --tag-output ("[1,0]<stdout>:"), MPICH's and Intel MPI's -prepend-rank ("[0] ") and
+// Slurm's srun --label ("0: ").
+std::string_view without_rank_tag(std::string_view s) {
+  auto digits = [&](size_t from) {
+    size_t i = from;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i;
+  };
+  if (!s.empty() && s[0] == '[') {
+    size_t i = digits(1);
+    if (i > 1 && i < s.size() && s[i] == ',') {  // [JOB,RANK]<stdout>:
+      const size_t j = digits(i + 1);
+      if (j > i + 1 && s.substr(j, 2) == "]<") {
+        const size_t close = s.find(">:", j);
+        if (close != std::string_view::npos) return sim::trim(s.substr(close + 2));
+      }
+    } else if (i > 1 && s.substr(i, 2) == "] ") {  // [RANK]
+      return sim::trim(s.substr(i + 2));
+    }
+    return s;
+  }
+  const size_t i = digits(0);
+  if (i > 0 && s.substr(i, 2) == ": ") return sim::trim(s.substr(i + 2));  // RANK:
+  return s;
 }
 
 // A word of the columns that follow a row's first ones: a number, or N/A (#wrong of a run without
@@ -303,7 +330,7 @@ class Parser {
     };
     while (std::getline(in, line)) {
       ++no;
-      std::string s = trimmed(line);
+      std::string s(without_rank_tag(sim::trim(line)));
       if (s.empty()) continue;
       if (s[0] == '#') {
         if (!cut.empty()) unfinished("line " + std::to_string(no));
@@ -623,14 +650,15 @@ std::string list_tests(const std::vector<MeasuredTable>& tests) {
 
 std::vector<MeasuredTable> parse_nccl_tests_log(const std::string& text, const std::string& path) {
   // CSV when a line that is not a comment, nor a line of NCCL's own log (NCCL_DEBUG=INFO prints
-  // lists such as "NCCL_IB_HCA set by environment to mlx5_0:1,mlx5_1:1"), holds a comma.
+  // lists such as "NCCL_IB_HCA set by environment to mlx5_0:1,mlx5_1:1"), holds a comma (after a
+  // launcher's tag, which may hold one: "[1,0]<stdout>:").
   if (const auto first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && text[first] == '{')
     return {parse_json(text, path)};
   bool csv = false;
   {
     std::istringstream probe(text);
     for (std::string line; std::getline(probe, line);) {
-      const std::string s = trimmed(line);
+      const std::string s(without_rank_tag(sim::trim(line)));
       if (s.empty() || s[0] == '#' || s.find("NCCL INFO") != std::string::npos ||
           s.find("NCCL WARN") != std::string::npos)
         continue;

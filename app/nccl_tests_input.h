@@ -10,9 +10,10 @@
 //   logs interleaved with the table) are skipped; a line that starts with a size but does not have these columns is an
 //   error. A message of NCCL's can start in the middle of a row (NCCL_DEBUG=INFO: nccl-tests prints a row's first
 //   columns before it runs the size); the row's rest, a later line of numbers alone, is joined to its start, and a row
-//   whose rest does not come before the next row, `#` line or the file's end is an error. A log of several tests run
-//   one after another (a job script's output) holds one table per test: each starts at its "Collective test starting"
-//   line, or, in the older header that has none, at its "nThread ... nGpus ..." line.
+//   whose rest does not come before the next row, `#` line or the file's end is an error. A launcher's tag before each
+//   line (Open MPI's --tag-output "[1,0]<stdout>:", -prepend-rank's "[0] ", srun --label's "0: ") is dropped. A log of
+//   several tests run one after another (a job script's output) holds one table per test: each starts at its
+//   "Collective test starting" line, or, in the older header that has none, at its "nThread ... nGpus ..." line.
 // - CSV: `#` lines of the form `# key: value` (op, ranks, nodes, algo, gpus_per_thread, source,
 //   hardware, ... as in docs/data/nccl-tests/), then a header row naming the columns, of which the size (`size_bytes`
 //   or `size`) and the out-of-place time in microseconds (`time_us` or the first `time`) are read.

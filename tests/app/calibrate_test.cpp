@@ -1303,6 +1303,41 @@ TEST(NcclTestsInput, ReadsARowThatNcclsMessagesCut) {
             "ring");
 }
 
+// A launcher may tag each line of a rank's output: Open MPI's --tag-output, MPICH's and Intel MPI's
+// -prepend-rank, Slurm's srun --label. The tagged log reads as the untagged one, also where NCCL's
+// tuning messages (NCCL_DEBUG_SUBSYS=TUNING, one a call) cut its rows, as in NVIDIA/nccl#1453's log.
+TEST(NcclTestsInput, ReadsALogWhoseLinesALauncherTagged) {
+  const std::vector<Row> rows = {{1024, 30.5}, {2097152, 87.18}, {4194304, 137.6}};
+  const std::string clean = nccl_text("all_reduce_perf_mpi", hosts(8, 4), rows);
+  const MeasuredTable whole = parse_nccl_tests(clean, "x.txt");
+  auto tagged = [](const std::string& text, const std::string& tag) {
+    std::string out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out += tag + line + "\n";
+    return out;
+  };
+  auto same = [&](const std::string& text) {
+    const MeasuredTable t = parse_nccl_tests(text, "x.txt");
+    EXPECT_EQ(t.op, "all_reduce");
+    EXPECT_EQ(t.ranks, 8);
+    EXPECT_EQ(t.nodes, 2);
+    ASSERT_EQ(t.rows.size(), whole.rows.size()) << text;
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      EXPECT_EQ(t.rows[i].bytes, whole.rows[i].bytes);
+      EXPECT_EQ(t.rows[i].seconds, whole.rows[i].seconds);
+    }
+  };
+  for (const std::string tag : {"[1,0]<stdout>:", "[0] ", "  0: ", "13: "}) same(tagged(clean, tag));
+  const std::string tuning = "[0] cnode3-000:497888:497888 [0] NCCL INFO 2097152 Bytes -> Algo 1 proto 2 time 87.0";
+  std::string cut = tagged(cut_row(clean, "2097152", ""), "[0] ");
+  const size_t row = cut.find("2097152 524288");
+  const size_t end = cut.find('\n', row);
+  cut.insert(end, tuning + "\n" + tuning);
+  same(cut);
+  // A tag-like start that is not one stays: this is no row.
+  EXPECT_EQ(parse_nccl_tests(clean + "[0]x 1 2 3\n", "x.txt").rows.size(), whole.rows.size());
+}
+
 TEST(NcclTestsInput, RefusesARowThatNcclsMessagesCutAndThatNeverEnds) {
   const std::vector<Row> rows = {{1024, 30.5}, {2097152, 87.18}, {4194304, 137.6}};
   const std::string clean = nccl_text("all_reduce_perf", hosts(8, 4), rows);
