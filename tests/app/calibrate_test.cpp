@@ -1134,6 +1134,25 @@ TEST(NcclTestsInput, ItsCsvTwinAgrees) {
   }
 }
 
+// A log run with NCCL_DEBUG=INFO whose 2 MiB row NCCL's messages cut (ODISSEI's on Snellius) reads
+// to the rows of its CSV twin, which joined the row's two pieces by hand.
+TEST(NcclTestsInput, ARealLogWithACutRowAgreesWithItsCsvTwin) {
+  const std::string dir = std::string(RANKSIM_SOURCE_DIR) + "/docs/data/nccl-tests/";
+  const MeasuredTable raw = read_nccl_tests(dir + "raw/h100sxm_2node8gpu_all_reduce_odisseistress.txt");
+  const MeasuredTable csv = read_nccl_tests(dir + "h100sxm_2node8gpu_all_reduce_odisseistress.csv");
+  EXPECT_EQ(raw.op, "all_reduce");
+  EXPECT_EQ(raw.ranks, 8);
+  EXPECT_EQ(raw.nodes, 2);
+  ASSERT_EQ(raw.rows.size(), 31u);
+  ASSERT_EQ(csv.rows.size(), raw.rows.size());
+  for (size_t i = 0; i < raw.rows.size(); ++i) {
+    EXPECT_EQ(csv.rows[i].bytes, raw.rows[i].bytes);
+    EXPECT_EQ(csv.rows[i].seconds, raw.rows[i].seconds);
+  }
+  EXPECT_EQ(raw.rows[18].bytes, 2097152);
+  EXPECT_NEAR(raw.rows[18].seconds, 93.65e-6, 1e-15);
+}
+
 TEST(NcclTestsInput, NamesTheCollectiveOfANewerHeader) {
   const MeasuredTable t = parse_nccl_tests(nccl_text("alltoall_perf", hosts(16, 8), kRows), "x.txt");
   EXPECT_EQ(t.op, "all_to_all");
