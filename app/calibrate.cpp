@@ -176,7 +176,7 @@ constexpr double kSmallWeight = 0.3;
 double case_error(const sim::CollectiveModel& m, const FitCase& c, double launch) {
   double sum = 0, weights = 0;
   for (const MeasuredRow& r : c.rows) {
-    const double e = std::log(predict_row(m, c, r.bytes, launch) / r.seconds);
+    const double e = std::log(predict_row(m, c, r, launch) / r.seconds);
     const double w = r.bytes >= kMiB ? 1.0 : kSmallWeight;
     sum += w * e * e;
     weights += w;
@@ -200,6 +200,21 @@ double predict_row(const sim::CollectiveModel& model, const FitCase& c, double b
   sim::CollectiveShape s = c.shape;
   s.bytes = bytes;
   return as_measured(c, model.constants(), launch_seconds + choose_for(model, c, s).seconds);
+}
+
+sim::CollectiveEstimate estimate_row(const sim::CollectiveModel& model, const FitCase& c, const MeasuredRow& row) {
+  sim::CollectiveShape s = c.shape;
+  s.bytes = row.bytes;
+  if (!c.as_nccl_chose || row.nccl.size() != 1) return choose_for(model, c, s);
+  const NcclChoice& n = row.nccl.front();
+  std::string why;
+  if (std::optional<sim::CollectiveEstimate> e = model.estimate(s, n.algorithm, n.protocol, &why)) return *e;
+  throw Error(c.name + ": NCCL ran its " + fmt("%.0f", row.bytes) + "-byte calls as " + sim::to_string(n.algorithm) +
+              "/" + sim::to_string(n.protocol) + ", which the model cannot time on this topology: " + why);
+}
+
+double predict_row(const sim::CollectiveModel& model, const FitCase& c, const MeasuredRow& row, double launch_seconds) {
+  return as_measured(c, model.constants(), launch_seconds + estimate_row(model, c, row).seconds);
 }
 
 double geomean_error(const std::vector<std::pair<double, double>>& pm) {
@@ -418,7 +433,7 @@ CaseError case_errors(const sim::Topology& topology, const sim::CollectiveTiming
   const sim::CollectiveModel m(topology, constants);
   std::vector<std::pair<double, double>> big, small;
   for (const MeasuredRow& r : c.rows)
-    (r.bytes >= kMiB ? big : small).emplace_back(predict_row(m, c, r.bytes, launch), r.seconds);
+    (r.bytes >= kMiB ? big : small).emplace_back(predict_row(m, c, r, launch), r.seconds);
   CaseError e;
   if (!big.empty()) e.big = geomean_error(big);
   if (!small.empty()) e.small = geomean_error(small);
@@ -542,12 +557,15 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
     throw Error(path + ": no row within --sizes " + o.sizes + " (its sizes run from " + fmt("%.0f", lo->bytes) +
                 " to " + fmt("%.0f", hi->bytes) + " bytes)");
   }
-  // The model must be able to run the table as stated (a forced algorithm that cannot serve it).
+  // The model must be able to run the table as stated (a forced algorithm that cannot serve it),
+  // and each row as NCCL ran it when asked to.
   try {
     (void)predict_row(model, c, c.rows.front().bytes, 0);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
+  c.as_nccl_chose = o.nccl_choice;
+  for (const MeasuredRow& r : c.rows) (void)estimate_row(model, c, r);
   cases.push_back(std::move(c));
   tables.push_back(std::move(t));
 }
@@ -596,13 +614,15 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
       std::snprintf(buf, sizeof buf, " %12s %8s", "fitted(us)", "error");
       out << buf;
     }
-    out << "  choice\n";
+    // NCCL's own choices, where the log's tuning messages name them: a column, and how often the
+    // model's choice differs.
+    const bool said = std::any_of(c.rows.begin(), c.rows.end(), [](const MeasuredRow& r) { return !r.nccl.empty(); });
+    out << (said ? "  choice           nccl\n" : "  choice\n");
+    int named = 0, differ = 0;
     std::vector<std::pair<double, double>> big_b, small_b, big_a, small_a;
     for (const MeasuredRow& r : c.rows) {
-      sim::CollectiveShape s = c.shape;
-      s.bytes = r.bytes;
       // each model's choice once: its time is the prediction (predict_row), its name the column
-      const sim::CollectiveEstimate eb = choose_for(mb, c, s);
+      const sim::CollectiveEstimate eb = estimate_row(mb, c, r);
       const double pb = as_measured(c, before, launch + eb.seconds);
       (r.bytes >= kMiB ? big_b : small_b).emplace_back(pb, r.seconds);
       std::snprintf(buf, sizeof buf, "%14.0f %12.2f %12.2f %+7.1f%%", r.bytes, r.seconds * 1e6, pb * 1e6,
@@ -610,15 +630,27 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
       out << buf;
       std::optional<sim::CollectiveEstimate> ea;
       if (ma) {
-        ea = choose_for(*ma, c, s);
+        ea = estimate_row(*ma, c, r);
         const double pa = as_measured(c, *after, launch + ea->seconds);
         (r.bytes >= kMiB ? big_a : small_a).emplace_back(pa, r.seconds);
         std::snprintf(buf, sizeof buf, " %12.2f %+7.1f%%", pa * 1e6, (pa / r.seconds - 1) * 100);
         out << buf;
       }
       const sim::CollectiveEstimate& e = ea ? *ea : eb;
-      out << "  " << sim::to_string(e.algorithm) << "/" << sim::to_string(e.protocol) << "/" << e.channels << "ch"
-          << (e.tuner_line > 0 ? "+tuner" : "") << "\n";
+      const std::string choice = std::string(sim::to_string(e.algorithm)) + "/" + sim::to_string(e.protocol) + "/" +
+                                 std::to_string(e.channels) + "ch" + (e.tuner_line > 0 ? "+tuner" : "");
+      out << "  " << choice;
+      if (!r.nccl.empty()) {
+        std::vector<std::string> ran;
+        for (const NcclChoice& n : r.nccl)
+          ran.push_back(std::string(sim::to_string(n.algorithm)) + "/" + sim::to_string(n.protocol) +
+                        (n.channels > 0 ? "/" + std::to_string(n.channels) + "ch" : ""));
+        out << std::string(choice.size() < 17 ? 17 - choice.size() : 1, ' ') << sim::join(ran, "|");
+        ++named;
+        if (r.nccl.size() > 1 || r.nccl.front().algorithm != e.algorithm || r.nccl.front().protocol != e.protocol)
+          ++differ;
+      }
+      out << "\n";
     }
     auto summary = [&](const char* what, const auto& b, const auto& a) {
       if (b.empty()) return;
@@ -628,6 +660,10 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
     };
     summary(">= 1 MiB", big_b, big_a);
     summary("< 1 MiB", small_b, small_a);
+    if (said)
+      out << "#   NCCL's own choice (its tuning messages) differs from the " << (c.as_nccl_chose ? "timed" : "model's")
+          << " algorithm or protocol at " << differ << " of the " << named << " sizes it names"
+          << (c.as_nccl_chose ? " (timed as NCCL ran them: --nccl-choice)" : "") << "\n";
     out << "\n";
   }
 }
@@ -705,6 +741,12 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   std::vector<MeasuredTable> tables;
   std::vector<std::string> left_out;  // tests of the logs that ranksim does not time
   const std::vector<FitCase> cases = load_cases(o, topo, tables, left_out);
+  if (o.nccl_choice && std::none_of(cases.begin(), cases.end(), [](const FitCase& c) {
+        return std::any_of(c.rows.begin(), c.rows.end(), [](const MeasuredRow& r) { return !r.nccl.empty(); });
+      }))
+    throw Error(
+        "--nccl-choice needs a log with NCCL's tuning messages (\"... Bytes -> Algo ... proto ...\"): run "
+        "nccl-tests with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING (NCCL 2.21 or later)");
   if (o.leave_one_out) require_tables_to_leave_out(cases.size());  // before the fit
   auto say_left_out = [&](std::ostream& to, const char* lead) {
     for (const std::string& l : left_out) to << lead << "left out " << l << "\n";

@@ -45,6 +45,11 @@ struct CalibrateOptions {
   // After the fit, refit once without each table and predict it (leave_one_out): how well the
   // constants carry to a table they were not fitted to. Needs two or more tables.
   bool leave_one_out = false;
+  // Time each row with the algorithm and protocol NCCL ran it with, as the log's tuning messages
+  // say (MeasuredRow::nccl), not with the model's choice: fits the timing apart from the choice.
+  // Rows the messages do not name (or name several ways) keep the model's choice. Needs a table
+  // with such messages.
+  bool nccl_choice = false;
 };
 
 // Runs the command: prints the tables and writes options.output. Returns 0. Throws ranksim::Error
@@ -62,6 +67,7 @@ struct FitCase {
   std::optional<sim::NcclAllowed> allowed;
   int gpus_per_thread = 1;  // one thread drove this many GPUs (nccl-tests -g): see group_launch
   std::vector<MeasuredRow> rows;
+  bool as_nccl_chose = false;  // rows NCCL's messages name are timed as NCCL ran them (nccl_choice)
 };
 
 // A fitted constant: its name in the topology's `collectives` section.
@@ -77,6 +83,12 @@ sim::CollectiveEstimate choose_for(const sim::CollectiveModel& model, const FitC
 // The predicted seconds of one row: launch overhead + the model's choice for the case, or, when one
 // thread drove several GPUs, the thread's issue time (gpus_per_thread x group_launch) if longer.
 double predict_row(const sim::CollectiveModel& model, const FitCase& c, double bytes, double launch_seconds);
+// What a row is timed with: NCCL's own choice for it when the case is timed as NCCL chose and the
+// log names one choice for its size, else the model's choice (choose_for). Throws ranksim::Error
+// when the model cannot run NCCL's choice on the topology.
+sim::CollectiveEstimate estimate_row(const sim::CollectiveModel& model, const FitCase& c, const MeasuredRow& row);
+// predict_row for a measured row: estimate_row's time, as measured.
+double predict_row(const sim::CollectiveModel& model, const FitCase& c, const MeasuredRow& row, double launch_seconds);
 // What a run of the case takes when the GPUs take `seconds` (launch overhead included).
 double as_measured(const FitCase& c, const sim::CollectiveTiming& constants, double seconds);
 

@@ -279,6 +279,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   cal_cmd->add_flag("--check", cal_opts.check_only, "Only compare the topology with the measurements; write nothing");
   cal_cmd->add_flag("--leave-one-out", cal_opts.leave_one_out,
                     "After the fit, refit without each table in turn and print how well that predicts it");
+  cal_cmd->add_flag("--nccl-choice", cal_opts.nccl_choice,
+                    "Time each row with the algorithm and protocol NCCL ran it with, as the log's NCCL tuning "
+                    "messages say (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING), not with the model's choice");
   cal_cmd->add_option("--sizes", cal_opts.sizes,
                       "Only the rows of sizes MIN:MAX (bytes, or with units: 1MiB:8GiB; 1MiB: for 1 MiB and up)");
   cal_cmd

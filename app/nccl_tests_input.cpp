@@ -135,6 +135,63 @@ std::string_view without_rank_tag(std::string_view s) {
   return s;
 }
 
+// NCCL's tuning message (NcclChoice in the header) in a message of NCCL's: the call's bytes, whether
+// they are one rank's (2.26 on: "AllGather:" and "ReduceScatter:"), and what NCCL chose; nothing
+// for another message, or for an algorithm or protocol ranksim does not know.
+struct TuningMessage {
+  double bytes = 0;
+  bool per_rank = false;
+  NcclChoice choice;
+};
+
+std::optional<TuningMessage> tuning_message(const std::string& message) {
+  const std::string arrow = " Bytes -> Algo ";
+  const size_t at = message.find(arrow);
+  if (at == std::string::npos) return std::nullopt;
+  const std::vector<std::string> before = split_ws(message.substr(0, at)),
+                                 after = split_ws(message.substr(at + arrow.size()));
+  TuningMessage m;
+  if (before.empty() || !is_integer(before.back()) || !to_double(before.back(), m.bytes)) return std::nullopt;
+  if (before.size() >= 2)
+    m.per_rank = before[before.size() - 2] == "AllGather:" || before[before.size() - 2] == "ReduceScatter:";
+  if (after.size() < 3 || after[1] != "proto") return std::nullopt;
+  // NCCL's numbers (src/include/nccl_common.h) and names (src/collectives.cc, ncclAlgoToString)
+  static const std::map<std::string, sim::CollAlgo> algorithms = {{"0", sim::CollAlgo::tree},
+                                                                  {"1", sim::CollAlgo::ring},
+                                                                  {"2", sim::CollAlgo::collnet},
+                                                                  {"3", sim::CollAlgo::collnet},
+                                                                  {"4", sim::CollAlgo::nvls},
+                                                                  {"5", sim::CollAlgo::nvls_tree},
+                                                                  {"6", sim::CollAlgo::pat},
+                                                                  {"TREE", sim::CollAlgo::tree},
+                                                                  {"RING", sim::CollAlgo::ring},
+                                                                  {"COLLNET_DIRECT", sim::CollAlgo::collnet},
+                                                                  {"COLLNET_CHAIN", sim::CollAlgo::collnet},
+                                                                  {"NVLS", sim::CollAlgo::nvls},
+                                                                  {"NVLS_TREE", sim::CollAlgo::nvls_tree},
+                                                                  {"PAT", sim::CollAlgo::pat}};
+  static const std::map<std::string, sim::Protocol> protocols = {
+      {"0", sim::Protocol::ll},  {"1", sim::Protocol::ll128},     {"2", sim::Protocol::simple},
+      {"LL", sim::Protocol::ll}, {"LL128", sim::Protocol::ll128}, {"SIMPLE", sim::Protocol::simple}};
+  const auto a = algorithms.find(after[0]);
+  const auto p = protocols.find(after[2]);
+  if (a == algorithms.end() || p == protocols.end()) return std::nullopt;
+  m.choice.algorithm = a->second;
+  m.choice.protocol = p->second;
+  // "channel{Lo..Hi}={0..7}": channels 0 to 7
+  const std::string channels = "channel{Lo..Hi}={";
+  for (const std::string& w : after) {
+    if (w.rfind(channels, 0) != 0 || w.back() != '}') continue;
+    const std::string range = w.substr(channels.size(), w.size() - channels.size() - 1);  // "0..7"
+    const size_t dots = range.find("..");
+    if (dots == std::string::npos) continue;
+    const std::optional<int> lo = bounded_integer(range.substr(0, dots), 1 << 16),
+                             hi = bounded_integer(range.substr(dots + 2), 1 << 16);
+    if (lo.has_value() && hi.has_value() && hi.value() >= lo.value()) m.choice.channels = hi.value() - lo.value() + 1;
+  }
+  return m;
+}
+
 // A word of the columns that follow a row's first ones: a number, or N/A (#wrong of a run without
 // validation).
 bool is_value(const std::string& w) {
@@ -217,7 +274,7 @@ class Parser {
     if (!to_double(size, bytes) || bytes < 0) fail(line, "the size '" + size + "' is not a number of bytes");
     if (!to_double(time, us)) fail(line, "the time '" + time + "' is not a number of microseconds");
     if (const std::string why = row_problem(bytes, us, size, time); !why.empty()) fail(line, why);
-    if (bytes > 0) t_.rows.push_back({bytes, us * 1e-6});
+    if (bytes > 0) t_.rows.push_back({bytes, us * 1e-6, {}});
   }
 
   // A `# key: value` given twice with different values: refused (which would be meant?).
@@ -342,6 +399,7 @@ class Parser {
       const size_t message = nccl_message_start(s, hosts_);
       if (message != std::string::npos) {
         environment_line(s.substr(message), no);
+        if (const std::optional<TuningMessage> m = tuning_message(s.substr(message))) tuning_.push_back(*m);
         if (message == 0) continue;
         s = trimmed(s.substr(0, message));
       } else if (environment_line(s, no)) {
@@ -459,6 +517,7 @@ class Parser {
     t_.path = path_;
     t_.line = line;
     ranks_seen_.clear();
+    tuning_.clear();
     hosts_.clear();
     devices_.clear();
     software_.clear();
@@ -469,6 +528,13 @@ class Parser {
   // Closes the test being read: its ranks, nodes and what the log says of the machine.
   void finish() {
     if (t_.ranks == 0 && !ranks_seen_.empty()) t_.ranks = static_cast<int>(ranks_seen_.size());
+    // NCCL's tuning messages to the rows of their size: per-rank bytes times the ranks.
+    for (const TuningMessage& m : tuning_) {
+      const double bytes = m.per_rank ? m.bytes * std::max(1, t_.ranks) : m.bytes;
+      for (MeasuredRow& r : t_.rows)
+        if (r.bytes == bytes && std::find(r.nccl.begin(), r.nccl.end(), m.choice) == r.nccl.end())
+          r.nccl.push_back(m.choice);
+    }
     if (t_.nodes == 0 && !hosts_.empty()) t_.nodes = static_cast<int>(hosts_.size());
     if (t_.about.empty() && !ranks_seen_.empty()) {
       std::string hw = "hardware: " + std::to_string(ranks_seen_.size()) + " ranks";
@@ -489,6 +555,7 @@ class Parser {
   MeasuredTable t_;
   std::vector<MeasuredTable> tests_;
   std::set<int> ranks_seen_;
+  std::vector<TuningMessage> tuning_;  // NCCL's tuning messages of the test being read
   std::set<std::string> hosts_, devices_;
   std::string version_;   // the last "nccl-tests version ..." line read
   std::string software_;  // the one of the test being read
@@ -628,7 +695,7 @@ MeasuredTable parse_json(const std::string& text, const std::string& path) {
     const double bytes = static_cast<double>(size.get<long long>()), us = time.get<double>();
     if (const std::string why = row_problem(bytes, us, size.dump(), time.dump()); !why.empty())
       throw Error(path + ": " + where + ": " + why);
-    if (bytes > 0) t.rows.push_back({bytes, us * 1e-6});
+    if (bytes > 0) t.rows.push_back({bytes, us * 1e-6, {}});
   }
   return t;
 }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -24,6 +25,7 @@ namespace ranksim::app {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
@@ -89,7 +91,7 @@ FitCase synthetic_case(const sim::CollectiveModel& m, double launch, int nranks,
   c.shape.nodes = nodes;
   c.shape.ranks_per_node = nranks / nodes;
   c.algorithm = algorithm;
-  for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch)});
+  for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch), {}});
   return c;
 }
 
@@ -515,6 +517,19 @@ struct Row {
   double bytes;
   double us;
 };
+
+std::string fmt_bytes(double bytes) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.0f", bytes);
+  return buf;
+}
+
+// A time as nccl_text prints it and calibrate prints it back.
+std::string fmt_us(double us) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.2f", us);
+  return buf;
+}
 
 // nccl-tests' text table as all_reduce_perf (or `binary`) prints it: one "Rank" line per entry of
 // `hosts` (rank i on hosts[i]), then the rows with their out-of-place and in-place columns.
@@ -1055,6 +1070,132 @@ TEST_F(CalibrateCommand, TakesTheProtocolTheLogReports) {
   expect_refused(o, log + ": the file says the runs set NCCL_PROTO=Simple but --proto says LL");
 }
 
+// A log with NCCL's tuning messages: rank 0's "N Bytes -> Algo A proto P" before the table, one a
+// size in `ran` (NCCL's numbers: algorithm 1 ring, 0 tree, 4 NVLS; protocol 0 LL, 1 LL128, 2 Simple).
+std::string with_tuning(std::string text, const std::vector<std::tuple<double, int, int>>& ran) {
+  std::string lines;
+  for (const auto& [bytes, algo, proto] : ran)
+    lines += "cnode3-000:1:1 [0] NCCL INFO " + fmt_bytes(bytes) + " Bytes -> Algo " + std::to_string(algo) + " proto " +
+             std::to_string(proto) + " time 1.000000\n";
+  text.insert(text.find("#                                                              out-of-place"), lines);
+  return text;
+}
+
+TEST_F(CalibrateCommand, PrintsNcclsOwnChoiceBesideTheModels) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::vector<Row> rows = synthetic_rows(t);
+  // The model's choice at 1 KiB and 4 GiB (its LL and Simple rings), and NCCL's: a ring on LL at
+  // 1 KiB, a tree on Simple at 4 GiB.
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(check_options({table(with_tuning(nccl_text("all_reduce_perf", hosts(8, 8), rows),
+                                                       {{1024, 1, 0}, {4 * kGiB, 0, 2}}))}),
+                      printed),
+            0);
+  const std::string p = printed.str();
+  EXPECT_THAT(p, HasSubstr("  choice           nccl\n"));
+  EXPECT_THAT(p, HasSubstr("ring/LL/1ch      ring/LL\n"));
+  EXPECT_THAT(p, HasSubstr("ring/Simple/16ch tree/Simple\n"));
+  EXPECT_THAT(p, HasSubstr("#   NCCL's own choice (its tuning messages) differs from the model's algorithm or "
+                           "protocol at 1 of the 2 sizes it names\n"));
+  // Without such messages, no column.
+  std::ostringstream plain;
+  ASSERT_EQ(calibrate(check_options({table(nccl_text("all_reduce_perf", hosts(8, 8), rows))}), plain), 0);
+  EXPECT_THAT(plain.str(), Not(HasSubstr("nccl\n")));
+  EXPECT_THAT(plain.str(), Not(HasSubstr("NCCL's own choice")));
+}
+
+// --nccl-choice times a row NCCL's messages name as NCCL ran it; the others as the model chooses.
+TEST_F(CalibrateCommand, NcclChoiceTimesEachRowAsNcclRanIt) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const std::vector<Row> rows = synthetic_rows(t);
+  CalibrateOptions o = check_options(
+      {table(with_tuning(nccl_text("all_reduce_perf", hosts(8, 8), rows), {{4 * kGiB, 0, 2}, {1024, 1, 2}}))});
+  o.nccl_choice = true;
+  std::ostringstream printed;
+  ASSERT_EQ(calibrate(o, printed), 0);
+  sim::CollectiveTiming k = t.collectives();
+  k.model = sim::CollectiveTimingModel::nccl;
+  const sim::CollectiveModel m(t, k);
+  sim::CollectiveShape s = sim::first_devices_shape(t, sim::CollOp::all_reduce, 8);
+  auto row = [&](double bytes, sim::CollAlgo a, sim::Protocol p, const std::string& measured) {
+    s.bytes = bytes;
+    const std::optional<sim::CollectiveEstimate> e = m.estimate(s, a, p);
+    EXPECT_TRUE(e.has_value());
+    const double us = (3e-6 + e->seconds) * 1e6;
+    char line[200];
+    std::snprintf(line, sizeof line, "%14.0f %12s %12.2f", bytes, measured.c_str(), us);
+    return std::string(line);
+  };
+  const std::string p = printed.str();
+  EXPECT_THAT(p, HasSubstr(row(4 * kGiB, sim::CollAlgo::tree, sim::Protocol::simple, fmt_us(rows.back().us))));
+  EXPECT_THAT(p, HasSubstr(row(1024, sim::CollAlgo::ring, sim::Protocol::simple, fmt_us(rows.front().us))));
+  EXPECT_THAT(p, HasSubstr("tree/Simple/16ch tree/Simple\n"));
+  EXPECT_THAT(p, HasSubstr("ring/Simple/1ch  ring/Simple\n"));
+  // a row the messages do not name: the model's choice (an LL ring at 2 KiB)
+  EXPECT_THAT(p, HasSubstr("  ring/LL/1ch\n"));
+  EXPECT_THAT(p, HasSubstr("differs from the timed algorithm or protocol at 0 of the 2 sizes it names (timed as NCCL "
+                           "ran them: --nccl-choice)"));
+}
+
+TEST_F(CalibrateCommand, NcclChoiceNeedsNcclsTuningMessages) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  CalibrateOptions o = check_options({table(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)))});
+  o.nccl_choice = true;
+  expect_refused(o, "--nccl-choice needs a log with NCCL's tuning messages");
+}
+
+TEST_F(CalibrateCommand, RefusesAnNcclChoiceTheTopologyCannotTime) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  CalibrateOptions o =
+      options({table(with_tuning(nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t)), {{1048576, 4, 2}}))});
+  o.nccl_choice = true;
+  expect_refused(o, "NCCL ran its 1048576-byte calls as nvls/Simple, which the model cannot time on this topology: ");
+}
+
+// Rows NCCL ran on a Simple ring at every size (NCCL_PROTO=Simple in effect, but not said), on 8, 4
+// and 2 ranks: fitted as NCCL ran them, the constants they were made with come back; fitted as the
+// model would choose (LL and LL128 rings and trees below 8 MiB), the fit cannot follow them.
+TEST_F(CalibrateCommand, FitsTheTimingOfWhatNcclRan) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  const sim::CollectiveModel m(t, truth(t));
+  std::vector<std::string> files;
+  for (int n : {8, 4, 2}) {
+    sim::CollectiveShape s = sim::first_devices_shape(t, sim::CollOp::all_reduce, n);
+    std::vector<Row> rows;
+    std::vector<std::tuple<double, int, int>> ran;
+    for (double bytes : sizes_1k_to_4g()) {
+      s.bytes = bytes;
+      rows.push_back({bytes, (3e-6 + m.estimate(s, sim::CollAlgo::ring, sim::Protocol::simple)->seconds) * 1e6});
+      ran.emplace_back(bytes, 1, 2);
+    }
+    files.push_back(write("table_" + name() + std::to_string(n) + ".txt",
+                          with_tuning(nccl_text("all_reduce_perf", hosts(n, 8), rows), ran))
+                        .string());
+    tables_.push_back(files.back());
+  }
+  auto fitted = [&](bool as_nccl) {
+    CalibrateOptions o = options(files);
+    o.nccl_choice = as_nccl;
+    o.fit = {"fabric_efficiency", "intra_latency", "call_overhead"};
+    std::ostringstream printed;
+    EXPECT_EQ(calibrate(o, printed), 0);
+    const std::string p = printed.str();
+    const size_t at = p.find("# rms log error ");
+    EXPECT_NE(at, std::string::npos) << p;
+    return std::pair{std::stod(p.substr(at + 16)), sim::Topology::load_file(out_).collectives()};
+  };
+  const auto [rms, k] = fitted(true);
+  EXPECT_LT(rms, 1e-3);
+  EXPECT_NEAR(k.fabric_efficiency, 0.83, 0.83 * 0.01);
+  EXPECT_NEAR(k.intra_latency.seconds(), 2.1e-6, 2.1e-6 * 0.01);
+  EXPECT_NEAR(k.call_overhead.seconds(), 20e-6, 20e-6 * 0.01);
+  const auto [rms_model, k_model] = fitted(false);
+  EXPECT_GT(rms_model, 0.01);
+  EXPECT_GT(
+      std::abs(k_model.intra_latency.seconds() / 2.1e-6 - 1) + std::abs(k_model.call_overhead.seconds() / 20e-6 - 1),
+      0.05);
+}
+
 TEST_F(CalibrateCommand, RefusesAnUnknownProtocol) {
   CalibrateOptions o = options({table(nccl_text("all_reduce_perf", hosts(8, 8), kRows))});
   o.protocol = "fast";
@@ -1400,6 +1541,44 @@ TEST(NcclTestsInput, RefusesARowThatNcclsMessagesCutAndThatNeverEnds) {
     EXPECT_THAT(e.what(), HasSubstr("x.txt:" + std::to_string(last_line) + ": this row of the table stops"));
     EXPECT_THAT(e.what(), HasSubstr("before the end of the file"));
   }
+}
+
+// A log run with NCCL_DEBUG_SUBSYS=TUNING says what NCCL ran each call with: rank 0's "N Bytes ->
+// Algo A proto P time T" (NCCL 2.21-2.25, NCCL's numbers) or "Func: N Bytes -> Algo NAME proto
+// NAME channel{Lo..Hi}={lo..hi}" (2.26 on; all_gather's and reduce_scatter's bytes one rank's).
+TEST(NcclTestsInput, ReadsNcclsOwnChoiceFromItsTuningMessages) {
+  const std::vector<Row> rows = {{1024, 30.5}, {2097152, 87.18}, {4194304, 137.6}, {8388608, 200.0}};
+  const std::string info = "cnode3-000:1904979:1904979 [0] NCCL INFO ";
+  auto with = [&](const std::string& binary, const std::string& lines) {
+    std::string text = nccl_text(binary, hosts(8, 4), rows);
+    text.insert(text.find("#                                                              out-of-place"), lines);
+    return text;
+  };
+  MeasuredTable t = parse_nccl_tests(
+      cut_row(with("all_reduce_perf",
+                   info + "1024 Bytes -> Algo 0 proto 0 time 12.500000\n" + info +
+                       "1024 Bytes -> Algo 0 proto 0 time 12.500000\n" + info +
+                       "2097152 Bytes -> Algo 1 proto 1 time 80.000000\n" + info +
+                       "2097152 Bytes -> Algo 0 proto 1 time 79.000000\n" + info +
+                       "8388608 Bytes -> Algo 9 proto 0 time 1.000000\n"),  // no algorithm ranksim knows
+              "4194304", info + "AllReduce: 4194304 Bytes -> Algo NVLS_TREE proto SIMPLE channel{Lo..Hi}={0..15}"),
+      "x.txt");
+  ASSERT_EQ(t.rows.size(), 4u);
+  EXPECT_THAT(t.rows[0].nccl, ElementsAre(NcclChoice{sim::CollAlgo::tree, sim::Protocol::ll, 0}));
+  EXPECT_THAT(t.rows[1].nccl, ElementsAre(NcclChoice{sim::CollAlgo::ring, sim::Protocol::ll128, 0},
+                                          NcclChoice{sim::CollAlgo::tree, sim::Protocol::ll128, 0}));
+  EXPECT_THAT(t.rows[2].nccl, ElementsAre(NcclChoice{sim::CollAlgo::nvls_tree, sim::Protocol::simple, 16}));
+  EXPECT_TRUE(t.rows[3].nccl.empty());
+  // all_gather: 2.26's bytes are a rank's (x 8 ranks), 2.21's the whole call's
+  t = parse_nccl_tests(with("all_gather_perf", info +
+                                                   "AllGather: 262144 Bytes -> Algo RING proto LL128 "
+                                                   "channel{Lo..Hi}={2..5}\n" +
+                                                   info + "8388608 Bytes -> Algo 6 proto 2 time 90.000000\n"),
+                       "x.txt");
+  EXPECT_THAT(t.rows[1].nccl, ElementsAre(NcclChoice{sim::CollAlgo::ring, sim::Protocol::ll128, 4}));
+  EXPECT_THAT(t.rows[3].nccl, ElementsAre(NcclChoice{sim::CollAlgo::pat, sim::Protocol::simple, 0}));
+  EXPECT_TRUE(t.rows[0].nccl.empty());
+  EXPECT_TRUE(t.rows[2].nccl.empty());
 }
 
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
