@@ -660,6 +660,16 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
     };
     summary(">= 1 MiB", big_b, big_a);
     summary("< 1 MiB", small_b, small_a);
+    // How far the file's two runs of each size (out of place, in place) lie apart: a prediction,
+    // one a size, cannot be nearer both than about half of that.
+    for (const bool big : {true, false}) {
+      std::vector<std::pair<double, double>> pairs;
+      for (const MeasuredRow& r : c.rows)
+        if ((r.bytes >= kMiB) == big && r.in_place_seconds > 0) pairs.emplace_back(r.in_place_seconds, r.seconds);
+      if (pairs.empty()) continue;
+      out << "#   out-of-place and in-place times apart, sizes " << (big ? ">= 1 MiB" : "< 1 MiB") << ": "
+          << fmt("%.1f%%", geomean_error(pairs) * 100) << " (" << pairs.size() << " sizes)\n";
+    }
     if (said)
       out << "#   NCCL's own choice (its tuning messages) differs from the " << (c.as_nccl_chose ? "timed" : "model's")
           << " algorithm or protocol at " << differ << " of the " << named << " sizes it names"

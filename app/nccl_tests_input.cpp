@@ -269,12 +269,15 @@ class Parser {
     t_.op = op;
   }
 
-  void add_row(int line, const std::string& size, const std::string& time) {
-    double bytes = 0, us = 0;
+  // A row: its size and out-of-place time, and its in-place time when it has one ("" none; a
+  // value that is not a positive number is left out, as only a comparison uses it).
+  void add_row(int line, const std::string& size, const std::string& time, const std::string& in_place = "") {
+    double bytes = 0, us = 0, in_us = 0;
     if (!to_double(size, bytes) || bytes < 0) fail(line, "the size '" + size + "' is not a number of bytes");
     if (!to_double(time, us)) fail(line, "the time '" + time + "' is not a number of microseconds");
     if (const std::string why = row_problem(bytes, us, size, time); !why.empty()) fail(line, why);
-    if (bytes > 0) t_.rows.push_back({bytes, us * 1e-6, {}});
+    if (!to_double(in_place, in_us) || in_us <= 0) in_us = 0;
+    if (bytes > 0) t_.rows.push_back({bytes, us * 1e-6, in_us * 1e-6, {}});
   }
 
   // A `# key: value` given twice with different values: refused (which would be meant?).
@@ -434,7 +437,9 @@ class Parser {
              "a row of the nccl-tests table needs size, count, type (redop, root), then time, algbw, busbw, #wrong "
              "out of place and in place; got " +
                  std::to_string(w.size()) + " columns");
-      add_row(cut_line, w[0], w[w.size() - after_time_]);
+      // The in-place time: the fifth column from the out-of-place one, in the layout whose header
+      // names time, algbw, busbw and #wrong (or error) twice.
+      add_row(cut_line, w[0], w[w.size() - after_time_], after_time_ == kAfterTime ? w[w.size() - 4] : "");
     }
     if (!cut.empty()) unfinished("the end of the file");
   }
@@ -695,7 +700,11 @@ MeasuredTable parse_json(const std::string& text, const std::string& path) {
     const double bytes = static_cast<double>(size.get<long long>()), us = time.get<double>();
     if (const std::string why = row_problem(bytes, us, size.dump(), time.dump()); !why.empty())
       throw Error(path + ": " + where + ": " + why);
-    if (bytes > 0) t.rows.push_back({bytes, us * 1e-6, {}});
+    double in_us = 0;  // the in-place time beside an out-of-place one
+    if (std::string(placement) == "out_of_place" && r.contains("in_place") && r["in_place"].is_object() &&
+        r["in_place"].contains(key) && r["in_place"][key].is_number())
+      in_us = std::max(0.0, r["in_place"][key].get<double>());
+    if (bytes > 0) t.rows.push_back({bytes, us * 1e-6, in_us * 1e-6, {}});
   }
   return t;
 }

@@ -57,6 +57,9 @@ struct NcclChoice {
 struct MeasuredRow {
   double bytes = 0;    // nccl-tests' size
   double seconds = 0;  // out-of-place time
+  // The same size's in-place time where the file gives one (text tables and JSON; not CSV), else
+  // 0: how far two runs of the same calls lie apart.
+  double in_place_seconds = 0;
   // NCCL's choices for calls of this size, as its tuning messages say: none when the log has no
   // such message for it, several when its calls of this size did not all run alike.
   std::vector<NcclChoice> nccl;

@@ -91,7 +91,7 @@ FitCase synthetic_case(const sim::CollectiveModel& m, double launch, int nranks,
   c.shape.nodes = nodes;
   c.shape.ranks_per_node = nranks / nodes;
   c.algorithm = algorithm;
-  for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch), {}});
+  for (double bytes : sizes_1k_to_4g()) c.rows.push_back({bytes, predict_row(m, c, bytes, launch), 0, {}});
   return c;
 }
 
@@ -522,6 +522,25 @@ std::string fmt_bytes(double bytes) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.0f", bytes);
   return buf;
+}
+
+std::string fmt_percent(double fraction) {
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "#   out-of-place and in-place times apart, sizes >= 1 MiB: %.1f%%", fraction * 100);
+  return buf;
+}
+
+std::vector<std::string> split_words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& w, size_t from, size_t to) {
+  std::string out;
+  for (size_t i = from; i < to && i < w.size(); ++i) out += (out.empty() ? "" : " ") + w[i];
+  return out;
 }
 
 // A time as nccl_text prints it and calibrate prints it back.
@@ -1014,14 +1033,21 @@ TEST_F(CalibrateCommand, RefusesAnAlgorithmThatCannotServeTheCollective) {
 // predictions are --algo ring's.
 TEST_F(CalibrateCommand, TakesNcclsLists) {
   const std::string file = table(nccl_text("all_reduce_perf", hosts(8, 8), kRows));
+  // The rows and errors printed (a CSV has no in-place times to compare the out-of-place ones with).
+  auto rows_part = [](const std::string& p) {
+    std::istringstream in(p.substr(p.find("size(B)")));
+    std::string out;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("#   out-of-place and in-place", 0) != 0) out += line + "\n";
+    return out;
+  };
   auto predicted = [&](const std::string& algo, const std::string& proto, const std::string& path) {
     CalibrateOptions o = check_options({path});
     o.algorithm = algo;
     o.protocol = proto;
     std::ostringstream printed;
     EXPECT_EQ(calibrate(o, printed), 0);
-    const std::string p = printed.str();
-    return p.substr(p.find("size(B)"));
+    return rows_part(printed.str());
   };
   const std::string ring = predicted("ring", "auto", file);
   EXPECT_EQ(predicted("^tree", "auto", file), ring);
@@ -1037,7 +1063,7 @@ TEST_F(CalibrateCommand, TakesNcclsLists) {
   std::ostringstream printed;
   ASSERT_EQ(calibrate(o, printed), 0);
   EXPECT_THAT(printed.str(), HasSubstr("NCCL's choice among what NCCL_ALGO=allreduce:^Tree allows"));
-  EXPECT_EQ(printed.str().substr(printed.str().find("size(B)")), ring);
+  EXPECT_EQ(rows_part(printed.str()), ring);
   // Malformed lists are refused, naming the file or the option.
   o = check_options({file});
   o.algorithm = "ring;tree";
@@ -1135,6 +1161,29 @@ TEST_F(CalibrateCommand, NcclChoiceTimesEachRowAsNcclRanIt) {
   EXPECT_THAT(p, HasSubstr("  ring/LL/1ch\n"));
   EXPECT_THAT(p, HasSubstr("differs from the timed algorithm or protocol at 0 of the 2 sizes it names (timed as NCCL "
                            "ran them: --nccl-choice)"));
+}
+
+// The comparison says how far a file's out-of-place and in-place times lie apart.
+TEST_F(CalibrateCommand, SaysHowFarTheOutOfPlaceAndInPlaceTimesLieApart) {
+  const sim::Topology t = sim::Topology::load_file(topo_);
+  std::string text = nccl_text("all_reduce_perf", hosts(8, 8), synthetic_rows(t));
+  // nccl_text prints each row's in-place time as its out-of-place one: 0% apart; then the 4 GiB
+  // row's in place 10% longer, the only one of the 13 from 1 MiB up: exp(ln(1.1) / 13) - 1.
+  std::ostringstream same;
+  ASSERT_EQ(calibrate(check_options({table(text)}), same), 0);
+  EXPECT_THAT(same.str(), HasSubstr("#   out-of-place and in-place times apart, sizes >= 1 MiB: 0.0% (13 sizes)\n"));
+  EXPECT_THAT(same.str(), HasSubstr("#   out-of-place and in-place times apart, sizes < 1 MiB: 0.0% (10 sizes)\n"));
+  const size_t row = text.find("\n  4294967296 ") + 1;
+  const size_t end = text.find('\n', row);
+  std::vector<std::string> w = split_words(text.substr(row, end - row));
+  char in_place[40];
+  std::snprintf(in_place, sizeof in_place, "%.2f", std::stod(w[5]) * 1.1);
+  w[9] = in_place;
+  text = text.substr(0, row) + joined(w, 0, w.size()) + text.substr(end);
+  std::ostringstream apart;
+  ASSERT_EQ(calibrate(check_options({table(text, ".log")}), apart), 0);
+  EXPECT_THAT(apart.str(), HasSubstr(fmt_percent(std::exp(std::log(std::stod(in_place) / std::stod(w[5])) / 13) - 1) +
+                                     " (13 sizes)\n"));
 }
 
 TEST_F(CalibrateCommand, NcclChoiceNeedsNcclsTuningMessages) {
@@ -1398,19 +1447,6 @@ TEST(NcclTestsInput, ReadsTheAlgorithmAndProtocolNcclReports) {
 // for a new algorithm, NCCL 2.22 on) starts in the middle of the row, glued to its root column,
 // and the row's times follow on a line of their own after the messages (as in ODISSEI's Snellius
 // logs). Such a row reads as the whole one does.
-std::vector<std::string> split_words(const std::string& line) {
-  std::istringstream in(line);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& w, size_t from, size_t to) {
-  std::string out;
-  for (size_t i = from; i < to && i < w.size(); ++i) out += (out.empty() ? "" : " ") + w[i];
-  return out;
-}
-
 std::string cut_row(const std::string& text, const std::string& size, const std::string& messages,
                     const std::string& where = "out-of-place") {
   const size_t row = text.find("\n" + std::string(12 - size.size(), ' ') + size + " ") + 1;
@@ -1579,6 +1615,35 @@ TEST(NcclTestsInput, ReadsNcclsOwnChoiceFromItsTuningMessages) {
   EXPECT_THAT(t.rows[3].nccl, ElementsAre(NcclChoice{sim::CollAlgo::pat, sim::Protocol::simple, 0}));
   EXPECT_TRUE(t.rows[0].nccl.empty());
   EXPECT_TRUE(t.rows[2].nccl.empty());
+}
+
+// A text row's in-place time: the fifth column from its out-of-place one, where the header names
+// both groups; none in a layout of one group, or where the column is no positive number.
+TEST(NcclTestsInput, KeepsTheInPlaceTimeOfATextRow) {
+  const std::string head =
+      "# Collective test starting: all_reduce_perf\n"
+      "#  Rank  0 Group  0 Pid 1 on h device  0 [0x00] GPU\n"
+      "#  Rank  1 Group  0 Pid 2 on h device  1 [0x00] GPU\n";
+  MeasuredTable t = parse_nccl_tests(
+      head +
+          "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+          "busbw #wrong\n"
+          "     1048576        262144     float     sum      -1    100.0   10.49   10.49      0    110.0    9.53    "
+          "9.53      0\n"
+          "     2097152        524288     float     sum      -1    200.0   10.49   10.49      0      N/A     N/A     "
+          "N/A    N/A\n",
+      "x.txt");
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.rows[0].in_place_seconds, 110e-6);
+  EXPECT_EQ(t.rows[1].in_place_seconds, 0);
+  EXPECT_DOUBLE_EQ(t.rows[1].seconds, 200e-6);
+  t = parse_nccl_tests(head +
+                           "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+                           "     1048576        262144     float     sum      -1    100.0   10.49   10.49      0\n",
+                       "x.txt");
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(t.rows[0].seconds, 100e-6);
+  EXPECT_EQ(t.rows[0].in_place_seconds, 0);
 }
 
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
