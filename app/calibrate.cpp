@@ -756,7 +756,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
       }))
     throw Error(
         "--nccl-choice needs a log with NCCL's tuning messages (\"... Bytes -> Algo ... proto ...\"): run "
-        "nccl-tests with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING (NCCL 2.21 or later)");
+        "nccl-tests with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING (NCCL 2.20 or later)");
   if (o.leave_one_out) require_tables_to_leave_out(cases.size());  // before the fit
   auto say_left_out = [&](std::ostream& to, const char* lead) {
     for (const std::string& l : left_out) to << lead << "left out " << l << "\n";

@@ -152,10 +152,17 @@ std::optional<TuningMessage> tuning_message(const std::string& message) {
                                  after = split_ws(message.substr(at + arrow.size()));
   TuningMessage m;
   if (before.empty() || !is_integer(before.back()) || !to_double(before.back(), m.bytes)) return std::nullopt;
-  if (before.size() >= 2)
-    m.per_rank = before[before.size() - 2] == "AllGather:" || before[before.size() - 2] == "ReduceScatter:";
   if (after.size() < 3 || after[1] != "proto") return std::nullopt;
-  // NCCL's numbers (src/include/nccl_common.h) and names (src/collectives.cc, ncclAlgoToString)
+  // The form with the call's channels (2.24 on) counts an all_gather's and a reduce_scatter's
+  // bytes for one rank; the earlier forms (with or without the function's name, 2.23 and 2.20-2.22)
+  // the whole call's.
+  const std::string channels = "channel{Lo..Hi}={";
+  const bool with_channels =
+      std::any_of(after.begin(), after.end(), [&](const std::string& w) { return w.rfind(channels, 0) == 0; });
+  if (with_channels && before.size() >= 2)
+    m.per_rank = before[before.size() - 2] == "AllGather:" || before[before.size() - 2] == "ReduceScatter:";
+  // NCCL's numbers (src/include/nccl_common.h) and names, in any case and with or without '_'
+  // (ncclAlgoToString's "NVLS_TREE", NCCL_ALGO's "NVLSTree")
   static const std::map<std::string, sim::CollAlgo> algorithms = {{"0", sim::CollAlgo::tree},
                                                                   {"1", sim::CollAlgo::ring},
                                                                   {"2", sim::CollAlgo::collnet},
@@ -165,21 +172,26 @@ std::optional<TuningMessage> tuning_message(const std::string& message) {
                                                                   {"6", sim::CollAlgo::pat},
                                                                   {"TREE", sim::CollAlgo::tree},
                                                                   {"RING", sim::CollAlgo::ring},
-                                                                  {"COLLNET_DIRECT", sim::CollAlgo::collnet},
-                                                                  {"COLLNET_CHAIN", sim::CollAlgo::collnet},
+                                                                  {"COLLNETDIRECT", sim::CollAlgo::collnet},
+                                                                  {"COLLNETCHAIN", sim::CollAlgo::collnet},
                                                                   {"NVLS", sim::CollAlgo::nvls},
-                                                                  {"NVLS_TREE", sim::CollAlgo::nvls_tree},
+                                                                  {"NVLSTREE", sim::CollAlgo::nvls_tree},
                                                                   {"PAT", sim::CollAlgo::pat}};
   static const std::map<std::string, sim::Protocol> protocols = {
       {"0", sim::Protocol::ll},  {"1", sim::Protocol::ll128},     {"2", sim::Protocol::simple},
       {"LL", sim::Protocol::ll}, {"LL128", sim::Protocol::ll128}, {"SIMPLE", sim::Protocol::simple}};
-  const auto a = algorithms.find(after[0]);
-  const auto p = protocols.find(after[2]);
+  auto key = [](const std::string& w) {
+    std::string k;
+    for (const char c : w)
+      if (c != '_') k += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return k;
+  };
+  const auto a = algorithms.find(key(after[0]));
+  const auto p = protocols.find(key(after[2]));
   if (a == algorithms.end() || p == protocols.end()) return std::nullopt;
   m.choice.algorithm = a->second;
   m.choice.protocol = p->second;
   // "channel{Lo..Hi}={0..7}": channels 0 to 7
-  const std::string channels = "channel{Lo..Hi}={";
   for (const std::string& w : after) {
     if (w.rfind(channels, 0) != 0 || w.back() != '}') continue;
     const std::string range = w.substr(channels.size(), w.size() - channels.size() - 1);  // "0..7"

@@ -27,8 +27,9 @@
 //   kind, or a file without "results" is an error naming the field.
 // Rows of size 0 are left out (nccl-tests prints them for its empty first sizes).
 // A text log's NCCL tuning messages (NcclChoice) give each row NCCL's choice for its size: the
-// message's bytes are the call's (all_gather's and reduce_scatter's per rank from 2.26 on, which
-// the message's "AllGather:" or "ReduceScatter:" says: times the ranks, as nccl-tests' size).
+// message's bytes are the call's (all_gather's and reduce_scatter's one rank's in the form with
+// channels, 2.24 on, which the message's "AllGather:" or "ReduceScatter:" says: times the ranks,
+// as nccl-tests' size).
 //
 // Errors (ranksim::Error, naming the file and line): an unreadable file, a row that is not a
 // number where one is needed, a non-positive time, two collectives in one CSV, a table without
@@ -45,8 +46,8 @@ namespace ranksim::app {
 
 // What NCCL ran a call with, as its tuning messages say (a log run with NCCL_DEBUG=INFO and
 // NCCL_DEBUG_SUBSYS=TUNING, or ALL): rank 0 prints, for every call, "N Bytes -> Algo A proto P
-// time T" (NCCL 2.21-2.25: A and P NCCL's numbers) or "Func: N Bytes -> Algo NAME proto NAME
-// channel{Lo..Hi}={lo..hi}" (2.26 on: names, and the channels the call ran on).
+// time T" (NCCL 2.20-2.22: A and P NCCL's numbers; 2.23 with "Func: " first) or "Func: N Bytes ->
+// Algo NAME proto NAME channel{Lo..Hi}={lo..hi}" (2.24 on: names, and the channels the call ran on).
 struct NcclChoice {
   sim::CollAlgo algorithm = sim::CollAlgo::ring;  // NCCL's CollNet direct and chain both collnet
   sim::Protocol protocol = sim::Protocol::simple;

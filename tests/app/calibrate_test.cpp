@@ -1605,16 +1605,18 @@ TEST(NcclTestsInput, ReadsNcclsOwnChoiceFromItsTuningMessages) {
                                           NcclChoice{sim::CollAlgo::tree, sim::Protocol::ll128, 0}));
   EXPECT_THAT(t.rows[2].nccl, ElementsAre(NcclChoice{sim::CollAlgo::nvls_tree, sim::Protocol::simple, 16}));
   EXPECT_TRUE(t.rows[3].nccl.empty());
-  // all_gather: 2.26's bytes are a rank's (x 8 ranks), 2.21's the whole call's
-  t = parse_nccl_tests(with("all_gather_perf", info +
-                                                   "AllGather: 262144 Bytes -> Algo RING proto LL128 "
-                                                   "channel{Lo..Hi}={2..5}\n" +
-                                                   info + "8388608 Bytes -> Algo 6 proto 2 time 90.000000\n"),
-                       "x.txt");
+  // all_gather: the bytes of the form with channels (2.24 on) are a rank's (x 8 ranks), those of
+  // 2.23's (with the function's name) and 2.20-2.22's the whole call's; names in any case
+  t = parse_nccl_tests(
+      with("all_gather_perf", info + "AllGather: 262144 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={2..5}\n" +
+                                  info + "8388608 Bytes -> Algo 6 proto 2 time 90.000000\n" + info +
+                                  "AllGather: 4194304 Bytes -> Algo 1 proto 0 time 70.000000\n" + info +
+                                  "AllGather: 128 Bytes -> Algo NVLSTree proto Simple channel{Lo..Hi}={0..0}\n"),
+      "x.txt");
+  EXPECT_THAT(t.rows[0].nccl, ElementsAre(NcclChoice{sim::CollAlgo::nvls_tree, sim::Protocol::simple, 1}));
   EXPECT_THAT(t.rows[1].nccl, ElementsAre(NcclChoice{sim::CollAlgo::ring, sim::Protocol::ll128, 4}));
+  EXPECT_THAT(t.rows[2].nccl, ElementsAre(NcclChoice{sim::CollAlgo::ring, sim::Protocol::ll, 0}));
   EXPECT_THAT(t.rows[3].nccl, ElementsAre(NcclChoice{sim::CollAlgo::pat, sim::Protocol::simple, 0}));
-  EXPECT_TRUE(t.rows[0].nccl.empty());
-  EXPECT_TRUE(t.rows[2].nccl.empty());
 }
 
 // A text row's in-place time: the fifth column from its out-of-place one, where the header names
