@@ -387,6 +387,16 @@ class Parser {
     return false;
   }
 
+  // NCCL's version as it says it, in a message ("... NCCL INFO NCCL version 2.22.3+cuda12.6") or
+  // on a line of its own (NCCL_DEBUG=VERSION: "NCCL version 2.16.2+cuda11.6"): the first of a test.
+  void nccl_version_line(const std::string& s) {
+    const std::string marker = "NCCL version ";
+    const size_t at = s.find(marker);
+    if (!nccl_.empty() || at == std::string::npos || (at > 0 && s.find("NCCL INFO ") == std::string::npos)) return;
+    const std::vector<std::string> w = split_ws(s.substr(at + marker.size()));
+    if (!w.empty() && std::isdigit(static_cast<unsigned char>(w[0][0]))) nccl_ = "NCCL " + w[0];
+  }
+
   void parse_text(std::istream& in) {
     std::string line;
     int no = 0;
@@ -412,6 +422,7 @@ class Parser {
       // NCCL's own messages: what they say of NCCL_ALGO and NCCL_PROTO is read, the rest skipped;
       // the text before one that starts mid-line is the start of a row.
       const size_t message = nccl_message_start(s, hosts_);
+      nccl_version_line(message == std::string::npos ? s : s.substr(message));
       if (message != std::string::npos) {
         environment_line(s.substr(message), no);
         if (const std::optional<TuningMessage> m = tuning_message(s.substr(message))) tuning_.push_back(*m);
@@ -538,6 +549,7 @@ class Parser {
     hosts_.clear();
     devices_.clear();
     software_.clear();
+    nccl_.clear();
     saw_nthread_ = false;
     after_time_ = kAfterTime;
   }
@@ -558,7 +570,9 @@ class Parser {
       if (!hosts_.empty()) hw += " on " + std::to_string(hosts_.size()) + " host(s)";
       for (const std::string& d : devices_) hw += ", " + d;
       t_.about.push_back(hw);
-      if (!software_.empty()) t_.about.push_back("software: " + software_);
+      std::string software = software_;
+      if (!nccl_.empty()) software += (software.empty() ? "" : ", ") + nccl_;
+      if (!software.empty()) t_.about.push_back("software: " + software);
     }
     tests_.push_back(std::move(t_));
   }
@@ -576,6 +590,7 @@ class Parser {
   std::set<std::string> hosts_, devices_;
   std::string version_;   // the last "nccl-tests version ..." line read
   std::string software_;  // the one of the test being read
+  std::string nccl_;      // "NCCL 2.22.3+cuda12.6", as NCCL said its version during the test; "" not said
   bool saw_nthread_ = false;
   // Columns from the out-of-place time to the row's end: time, algbw, busbw, #wrong, out of place
   // and in place, unless the table's header says otherwise.

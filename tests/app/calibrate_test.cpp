@@ -25,6 +25,7 @@ namespace ranksim::app {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -1646,6 +1647,21 @@ TEST(NcclTestsInput, KeepsTheInPlaceTimeOfATextRow) {
   ASSERT_EQ(t.rows.size(), 1u);
   EXPECT_DOUBLE_EQ(t.rows[0].seconds, 100e-6);
   EXPECT_EQ(t.rows[0].in_place_seconds, 0);
+}
+
+// The NCCL a log ran, as NCCL says it (NCCL_DEBUG=INFO, or VERSION's line of its own), joins the
+// nccl-tests version in what the calibrated file says of the table.
+TEST(NcclTestsInput, ReadsTheNcclVersionTheLogSays) {
+  auto with = [](const std::string& line) {
+    std::string text = nccl_text("all_reduce_perf", hosts(8, 8), kRows);
+    text.insert(text.find("#                                                              out-of-place"), line);
+    return parse_nccl_tests(text, "x.txt").about;
+  };
+  EXPECT_THAT(with("cnode3-000:1:1 [0] NCCL INFO NCCL version 2.22.3+cuda12.6\n"),
+              Contains("software: nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902, NCCL "
+                       "2.22.3+cuda12.6"));
+  EXPECT_THAT(with("NCCL version 2.16.2+cuda11.6\n"), Contains(HasSubstr(", NCCL 2.16.2+cuda11.6")));
+  EXPECT_THAT(with(""), Not(Contains(HasSubstr(", NCCL "))));
 }
 
 TEST(NcclTestsInput, ErrorsNameTheFileAndLine) {
