@@ -136,7 +136,7 @@ std::string_view without_rank_tag(std::string_view s) {
 }
 
 // NCCL's tuning message (NcclChoice in the header) in a message of NCCL's: the call's bytes, whether
-// they are one rank's (2.26 on: "AllGather:" and "ReduceScatter:"), and what NCCL chose; nothing
+// they are one rank's (2.24 on: "AllGather:" and "ReduceScatter:"), and what NCCL chose; nothing
 // for another message, or for an algorithm or protocol ranksim does not know.
 struct TuningMessage {
   double bytes = 0;
