@@ -202,6 +202,13 @@ double predict_row(const sim::CollectiveModel& model, const FitCase& c, double b
   return as_measured(c, model.constants(), launch_seconds + choose_for(model, c, s).seconds);
 }
 
+namespace {
+// Whether the case's log names NCCL's own choice for any of its rows.
+bool names_nccl_choice(const FitCase& c) {
+  return std::any_of(c.rows.begin(), c.rows.end(), [](const MeasuredRow& r) { return !r.nccl.empty(); });
+}
+}  // namespace
+
 sim::CollectiveEstimate estimate_row(const sim::CollectiveModel& model, const FitCase& c, const MeasuredRow& row) {
   sim::CollectiveShape s = c.shape;
   s.bytes = row.bytes;
@@ -565,7 +572,8 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
     throw Error(path + ": " + e.what());
   }
   c.as_nccl_chose = o.nccl_choice;
-  for (const MeasuredRow& r : c.rows) (void)estimate_row(model, c, r);
+  if (c.as_nccl_chose)
+    for (const MeasuredRow& r : c.rows) (void)estimate_row(model, c, r);
   cases.push_back(std::move(c));
   tables.push_back(std::move(t));
 }
@@ -616,7 +624,7 @@ void print_comparison(std::ostream& out, const sim::Topology& topo, const std::v
     }
     // NCCL's own choices, where the log's tuning messages name them: a column, and how often the
     // model's choice differs.
-    const bool said = std::any_of(c.rows.begin(), c.rows.end(), [](const MeasuredRow& r) { return !r.nccl.empty(); });
+    const bool said = names_nccl_choice(c);
     out << (said ? "  choice           nccl\n" : "  choice\n");
     int named = 0, differ = 0;
     std::vector<std::pair<double, double>> big_b, small_b, big_a, small_a;
@@ -751,9 +759,7 @@ int calibrate(const CalibrateOptions& o, std::ostream& out) {
   std::vector<MeasuredTable> tables;
   std::vector<std::string> left_out;  // tests of the logs that ranksim does not time
   const std::vector<FitCase> cases = load_cases(o, topo, tables, left_out);
-  if (o.nccl_choice && std::none_of(cases.begin(), cases.end(), [](const FitCase& c) {
-        return std::any_of(c.rows.begin(), c.rows.end(), [](const MeasuredRow& r) { return !r.nccl.empty(); });
-      }))
+  if (o.nccl_choice && std::none_of(cases.begin(), cases.end(), names_nccl_choice))
     throw Error(
         "--nccl-choice needs a log with NCCL's tuning messages (\"... Bytes -> Algo ... proto ...\"): run "
         "nccl-tests with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING (NCCL 2.20 or later)");

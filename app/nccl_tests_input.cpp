@@ -142,6 +142,7 @@ struct TuningMessage {
   double bytes = 0;
   bool per_rank = false;
   NcclChoice choice;
+  bool operator==(const TuningMessage&) const = default;
 };
 
 std::optional<TuningMessage> tuning_message(const std::string& message) {
@@ -422,14 +423,19 @@ class Parser {
       // NCCL's own messages: what they say of NCCL_ALGO and NCCL_PROTO is read, the rest skipped;
       // the text before one that starts mid-line is the start of a row.
       const size_t message = nccl_message_start(s, hosts_);
-      nccl_version_line(message == std::string::npos ? s : s.substr(message));
       if (message != std::string::npos) {
-        environment_line(s.substr(message), no);
-        if (const std::optional<TuningMessage> m = tuning_message(s.substr(message))) tuning_.push_back(*m);
+        const std::string said = s.substr(message);
+        nccl_version_line(said);
+        environment_line(said, no);
+        // Every call has its message: each different one is kept once.
+        if (const std::optional<TuningMessage> m = tuning_message(said);
+            m && std::find(tuning_.begin(), tuning_.end(), *m) == tuning_.end())
+          tuning_.push_back(*m);
         if (message == 0) continue;
         s = trimmed(s.substr(0, message));
-      } else if (environment_line(s, no)) {
-        continue;
+      } else {
+        nccl_version_line(s);  // the line of its own that NCCL_DEBUG=VERSION prints
+        if (environment_line(s, no)) continue;
       }
       std::vector<std::string> w = split_ws(s);
       if (!cut.empty()) {
@@ -586,7 +592,7 @@ class Parser {
   MeasuredTable t_;
   std::vector<MeasuredTable> tests_;
   std::set<int> ranks_seen_;
-  std::vector<TuningMessage> tuning_;  // NCCL's tuning messages of the test being read
+  std::vector<TuningMessage> tuning_;  // the different NCCL tuning messages of the test being read
   std::set<std::string> hosts_, devices_;
   std::string version_;   // the last "nccl-tests version ..." line read
   std::string software_;  // the one of the test being read

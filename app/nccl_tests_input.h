@@ -51,7 +51,7 @@ namespace ranksim::app {
 struct NcclChoice {
   sim::CollAlgo algorithm = sim::CollAlgo::ring;  // NCCL's CollNet direct and chain both collnet
   sim::Protocol protocol = sim::Protocol::simple;
-  int channels = 0;  // 0: not said (before 2.26)
+  int channels = 0;  // 0: not said (before 2.24)
   bool operator==(const NcclChoice&) const = default;
 };
 

@@ -544,6 +544,15 @@ std::string joined(const std::vector<std::string>& w, size_t from, size_t to) {
   return out;
 }
 
+// Two readings of the same table give the same rows: sizes and out-of-place times.
+void expect_same_rows(const MeasuredTable& got, const MeasuredTable& want, const std::string& context = "") {
+  ASSERT_EQ(got.rows.size(), want.rows.size()) << context;
+  for (size_t i = 0; i < got.rows.size(); ++i) {
+    EXPECT_EQ(got.rows[i].bytes, want.rows[i].bytes) << context;
+    EXPECT_EQ(got.rows[i].seconds, want.rows[i].seconds) << context;
+  }
+}
+
 // A time as nccl_text prints it and calibrate prints it back.
 std::string fmt_us(double us) {
   char buf[40];
@@ -1318,11 +1327,7 @@ TEST(NcclTestsInput, ItsCsvTwinAgrees) {
   EXPECT_EQ(csv.ranks, 8);
   EXPECT_EQ(csv.nodes, 2);
   EXPECT_EQ(csv.algorithm, "auto");
-  ASSERT_EQ(csv.rows.size(), raw.rows.size());
-  for (size_t i = 0; i < raw.rows.size(); ++i) {
-    EXPECT_EQ(csv.rows[i].bytes, raw.rows[i].bytes);
-    EXPECT_EQ(csv.rows[i].seconds, raw.rows[i].seconds);
-  }
+  expect_same_rows(csv, raw);
 }
 
 // A log run with NCCL_DEBUG=INFO whose 2 MiB row NCCL's messages cut (ODISSEI's on Snellius) reads
@@ -1335,11 +1340,7 @@ TEST(NcclTestsInput, ARealLogWithACutRowAgreesWithItsCsvTwin) {
   EXPECT_EQ(raw.ranks, 8);
   EXPECT_EQ(raw.nodes, 2);
   ASSERT_EQ(raw.rows.size(), 31u);
-  ASSERT_EQ(csv.rows.size(), raw.rows.size());
-  for (size_t i = 0; i < raw.rows.size(); ++i) {
-    EXPECT_EQ(csv.rows[i].bytes, raw.rows[i].bytes);
-    EXPECT_EQ(csv.rows[i].seconds, raw.rows[i].seconds);
-  }
+  expect_same_rows(csv, raw);
   EXPECT_EQ(raw.rows[18].bytes, 2097152);
   EXPECT_NEAR(raw.rows[18].seconds, 93.65e-6, 1e-15);
 }
@@ -1468,14 +1469,7 @@ TEST(NcclTestsInput, ReadsARowThatNcclsMessagesCut) {
       "cnode3-000:1904979:1905073 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] [receive] via NET/IB/2/GDRDMA";
   const std::string more =
       "\ncnode3-001:1793998:1794081 [0] NCCL INFO Channel 04/0 : 3[3] -> 4[0] [receive] via NET/IB/2/GDRDMA";
-  auto same = [&](const std::string& text) {
-    const MeasuredTable t = parse_nccl_tests(text, "x.txt");
-    ASSERT_EQ(t.rows.size(), whole.rows.size()) << text;
-    for (size_t i = 0; i < t.rows.size(); ++i) {
-      EXPECT_EQ(t.rows[i].bytes, whole.rows[i].bytes);
-      EXPECT_EQ(t.rows[i].seconds, whole.rows[i].seconds);
-    }
-  };
+  auto same = [&](const std::string& text) { expect_same_rows(parse_nccl_tests(text, "x.txt"), whole, text); };
   same(cut_row(clean, "2097152", info + more + more));
   // between its out-of-place and in-place columns
   same(cut_row(clean, "2097152", info + more, "in-place"));
@@ -1518,11 +1512,7 @@ TEST(NcclTestsInput, ReadsALogWhoseLinesALauncherTagged) {
     EXPECT_EQ(t.op, "all_reduce");
     EXPECT_EQ(t.ranks, 8);
     EXPECT_EQ(t.nodes, 2);
-    ASSERT_EQ(t.rows.size(), whole.rows.size()) << text;
-    for (size_t i = 0; i < t.rows.size(); ++i) {
-      EXPECT_EQ(t.rows[i].bytes, whole.rows[i].bytes);
-      EXPECT_EQ(t.rows[i].seconds, whole.rows[i].seconds);
-    }
+    expect_same_rows(t, whole, text);
   };
   for (const std::string tag : {"[1,0]<stdout>:", "[0] ", "  0: ", "13: "}) same(tagged(clean, tag));
   const std::string tuning = "[0] cnode3-000:497888:497888 [0] NCCL INFO 2097152 Bytes -> Algo 1 proto 2 time 87.0";
