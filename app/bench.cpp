@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/nccl_environment.h"
 #include "app/nccl_table.h"
 #include "app/nccl_tests_output.h"
 #include "runtime/distributed/distributed.h"
@@ -64,7 +65,7 @@ std::string single_name(const std::string& value) { return sim::is_nccl_list(val
 void set_nccl_environment(const std::string& algorithm, const std::string& protocol) {
   auto set = [](const char* variable, const std::string& key, const std::string& value, const std::string& nccl) {
     const char* had = std::getenv(variable);
-    if (had && nccl != had)
+    if (had && sim::ascii_lower(nccl) != sim::ascii_lower(had))  // NCCL reads its names in any case
       throw Error(std::string(variable) + " is set in the environment to '" + had + "', but " + key + " is '" + value +
                   "' (" + variable + "=" + nccl + " for NCCL): unset one of them");
     if (setenv(variable, nccl.c_str(), 1) != 0) throw Error(std::string("cannot set ") + variable + " for NCCL");
@@ -331,7 +332,11 @@ std::string bench_dtype(const std::string& name) {
 }
 }  // namespace
 
-int bench_collectives(const BenchOptions& o, std::ostream& out) {
+int bench_collectives(const BenchOptions& given, std::ostream& out) {
+  // NCCL_ALGO, NCCL_PROTO and NCCL's chunk sizes in the environment, as nccl-tests runs under them.
+  const NcclEnvironment env = read_nccl_environment();
+  BenchOptions o = given;
+  apply_nccl_environment(env, o.algorithm, "--algo", o.protocol, "--proto", o.sets, "collectives.");
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   SweepRequest req;
   req.op = o.op;
@@ -383,6 +388,7 @@ int bench_collectives(const BenchOptions& o, std::ostream& out) {
       << o.algorithm << (o.protocol == "auto" ? "" : ", protocol " + o.protocol) << ", collectives timed by the "
       << (topo.collectives().model == sim::CollectiveTimingModel::nccl ? "nccl model" : "schedule on the network")
       << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
+  if (!env.empty()) out << "# NCCL's environment, read as NCCL reads it: " << env.describe() << "\n";
   if (issue > 0) {
     char us[32];
     std::snprintf(us, sizeof us, "%.1f", issue * 1e6);

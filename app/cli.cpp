@@ -16,6 +16,7 @@
 #include "app/demo.h"
 #include "app/layout_sweep.h"
 #include "app/megatron_args.h"
+#include "app/nccl_environment.h"
 #include "app/scenario.h"
 #include "app/topo.h"
 #include "app/workloads.h"
@@ -314,9 +315,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (*ops_cmd) return bench_ops(ops_opts, out);
     // The scenario: a file, or one built from Megatron-LM's arguments (app/megatron_args.h).
     MegatronScenario built;
-    const auto scenario = [&](const CLI::App* cmd) {
+    const auto scenario_under = [&](const CLI::App* cmd, const std::vector<std::string>& sets) {
       if (!megatron_args.empty()) {
-        Scenario sc = load_megatron_scenario(megatron_args, megatron_topology, scenario_sets, &built);
+        Scenario sc = load_megatron_scenario(megatron_args, megatron_topology, sets, &built);
         if (!built.ignored.empty())
           err << "megatron-args: ignored (no effect on timing or memory): " << sim::join(built.ignored) << "\n";
         for (const std::string& a : built.approximated) err << "megatron-args: approximated: " << a << "\n";
@@ -324,7 +325,17 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       }
       if (scenario_file.empty())
         throw Error("ranksim " + cmd->get_name() + ": name a scenario file, or give --megatron-args and --topology");
-      return load_scenario(scenario_file, scenario_sets);
+      return load_scenario(scenario_file, sets);
+    };
+    // Simulated timing reads NCCL's tuning variables as NCCL would (app/nccl_environment.h); real
+    // NCCL (--backend nccl) reads them itself.
+    const auto scenario = [&](const CLI::App* cmd) {
+      const NcclEnvironment env = run_flags.backend == "nccl" ? NcclEnvironment{} : read_nccl_environment();
+      std::vector<std::string> sets = scenario_sets;
+      apply_nccl_sets(env, sets, "topology.collectives.");
+      Scenario sc = scenario_under(cmd, sets);
+      apply_nccl_choice(env, sc.algorithm, "the scenario's algorithm", sc.protocol, "the scenario's protocol");
+      return sc;
     };
     if (*run_cmd) {
       Scenario sc = scenario(run_cmd);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ostream>
 
+#include "app/nccl_environment.h"
 #include "app/nccl_table.h"
 #include "runtime/distributed/distributed.h"
 #include "runtime/distributed/spawn.h"
@@ -14,7 +15,16 @@
 
 namespace ranksim::app {
 
-int demo(const DemoOptions& o, std::ostream& out) {
+int demo(const DemoOptions& given, std::ostream& out) {
+  // NCCL's tuning variables as `ranksim bench collectives` reads them (app/nccl_environment.h); the
+  // demo's all_reduce has no algorithm option, so NCCL_ALGO and NCCL_PROTO are refused.
+  const NcclEnvironment env = read_nccl_environment();
+  if (!env.algorithm.empty() || !env.protocol.empty())
+    throw Error("ranksim demo times its all_reduce by NCCL's own choice, and " + env.describe() +
+                " is set in the environment: unset NCCL_ALGO / NCCL_PROTO, or time the call with ranksim bench "
+                "collectives --op all_reduce");
+  DemoOptions o = given;
+  apply_nccl_sets(env, o.sets, "collectives.");
   const sim::Topology topo = sim::Topology::load_file(o.topology, o.sets);
   const int n = o.ranks > 0 ? o.ranks : topo.num_devices();
   if (n > topo.num_devices())

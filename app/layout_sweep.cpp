@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/megatron_args.h"
+#include "app/nccl_environment.h"
 #include "app/report_html.h"
 #include "app/scenario.h"
 #include "app/workloads.h"
@@ -34,9 +35,15 @@ std::string describe(const Grid& grid, const SweepLayout& l) {
   return t;
 }
 
-Scenario load(const SweepOptions& o, const std::vector<std::string>& sets) {
-  if (!o.megatron_args.empty()) return load_megatron_scenario(o.megatron_args, o.topology, sets);
-  return load_scenario(o.scenario, sets);
+// Each layout under NCCL's tuning variables, as `ranksim run` reads them (app/nccl_environment.h).
+Scenario load(const SweepOptions& o, const std::vector<std::string>& given) {
+  const NcclEnvironment env = read_nccl_environment();
+  std::vector<std::string> sets = given;
+  apply_nccl_sets(env, sets, "topology.collectives.");
+  Scenario sc = o.megatron_args.empty() ? load_scenario(o.scenario, sets)
+                                        : load_megatron_scenario(o.megatron_args, o.topology, sets);
+  apply_nccl_choice(env, sc.algorithm, "the scenario's algorithm", sc.protocol, "the scenario's protocol");
+  return sc;
 }
 
 // Runs one layout (shape-only, quietly) and fills its figures.
