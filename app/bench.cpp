@@ -389,6 +389,11 @@ int bench_collectives(const BenchOptions& given, std::ostream& out) {
       << (topo.collectives().model == sim::CollectiveTimingModel::nccl ? "nccl model" : "schedule on the network")
       << ", " << (o.check ? "real data, results checked" : "shape-only (timing only)") << "\n";
   if (!env.empty()) out << "# NCCL's environment, read as NCCL reads it: " << env.describe() << "\n";
+  if (o.iters > 0 || o.warmup_iters >= 0)
+    out << "# nccl-tests" << (o.iters > 0 ? " -n " + std::to_string(o.iters) : "")
+        << (o.warmup_iters >= 0 ? " -w " + std::to_string(o.warmup_iters) : "")
+        << ": ranksim times each size's call once, alone, where nccl-tests prints the mean of back-to-back calls "
+           "(docs/collective-timing.md says where they overlap)\n";
   if (issue > 0) {
     char us[32];
     std::snprintf(us, sizeof us, "%.1f", issue * 1e6);
@@ -435,6 +440,10 @@ int bench_collectives(const BenchOptions& given, std::ostream& out) {
     run.protocol = o.protocol;
     run.check = o.check;
     run.topology_file = o.topology;
+    run.iters = o.iters;
+    run.warmup_iters = o.warmup_iters;
+    for (const std::string& g : env.given)
+      if (g.rfind("NCCL_ALGO=", 0) != 0 && g.rfind("NCCL_PROTO=", 0) != 0) run.environment.push_back(g);
     const std::string text = nccl_tests_json(topo, run, rows);
     sim::write_file_atomically(o.output_file, [&](std::ostream& f) { f << text; });
     out << "# wrote " << o.output_file << " (nccl-tests' JSON layout)\n";

@@ -27,6 +27,10 @@ struct BenchOptions {
   // 32M) to -e (default 32M), times -f when it is above 1, else plus -i (default 1M).
   std::string min_bytes, max_bytes, step_bytes;
   int64_t step_factor = 0;
+  // nccl-tests' -n and -w (0 / -1: not given). ranksim times each size's call once, alone; the
+  // header says so when they are given, and -J writes them among nccl-tests' arguments.
+  int iters = 0;
+  int warmup_iters = -1;
   std::string output_file;         // -J: also write the sweep as nccl-tests' JSON (app/nccl_tests_output.h); "" none
   std::string algorithm = "auto";  // one name, or NCCL_ALGO's list syntax (sim::is_nccl_list)
   std::string protocol = "auto";   // NCCL_PROTO: auto, LL, LL128, Simple, or a list (nccl timing model only)

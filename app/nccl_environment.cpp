@@ -1,5 +1,6 @@
 #include "app/nccl_environment.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -31,22 +32,30 @@ std::string byte_count(const char* variable, const std::string& value) {
   return value + "B";
 }
 
+// A channel count, as NCCL reads NCCL_MIN_CTAS and NCCL_MAX_CTAS (1 to 64).
+int channel_count(const char* variable, const std::string& value) {
+  const bool digits = !value.empty() && value.size() <= 2 && value.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::atoi(value.c_str()) : 0;
+  if (n < 1 || n > 64)
+    throw Error(std::string(variable) + "='" + value +
+                "' in the environment: a channel count from 1 to 64 (e.g. 24); set it so or unset it");
+  return n;
+}
+
 struct Refused {
   const char* variable;
   const char* instead;
 };
 
 constexpr Refused kRefused[] = {
-    {"NCCL_MIN_NCHANNELS", "--set collectives.channels=N"},
-    {"NCCL_MAX_NCHANNELS", "--set collectives.channels=N"},
-    {"NCCL_MIN_CTAS", "--set collectives.channels=N"},
-    {"NCCL_MAX_CTAS", "--set collectives.channels=N"},
     {"NCCL_PAT_ENABLE", "--algo with NCCL's list syntax, e.g. --algo '^pat' for NCCL_PAT_ENABLE=0"},
     {"NCCL_COLLNET_ENABLE",
      "--algo with NCCL's list syntax, e.g. --algo '^collnetdirect,collnetchain' (or "
      "--set network.sharp=false)"},
     {"NCCL_TUNER_PLUGIN", "--set collectives.tuner=FILE (a tuner config, docs/collective-timing.md)"},
     {"NCCL_TUNER_CONFIG_FILE", "--set collectives.tuner=FILE (a tuner config, docs/collective-timing.md)"},
+    {"NCCL_NCHANNELS_PER_NET_PEER",
+     "the model's own count, NCCL's rule from the NICs' speed (docs/collective-timing.md)"},
     {"NCCL_NTHREADS", "the topology's constants (collectives: in the topology file)"},
     {"NCCL_LL128_NTHREADS", "the topology's constants (collectives: in the topology file)"},
     {"NCCL_THREAD_THRESHOLDS", "the topology's constants (collectives: in the topology file)"},
@@ -107,6 +116,21 @@ NcclEnvironment read_nccl_environment(const std::function<const char*(const char
                                                        {"NCCL_NVLSTREE_MAX_CHUNKSIZE", "nvls_tree_max_chunk_size"}};
   for (const auto& [variable, key] : sizes)
     if (const char* v = value(variable)) env.collectives.emplace_back(key, byte_count(variable, v));
+  // NCCL_MIN_CTAS / NCCL_MAX_CTAS and the names NCCL read before them (2.17), which it still reads
+  // beside them: the larger minimum and the smaller maximum count (src/graph/connect.cc).
+  const char* min_ctas = value("NCCL_MIN_CTAS");
+  const char* min_nch = value("NCCL_MIN_NCHANNELS");
+  const char* max_ctas = value("NCCL_MAX_CTAS");
+  const char* max_nch = value("NCCL_MAX_NCHANNELS");
+  int lo = 0, hi = 0;
+  if (min_ctas) lo = channel_count("NCCL_MIN_CTAS", min_ctas);
+  if (min_nch) lo = std::max(lo, channel_count("NCCL_MIN_NCHANNELS", min_nch));
+  if (max_ctas) hi = channel_count("NCCL_MAX_CTAS", max_ctas);
+  if (max_nch)
+    hi = hi > 0 ? std::min(hi, channel_count("NCCL_MAX_NCHANNELS", max_nch))
+                : channel_count("NCCL_MAX_NCHANNELS", max_nch);
+  if (lo > 0) env.collectives.emplace_back("min_channels", std::to_string(lo));
+  if (hi > 0) env.collectives.emplace_back("max_channels", std::to_string(hi));
   return env;
 }
 

@@ -15,11 +15,14 @@
 //   NCCL_P2P_NET_CHUNKSIZE         collectives.p2p_chunk_size
 //   NCCL_NVLS_CHUNKSIZE            collectives.nvls_chunk_size
 //   NCCL_NVLSTREE_MAX_CHUNKSIZE    collectives.nvls_tree_max_chunk_size
+//   NCCL_MIN_CTAS, NCCL_MAX_CTAS   collectives.min_channels, max_channels; NCCL_MIN_NCHANNELS and
+//                                  NCCL_MAX_NCHANNELS (their names before NCCL 2.17) too, the larger
+//                                  minimum and the smaller maximum where both names are set, as NCCL
 //
-// Refused (the model has no key that means the same): NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS,
-// NCCL_MIN_CTAS, NCCL_MAX_CTAS (use --set collectives.channels=N), NCCL_PAT_ENABLE and
+// Refused (the model has no key that means the same): NCCL_PAT_ENABLE and
 // NCCL_COLLNET_ENABLE (use --algo with NCCL's list: '^pat', '^collnetdirect,collnetchain'),
-// NCCL_TUNER_PLUGIN and NCCL_TUNER_CONFIG_FILE (use --set collectives.tuner=FILE), NCCL_NTHREADS,
+// NCCL_TUNER_PLUGIN and NCCL_TUNER_CONFIG_FILE (use --set collectives.tuner=FILE),
+// NCCL_NCHANNELS_PER_NET_PEER, NCCL_NTHREADS,
 // NCCL_LL128_NTHREADS, NCCL_THREAD_THRESHOLDS and NCCL_NET_OVERHEAD. Other NCCL_* variables
 // (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) do not change the model's timing and are
 // left alone.

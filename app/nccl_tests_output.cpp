@@ -65,6 +65,8 @@ std::string nccl_tests_json(const sim::Topology& topo, const NcclTestsRun& run, 
   args.insert(args.end(), {"-g", std::to_string(run.gpus_per_thread), "-d", nccl_tests_type(run.dtype), "-c",
                            run.check ? "1" : "0"});
   if (bin.rooted) args.insert(args.end(), {"-r", "0"});
+  if (run.iters > 0) args.insert(args.end(), {"-n", std::to_string(run.iters)});
+  if (run.warmup_iters >= 0) args.insert(args.end(), {"-w", std::to_string(run.warmup_iters)});
   json env = json::array();
   // What NCCL would have been given; ranksim's own schedules (direct, hierarchical) have no
   // NCCL_ALGO, and stay in the "ranksim" block only.
@@ -78,6 +80,7 @@ std::string nccl_tests_json(const sim::Topology& topo, const NcclTestsRun& run, 
   };
   if (const std::string a = nccl_name(run.algorithm, true); !a.empty()) env.push_back("NCCL_ALGO=" + a);
   if (const std::string p = nccl_name(run.protocol, false); !p.empty()) env.push_back("NCCL_PROTO=" + p);
+  for (const std::string& v : run.environment) env.push_back(v);
 
   json devices = json::array();
   for (int first = 0; first < run.ranks; first += run.gpus_per_thread) {

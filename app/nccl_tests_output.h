@@ -35,6 +35,11 @@ struct NcclTestsRun {
   std::string algorithm = "auto", protocol = "auto";  // as given: a name, a list, or auto
   bool check = false;
   std::string topology_file;  // as given on the command line
+  int iters = 0;              // nccl-tests -n and -w as given (0 / -1: not given), kept among its args
+  int warmup_iters = -1;
+  // NCCL's variables read from the environment other than NCCL_ALGO / NCCL_PROTO ("NCCL_BUFFSIZE=..."),
+  // kept in the JSON's env beside those.
+  std::vector<std::string> environment;
 };
 
 // nccl-tests' name of one of ranksim's dtypes (-d: "float" for f32); Error for one it has not.

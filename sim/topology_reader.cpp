@@ -51,6 +51,8 @@ struct Schemas {
                     {"nics_per_node", nullptr}, {"transport", nullptr},   {"sharp", nullptr}};
     for (const char* k : {"model",
                           "channels",
+                          "min_channels",
+                          "max_channels",
                           "fabric_efficiency",
                           "ring_loop_gap",
                           "network_efficiency",
@@ -539,6 +541,21 @@ class TopologyReader {
     }
     if (const Field* k = cv.find("channels"))
       c.channels = static_cast<int>(rd_.integer(*k, 1, 64, "channels per collective, as NCCL_MAX_NCHANNELS"));
+    // NCCL_MIN_CTAS and NCCL_MAX_CTAS (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS before NCCL 2.17):
+    // NCCL adds channels up to the minimum and drops them down to the maximum after its search, so
+    // a large call runs `channels` clamped to them.
+    const Field* min_k = cv.find("min_channels");
+    const Field* max_k = cv.find("max_channels");
+    const int min_channels =
+        min_k ? static_cast<int>(rd_.integer(*min_k, 1, 64, "channels at least, as NCCL_MIN_CTAS")) : 0;
+    const int max_channels =
+        max_k ? static_cast<int>(rd_.integer(*max_k, 1, 64, "channels at most, as NCCL_MAX_CTAS")) : 0;
+    if (min_k && max_k && min_channels > max_channels)
+      rd_.pos().fail(min_k->value, "'collectives.min_channels' (" + std::to_string(min_channels) +
+                                       ") is above 'collectives.max_channels' (" + std::to_string(max_channels) +
+                                       "), which NCCL refuses too: lower the one or raise the other");
+    if (min_channels > 0) c.channels = std::max(c.channels, min_channels);
+    if (max_channels > 0) c.channels = std::min(c.channels, max_channels);
     auto fraction = [&](const char* key, double& out) {
       if (const Field* k = cv.find(key)) {
         out = rd_.positive_number(*k, "a fraction of the hardware bandwidth, at most 1");

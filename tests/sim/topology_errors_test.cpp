@@ -466,6 +466,20 @@ std::vector<Case> collective_cases() {
        16,
        13,
        {"'collectives.channels' must be between 1 and 64", "got 65"}},
+      {"CollectivesMinChannelsAboveMax",
+       base({}, {"collectives:", "  model: nccl", "  min_channels: 24", "  max_channels: 8"}),
+       {},
+       "bad.yaml",
+       16,
+       17,
+       {"'collectives.min_channels' (24) is above 'collectives.max_channels' (8)"}},
+      {"CollectivesMaxChannelsZero",
+       base({}, {"collectives:", "  max_channels: 0"}),
+       {},
+       "bad.yaml",
+       15,
+       17,
+       {"'collectives.max_channels' must be between 1 and 64"}},
       {"CollectivesEfficiencyAboveOne",
        base({}, {"collectives:", "  fabric_efficiency: 1.5"}),
        {},
@@ -715,6 +729,21 @@ TEST(TopologyCollectivesSection, BuffersDefaultToNcclsOwn) {
   const Topology set =
       Topology::parse(base({}, {"collectives:", "  model: nccl"}), "ok.yaml", {"collectives.buffer_size=16MiB"});
   EXPECT_EQ(set.collectives().buffer_size, 16u << 20);
+}
+
+// NCCL_MIN_CTAS / NCCL_MAX_CTAS: the channel count clamped to them, whichever way it is set.
+TEST(TopologyCollectivesSection, MinAndMaxChannelsClampTheCount) {
+  auto channels = [](const std::vector<std::string>& lines, const std::vector<std::string>& sets = {}) {
+    std::vector<std::string> c{"collectives:", "  model: nccl"};
+    c.insert(c.end(), lines.begin(), lines.end());
+    return Topology::parse(base({}, c), "ok.yaml", sets).collectives().channels;
+  };
+  EXPECT_EQ(channels({}), 16);
+  EXPECT_EQ(channels({"  min_channels: 24"}), 24);
+  EXPECT_EQ(channels({"  min_channels: 8"}), 16);  // already above the minimum
+  EXPECT_EQ(channels({"  max_channels: 8"}), 8);
+  EXPECT_EQ(channels({"  channels: 4", "  min_channels: 6", "  max_channels: 32"}), 6);
+  EXPECT_EQ(channels({"  channels: 4"}, {"collectives.max_channels=2"}), 2);
 }
 
 TEST(TopologyCollectivesSection, AnOverrideSetsTheModel) {
