@@ -340,6 +340,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       apply_nccl_sets(env, sets, "topology.collectives.");
       Scenario sc = scenario_under(cmd, sets);
       apply_nccl_choice(env, sc.algorithm, "the scenario's algorithm", sc.protocol, "the scenario's protocol");
+      sc.nccl_environment = env.given;
       return sc;
     };
     if (*run_cmd) {

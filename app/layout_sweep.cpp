@@ -43,6 +43,7 @@ Scenario load(const SweepOptions& o, const std::vector<std::string>& given) {
   Scenario sc = o.megatron_args.empty() ? load_scenario(o.scenario, sets)
                                         : load_megatron_scenario(o.megatron_args, o.topology, sets);
   apply_nccl_choice(env, sc.algorithm, "the scenario's algorithm", sc.protocol, "the scenario's protocol");
+  sc.nccl_environment = env.given;
   return sc;
 }
 

@@ -98,6 +98,9 @@ struct Scenario {
   std::vector<int> hierarchical_cp;  // parallel.hierarchical_cp: [a2a, p2p]; empty = [2, cp/2]
   std::string algorithm = "auto";
   std::string protocol = "auto";  // NCCL_PROTO for the nccl timing model: auto, LL, LL128, Simple
+  // NCCL's variables the run read from the environment (app/nccl_environment.h), as set
+  // ("NCCL_ALGO=Ring", ...); the summary and the JSON say them.
+  std::vector<std::string> nccl_environment;
   bool real_data = false;
   // Workload: exactly one of these (model: the reference transformer, one forward + backward).
   std::optional<ModelWorkload> model;

@@ -168,6 +168,8 @@ void write_json_summary(const std::string& path, const Scenario& sc, const std::
   j["topology"] = topology_name;
   j["ranks"] = sc.ranks;
   j["layout"] = Json{{"tp", sc.tp}, {"cp", sc.cp}, {"dp", sc.dp}, {"pp", sc.pp}};
+  // NCCL's variables the run read (app/nccl_environment.h)
+  if (!sc.nccl_environment.empty()) j["nccl_environment"] = sc.nccl_environment;
   j["virtual_time_us"] = us(s.makespan);
   Json ranks = Json::array();
   for (size_t r = 0; r < rep.clocks.size(); ++r) {

@@ -10,6 +10,7 @@
 
 #include "app/nccl_table.h"
 #include "sim/units.h"
+#include "sim/yaml_input.h"
 
 namespace ranksim::app {
 
@@ -19,6 +20,8 @@ void print_run_header(std::ostream& out, const Scenario& sc, const sim::Topology
       << " pp=" << sc.pp << ", " << (sc.real_data ? "real data" : "shape-only") << "\n";
   if (!sc.description.empty()) out << "  " << sc.description << "\n";
   if (device) out << "  ops compute on the " << device->name() << " device\n";
+  if (!sc.nccl_environment.empty())
+    out << "  NCCL's environment, read as NCCL reads it: " << sim::join(sc.nccl_environment, " ") << "\n";
   out << "\n";
 }
 

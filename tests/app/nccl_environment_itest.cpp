@@ -238,7 +238,17 @@ TEST(NcclEnvironmentCli, RunUnderNcclAlgoTimesAsTheScenariosKey) {
   const auto r = run({"run", testing::scenario("quickstart.yaml")});
   EXPECT_EQ(r.code, keyed.code) << r.err;
   EXPECT_THAT(r.out, HasSubstr("ring/Simple/16ch"));
-  EXPECT_EQ(r.out, keyed.out);
+  // The same run, and the summary says where its algorithm came from.
+  const std::string said = "  NCCL's environment, read as NCCL reads it: NCCL_ALGO=Ring\n";
+  ASSERT_THAT(r.out, HasSubstr(said));
+  std::string without = r.out;
+  without.erase(without.find(said), said.size());
+  EXPECT_EQ(without, keyed.out);
+  const std::string json = (std::filesystem::temp_directory_path() / "ranksim_env_run_test.json").string();
+  ASSERT_EQ(run({"run", testing::scenario("quickstart.yaml"), "--json", json}).code, keyed.code);
+  const std::vector<std::string> vars = nlohmann::json::parse(testing::slurp(json)).at("nccl_environment");
+  EXPECT_THAT(vars, ElementsAre("NCCL_ALGO=Ring"));
+  std::filesystem::remove(json);
 }
 
 // nccl-tests' own command line pastes as it is: -n and -w are its iterations and warm-up calls
