@@ -72,13 +72,18 @@ std::string NcclEnvironment::describe() const {
 
 NcclEnvironment read_nccl_environment(const std::function<const char*(const char*)>& lookup) {
   NcclEnvironment env;
-  auto value = [&](const char* variable) -> const char* {
+  // An empty value is no value, as NCCL's parameters take it (src/misc/param.cc).
+  auto set = [&](const char* variable) -> const char* {
     const char* v = lookup(variable);
+    return v && *v ? v : nullptr;
+  };
+  auto value = [&](const char* variable) -> const char* {
+    const char* v = set(variable);
     if (v) env.given.push_back(std::string(variable) + "=" + v);
     return v;
   };
   for (const Refused& r : kRefused) {
-    if (const char* v = lookup(r.variable))
+    if (const char* v = set(r.variable))
       throw Error(std::string(r.variable) + "=" + v +
                   " is set in the environment, which ranksim's timing model does not read as NCCL does: unset it "
                   "and use " +

@@ -27,7 +27,9 @@
 // (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) do not change the model's timing and are
 // left alone.
 //
-// A run on real GPUs (--backend nccl) leaves them to NCCL itself.
+// An empty value counts as unset. NCCL also reads variables from NCCL_CONF_FILE, ~/.nccl.conf and
+// /etc/nccl.conf; ranksim reads the process's environment only. A run on real GPUs
+// (--backend nccl) leaves them to NCCL itself.
 #pragma once
 
 #include <functional>

@@ -80,7 +80,9 @@ std::vector<std::string> rows(const std::string& out) {
 }
 
 TEST(NcclEnvironment, NothingSetChangesNothing) {
-  const NcclEnvironment env = read({{"NCCL_DEBUG", "INFO"}, {"NCCL_IB_HCA", "mlx5"}});
+  // Empty values are unset ones, as NCCL takes them.
+  const NcclEnvironment env =
+      read({{"NCCL_DEBUG", "INFO"}, {"NCCL_IB_HCA", "mlx5"}, {"NCCL_ALGO", ""}, {"NCCL_PAT_ENABLE", ""}});
   EXPECT_TRUE(env.empty());
   std::string algo = "auto", proto = "auto";
   std::vector<std::string> sets{"nodes=2"};
