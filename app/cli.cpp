@@ -123,9 +123,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   coll_cmd->add_option("--ranks", bench_opts.ranks, "Ranks: the first N devices (default: all)")->check(at_least_one);
   // nccl-tests' -n and -w (its iterations and warm-up calls), so that its command line pastes
   // as it is; -n is not ranks, as it was before.
-  coll_cmd->add_option("--iters,-n", bench_opts.iters, "As nccl-tests -n: calls a size is averaged over (see --help)")
+  coll_cmd->add_option("--iters,-n", bench_opts.iters, "As nccl-tests -n (iterations); ranksim times one call a size")
       ->check(at_least_one);
-  coll_cmd->add_option("--warmup_iters,-w", bench_opts.warmup_iters, "As nccl-tests -w: warm-up calls")
+  coll_cmd->add_option("--warmup_iters,-w", bench_opts.warmup_iters, "As nccl-tests -w (warm-up calls), as -n")
       ->check(CLI::NonNegativeNumber);
   coll_cmd->add_option("--sizes", bench_opts.sizes, "MIN:MAX bytes, doubling (e.g. 8B:8GiB; default 8B:128MiB)");
   coll_cmd->add_option("--minbytes,-b", bench_opts.min_bytes, "As nccl-tests -b: the smallest size (8, 128K, 1M, 8G)");
