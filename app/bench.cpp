@@ -46,20 +46,6 @@ std::optional<sim::Protocol> parse_protocol_option(const std::string& name) {
   throw Error("unknown --proto '" + name + "': expected auto, LL, LL128 or Simple (as NCCL_PROTO)");
 }
 
-namespace {
-
-// `f()`, its Error (a malformed NCCL_ALGO / NCCL_PROTO value) prefixed with the option it came from.
-template <class F>
-auto for_option(const std::string& option, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    throw Error(option + ": " + e.what());
-  }
-}
-
-}  // namespace
-
 std::string single_name(const std::string& value) { return sim::is_nccl_list(value) ? "auto" : value; }
 
 void set_nccl_environment(const std::string& algorithm, const std::string& protocol) {
@@ -75,10 +61,12 @@ void set_nccl_environment(const std::string& algorithm, const std::string& proto
       throw Error("algorithm '" + algorithm +
                   "' is ranksim's own schedule, which NCCL has not: with --backend nccl use auto, one of NCCL's "
                   "algorithms (ring, tree, nvls, nvls_tree, collnet, pat) or a list as NCCL_ALGO takes it");
-    set("NCCL_ALGO", "algorithm", algorithm, for_option("algorithm", [&] { return sim::nccl_algo_value(algorithm); }));
+    set("NCCL_ALGO", "algorithm", algorithm,
+        with_error_prefix("algorithm", [&] { return sim::nccl_algo_value(algorithm); }));
   }
   if (protocol != "auto" && !protocol.empty())
-    set("NCCL_PROTO", "protocol", protocol, for_option("protocol", [&] { return sim::nccl_proto_value(protocol); }));
+    set("NCCL_PROTO", "protocol", protocol,
+        with_error_prefix("protocol", [&] { return sim::nccl_proto_value(protocol); }));
 }
 
 std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const std::string& protocol,
@@ -86,13 +74,13 @@ std::optional<sim::NcclAllowed> nccl_lists(const std::string& algorithm, const s
   if (!sim::is_nccl_list(algorithm) && !sim::is_nccl_list(protocol)) return std::nullopt;
   sim::NcclAllowed allowed;
   if (sim::is_nccl_list(algorithm)) {
-    for_option(algo_option, [&] { allowed.set_algorithms(algorithm); });
+    with_error_prefix(algo_option, [&] { allowed.set_algorithms(algorithm); });
   } else if (const std::optional<sim::CollAlgo> a =
                  algorithm.empty() ? std::nullopt : runtime::nccl_algorithm(runtime::parse_algorithm(algorithm))) {
     allowed.only(*a);
   }
   if (sim::is_nccl_list(protocol))
-    for_option(proto_option, [&] { allowed.set_protocols(protocol); });
+    with_error_prefix(proto_option, [&] { allowed.set_protocols(protocol); });
   else if (const std::optional<sim::Protocol> p = parse_protocol_option(protocol))
     allowed.only(*p);
   return allowed;

@@ -544,11 +544,8 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
     throw Error(path + ": the file says the runs set NCCL_PROTO=" + t.protocol + " but --proto says " + o.protocol);
   const std::string protocol = !t.protocol.empty() ? t.protocol : o.protocol;
   const std::optional<sim::Protocol> proto = parse_protocol_option(single_name(protocol));
-  try {
-    c.allowed = nccl_lists(algo, protocol, "the runs' algorithm", "the runs' protocol");
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
+  c.allowed =
+      with_error_prefix(path, [&] { return nccl_lists(algo, protocol, "the runs' algorithm", "the runs' protocol"); });
   if (c.allowed) {
     c.algorithm = c.allowed->single_algorithm(c.shape.op);
   } else {
@@ -566,11 +563,7 @@ void load_case(const CalibrateOptions& o, const sim::Topology& topo, const sim::
   }
   // The model must be able to run the table as stated (a forced algorithm that cannot serve it),
   // and each row as NCCL ran it when asked to.
-  try {
-    (void)predict_row(model, c, c.rows.front().bytes, 0);
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
+  with_error_prefix(path, [&] { (void)predict_row(model, c, c.rows.front().bytes, 0); });
   c.as_nccl_chose = o.nccl_choice;
   if (c.as_nccl_chose)
     for (const MeasuredRow& r : c.rows) (void)estimate_row(model, c, r);

@@ -91,20 +91,13 @@ NcclEnvironment read_nccl_environment(const std::function<const char*(const char
   }
   if (const char* v = value("NCCL_ALGO")) {
     const std::string text = v;
-    try {
-      sim::NcclAllowed().set_algorithms(text);
-    } catch (const Error& e) {
-      throw Error("NCCL_ALGO in the environment: " + std::string(e.what()));
-    }
+    with_error_prefix("NCCL_ALGO in the environment", [&] { sim::NcclAllowed().set_algorithms(text); });
     env.algorithm = sim::is_nccl_list(text) ? text : ranksim_algorithm(text);
+    env.algorithm_as_set = text;
   }
   if (const char* v = value("NCCL_PROTO")) {
     const std::string text = v;
-    try {
-      sim::NcclAllowed().set_protocols(text);
-    } catch (const Error& e) {
-      throw Error("NCCL_PROTO in the environment: " + std::string(e.what()));
-    }
+    with_error_prefix("NCCL_PROTO in the environment", [&] { sim::NcclAllowed().set_protocols(text); });
     env.protocol = text;
   }
   if (const char* v = value("NCCL_NVLS_ENABLE")) {
@@ -163,14 +156,8 @@ void apply_nccl_choice(const NcclEnvironment& env, std::string& algorithm, const
       throw Error(std::string(variable) + " is set in the environment to '" + raw + "', but " + option + " is '" +
                   option_value + "': unset one of them");
   };
-  auto raw = [&](const char* variable) {
-    const std::string head = std::string(variable) + "=";
-    for (const std::string& g : env.given)
-      if (g.rfind(head, 0) == 0) return g.substr(head.size());
-    return std::string();
-  };
-  take(algorithm, algo_option, "NCCL_ALGO", env.algorithm, raw("NCCL_ALGO"));
-  take(protocol, proto_option, "NCCL_PROTO", env.protocol, raw("NCCL_PROTO"));
+  take(algorithm, algo_option, "NCCL_ALGO", env.algorithm, env.algorithm_as_set);
+  take(protocol, proto_option, "NCCL_PROTO", env.protocol, env.protocol);
 }
 
 void apply_nccl_sets(const NcclEnvironment& env, std::vector<std::string>& sets, const std::string& prefix) {

@@ -40,8 +40,9 @@
 namespace ranksim::app {
 
 struct NcclEnvironment {
-  std::string algorithm;  // NCCL_ALGO as ranksim takes it (a single name in ranksim's spelling); "" unset
-  std::string protocol;   // NCCL_PROTO; "" unset
+  std::string algorithm;         // NCCL_ALGO as ranksim takes it (a single name in ranksim's spelling); "" unset
+  std::string algorithm_as_set;  // NCCL_ALGO as the environment spells it ("NVLSTree"), for messages
+  std::string protocol;          // NCCL_PROTO; "" unset
   // Topology keys under `collectives.` and their values, in the order above.
   std::vector<std::pair<std::string, std::string>> collectives;
   std::vector<std::string> given;  // "NCCL_ALGO=Ring", ... as set, for headers and notes

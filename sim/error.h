@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ranksim {
 
@@ -33,5 +34,16 @@ class ConfigError : public Error {
   int line_;
   int column_;
 };
+
+// `f()`, an Error it throws thrown again as an Error whose message starts "`prefix`: ", so that it
+// names the option, variable or file the failing value came from.
+template <class F>
+auto with_error_prefix(const std::string& prefix, F&& f) -> decltype(std::forward<F>(f)()) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const Error& e) {
+    throw Error(prefix + ": " + e.what());
+  }
+}
 
 }  // namespace ranksim
