@@ -3,6 +3,7 @@
 // paths; a file's bytes.
 #pragma once
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,14 @@ inline CliResult run(std::vector<std::string> args) {
 }
 
 inline std::string scenario(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/scenarios/" + name; }
+
+// A shipped file's name as a GoogleTest parameter name: its stem, other characters than letters
+// and digits made '_' ("cp-validation-bshd.yaml" -> "cp_validation_bshd").
+inline std::string param_name(const std::string& file) {
+  std::string n = std::filesystem::path(file).stem().string();
+  for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return n;
+}
 inline std::string topo(const std::string& name) { return std::string(RANKSIM_SOURCE_DIR) + "/topologies/" + name; }
 
 inline std::string slurp(const std::filesystem::path& p) {

@@ -73,11 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, DeviceRun,
                                            std::vector<std::string>{"cp-validation-thd.yaml"},
                                            std::vector<std::string>{"train-tp2-cp2-dp2-dgx-h100.yaml",
                                                                     "train.steps=2"}),
-                         [](const auto& p) {
-                           std::string n = fs::path(p.param[0]).stem().string();
-                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return n;
-                         });
+                         [](const auto& p) { return testing::param_name(p.param[0]); });
 
 TEST(DeviceRunErrors, AGpuThatIsNotThereIsAClearErrorAndWritesNothing) {
   const fs::path dump = fs::temp_directory_path() / "ranksim_device_itest_nogpu.safetensors";

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +16,7 @@
 
 #include "app/bench.h"
 #include "app/cli.h"
+#include "app/cli_run.h"
 #include "app/workloads.h"
 #include "cp/context_parallel.h"
 #include "cp/partition.h"
@@ -94,12 +94,7 @@ TEST_P(ShippedScenario, RunsAndPasses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Every, ShippedScenario, ::testing::ValuesIn(shipped_scenarios()),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           std::string name = param.param;
-                           for (char& c : name)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+                         [](const auto& p) { return app::testing::param_name(p.param); });
 
 TEST(Scenario, TwoRunsWriteByteIdenticalSummariesAndTraces) {
   const fs::path dir = scratch_root() / "determinism";
